@@ -1,0 +1,28 @@
+# Two commands on a fresh machine:  `make run` (server on the embedded default) and `make test`.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+PORT    ?= 8765
+
+.PHONY: run test venv conformance demo bench clean openapi
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[all,dev]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/ampkit serve --port $(PORT)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+openapi: $(STAMP)
+	$(BIN)/python -m ampkit.spec_tools write
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,42 @@
+"""ampkit: one shared long-term memory for AI agents, over the AMP v0.1 wire protocol."""
+
+from __future__ import annotations
+
+from .errors import (
+    AccessDenied,
+    AmpkitError,
+    APIError,
+    Conflict,
+    Forbidden,
+    InvalidTransition,
+    MissingAgentId,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+    TransportError,
+    Unauthorized,
+    Unavailable,
+    ValidationFailed,
+)
+from .models import AMP_VERSION, MemoryCell
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AMP_VERSION",
+    "AccessDenied",
+    "AmpkitError",
+    "APIError",
+    "Conflict",
+    "Forbidden",
+    "InvalidTransition",
+    "MemoryCell",
+    "MissingAgentId",
+    "NotFound",
+    "PayloadTooLarge",
+    "RateLimited",
+    "TransportError",
+    "Unauthorized",
+    "Unavailable",
+    "ValidationFailed",
+]

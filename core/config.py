@@ -1,0 +1,66 @@
+"""One settings model. Environment variables `AMPKIT_*` (and a `.env` file) fill it; the CLI
+only overrides fields. Every field is documented in docs/configuration.md."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal, Optional
+
+from platformdirs import user_data_dir
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .lifecycle import LifecyclePolicy
+from .service import Limits
+
+
+def default_store_url() -> str:
+    return "sqlite:///" + os.path.join(user_data_dir("ampkit", appauthor=False), "memory.db")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AMPKIT_", env_file=".env", extra="ignore")
+
+    store: Optional[str] = Field(default=None, description="store URL; default: SQLite file in the user data dir")
+    host: str = "127.0.0.1"
+    port: int = 8765
+
+    # lifecycle
+    stale_threshold: float = 0.3
+    stale_archive_days: float = 30.0
+    retention_days: float = 30.0
+    lifecycle_interval_seconds: float = 3600.0
+
+    # limits
+    max_cell_size_bytes: int = 65536
+    max_request_bytes: int = 4 * 1024 * 1024
+    max_batch_cells: int = 500
+
+    # identity and abuse
+    auth: Literal["off", "required"] = "off"
+    rate_limit: float = Field(default=0.0, description="sustained requests/s per agent; 0 = off")
+    rate_burst: int = 0
+
+    # retrieval
+    embedder: str = Field(default="none", description="none | default | sentence-transformers:<model> | openai:<url>")
+
+    # SQLite
+    sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
+
+    def store_url(self) -> str:
+        return self.store or default_store_url()
+
+    def lifecycle_policy(self) -> LifecyclePolicy:
+        return LifecyclePolicy(
+            stale_threshold=self.stale_threshold,
+            stale_archive_days=self.stale_archive_days,
+            retention_days=self.retention_days,
+            interval_seconds=self.lifecycle_interval_seconds,
+        )
+
+    def limits(self) -> Limits:
+        return Limits(
+            max_cell_size_bytes=self.max_cell_size_bytes,
+            max_request_bytes=self.max_request_bytes,
+            max_batch_cells=self.max_batch_cells,
+        )

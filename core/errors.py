@@ -1,0 +1,146 @@
+"""The one exception tree. Server, stores and every client raise these; the wire carries them
+as `{"error": {"code", "message", "details"}}` and the clients turn that envelope back into
+the same class.
+
+    AmpkitError
+    ├── TransportError            (client side: connection failed, timed out)
+    └── APIError                  (.status, .code, .message, .details)
+        ├── MalformedRequest      400 MALFORMED_JSON  (body is not valid JSON)
+        ├── MissingAgentId        401 MISSING_AGENT_ID
+        ├── Unauthorized          401 UNAUTHORIZED
+        ├── AccessDenied          403 ACCESS_DENIED   (also: missing or deleted cell)
+        ├── Forbidden             403 FORBIDDEN       (key lacks a scope / identity mismatch)
+        ├── NotFound              404 NOT_FOUND       (unknown route only; never for a cell)
+        ├── MethodNotAllowed      405 METHOD_NOT_ALLOWED
+        ├── InvalidTransition     409 INVALID_TRANSITION
+        ├── Conflict              409 CONFLICT        (version check failed)
+        ├── PayloadTooLarge       413 PAYLOAD_TOO_LARGE
+        ├── UnsupportedMediaType  415 UNSUPPORTED_MEDIA_TYPE
+        ├── ValidationFailed      422 VALIDATION_ERROR
+        ├── RateLimited           429 RATE_LIMITED
+        ├── InternalError         500 INTERNAL_ERROR
+        └── Unavailable           503 UNAVAILABLE     (store down, disk full or read-only)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class AmpkitError(Exception):
+    """Base of every ampkit exception."""
+
+
+class TransportError(AmpkitError):
+    """The request never got an answer from the server (connection refused, timeout...)."""
+
+
+class APIError(AmpkitError):
+    status: int = 500
+    code: str = "INTERNAL_ERROR"
+
+    def __init__(self, message: str = "", details: Optional[dict[str, Any]] = None, *, code: Optional[str] = None):
+        super().__init__(message or self.code)
+        self.message = message or self.code
+        self.details = details or {}
+        if code is not None:
+            self.code = code
+
+    def envelope(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, "details": self.details}}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+
+class MalformedRequest(APIError):
+    status, code = 400, "MALFORMED_JSON"
+
+
+class MissingAgentId(APIError):
+    status, code = 401, "MISSING_AGENT_ID"
+
+
+class Unauthorized(APIError):
+    status, code = 401, "UNAUTHORIZED"
+
+
+class AccessDenied(APIError):
+    status, code = 403, "ACCESS_DENIED"
+
+
+class Forbidden(APIError):
+    status, code = 403, "FORBIDDEN"
+
+
+class NotFound(APIError):
+    status, code = 404, "NOT_FOUND"
+
+
+class MethodNotAllowed(APIError):
+    status, code = 405, "METHOD_NOT_ALLOWED"
+
+
+class InvalidTransition(APIError):
+    status, code = 409, "INVALID_TRANSITION"
+
+
+class Conflict(APIError):
+    status, code = 409, "CONFLICT"
+
+
+class PayloadTooLarge(APIError):
+    status, code = 413, "PAYLOAD_TOO_LARGE"
+
+
+class UnsupportedMediaType(APIError):
+    status, code = 415, "UNSUPPORTED_MEDIA_TYPE"
+
+
+class ValidationFailed(APIError):
+    status, code = 422, "VALIDATION_ERROR"
+
+
+class RateLimited(APIError):
+    status, code = 429, "RATE_LIMITED"
+
+
+class InternalError(APIError):
+    status, code = 500, "INTERNAL_ERROR"
+
+
+class Unavailable(APIError):
+    status, code = 503, "UNAVAILABLE"
+
+
+_BY_CODE: dict[str, type[APIError]] = {
+    cls.code: cls
+    for cls in (
+        MalformedRequest, MissingAgentId, Unauthorized, AccessDenied, Forbidden, NotFound, MethodNotAllowed,
+        InvalidTransition, Conflict, PayloadTooLarge, UnsupportedMediaType, ValidationFailed,
+        RateLimited, InternalError, Unavailable,
+    )
+}
+
+
+# The one body every "you may not see this cell" answer uses, so that a missing, a deleted
+# and a forbidden cell are indistinguishable on the wire.
+ACCESS_DENIED_MESSAGE = "memory not found or access denied"
+
+
+def access_denied() -> AccessDenied:
+    return AccessDenied(ACCESS_DENIED_MESSAGE)
+
+
+def error_from_envelope(status: int, body: Any) -> APIError:
+    """Rebuild the exception a server answered with (used by the HTTP clients)."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        exc = APIError(f"HTTP {status} without an error envelope", {"body": body})
+        exc.status = status
+        return exc
+    code = str(err.get("code", "INTERNAL_ERROR"))
+    cls = _BY_CODE.get(code, APIError)
+    exc = cls(str(err.get("message", code)), err.get("details") or {}, code=code)
+    exc.status = status
+    return exc

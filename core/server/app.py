@@ -1,0 +1,249 @@
+"""The `/amp/v1` HTTP app. Routes are thin: parse the wire model, call one service method,
+serialise. Errors are translated once, in `errors.py` of this package."""
+
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Optional
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from ..config import Settings
+from ..errors import UnsupportedMediaType
+from ..models import (
+    AMP_VERSION,
+    BatchCreate,
+    BatchCreateResponse,
+    CellCreate,
+    CellPatch,
+    ErrorEnvelope,
+    Health,
+    HistoryResponse,
+    LifecycleRunRequest,
+    LifecycleRunResponse,
+    ListResponse,
+    MemoryCell,
+    PurgeRequest,
+    PurgeResponse,
+    SearchRequest,
+    SearchResponse,
+)
+from ..service import MemoryService
+from .errors import BodySizeLimit, install_error_handlers
+from .identity import Caller, IdentityResolver
+
+log = logging.getLogger("ampkit.server")
+
+PREFIX = "/amp/v1"
+EXTENSIONS = [
+    "history",
+    "supersession",
+    "batch_create",
+    "search_explain",
+    "export",
+    "lifecycle_as_of",
+    "if_match_version",
+    "list_cursor",
+]
+
+_ERRORS: dict[Any, dict[str, Any]] = {
+    code: {"model": ErrorEnvelope} for code in (400, 401, 403, 409, 413, 415, 422, 429, 503)
+}
+
+
+def require_json(request: Request) -> None:
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json" and not ctype.endswith("+json"):
+        raise UnsupportedMediaType(
+            "request body must be JSON (Content-Type: application/json)", {"content_type": ctype or None}
+        )
+
+
+def build_service(settings: Settings) -> MemoryService:
+    from ..embeddings import retriever_from_settings
+    from ..store import store_from_url
+
+    url = settings.store_url()
+    options = {"synchronous": settings.sqlite_synchronous} if url.startswith("sqlite") else {}
+    return MemoryService(
+        store=store_from_url(url, **options),
+        policy=settings.lifecycle_policy(),
+        limits=settings.limits(),
+        retriever=retriever_from_settings(settings),
+    )
+
+
+def create_app(settings: Optional[Settings] = None, service: Optional[MemoryService] = None) -> FastAPI:
+    settings = settings or Settings()
+    service = service or build_service(settings)
+    identity = IdentityResolver(settings, service.store)
+
+    async def lifecycle_loop() -> None:
+        interval = service.policy.interval_seconds
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                result = await run_in_threadpool(service.run_lifecycle)
+                log.info("lifecycle run: %s", result.model_dump(exclude={"ran_at"}))
+            except Exception:  # noqa: BLE001 - keep the scheduler alive; the next run retries
+                log.exception("lifecycle run failed")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await run_in_threadpool(service.store.open)
+        task = asyncio.create_task(lifecycle_loop()) if service.policy.interval_seconds > 0 else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+            await run_in_threadpool(service.store.close)
+
+    app = FastAPI(
+        title="ampkit",
+        version=AMP_VERSION,
+        summary="Agent Memory Protocol (AMP v0.1) server with ampkit extensions",
+        lifespan=lifespan,
+        docs_url=f"{PREFIX}/docs",
+        redoc_url=None,
+        openapi_url=f"{PREFIX}/openapi.json",
+    )
+    app.state.service = service
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=service.limits.max_request_bytes)
+
+    CallerDep = Annotated[Caller, Depends(identity.caller)]
+    AdminDep = Annotated[Caller, Depends(identity.admin)]
+    router = APIRouter(prefix=PREFIX, responses=_ERRORS)
+
+    @router.get("/health", response_model=Health, tags=["meta"])
+    def health() -> Health:
+        return Health()
+
+    @router.get("/spec", tags=["meta"])
+    def spec() -> dict[str, Any]:
+        limits = service.limits
+        return {
+            "amp_version": AMP_VERSION,
+            "capabilities": {
+                "max_cell_size_bytes": limits.max_cell_size_bytes,
+                "max_request_bytes": limits.max_request_bytes,
+                "max_search_limit": limits.max_search_limit,
+                "max_page_size": limits.max_page_size,
+                "max_batch_cells": limits.max_batch_cells,
+                "storage_backends": [service.store.backend],
+                "lifecycle_scheduler": {
+                    "interval_seconds": service.policy.interval_seconds,
+                    "manual_run_endpoint": f"{PREFIX}/admin/lifecycle/run",
+                },
+                "lifecycle": {
+                    "stale_threshold": service.policy.stale_threshold,
+                    "stale_archive_days": service.policy.stale_archive_days,
+                    "retention_days": service.policy.retention_days,
+                },
+                "auth": identity.describe(),
+                "embedder": service.retriever.embedder.name if service.retriever.embedder else None,
+                "mcp_compatible": False,
+                "extensions": EXTENSIONS,
+            },
+        }
+
+    @router.post("/memories", status_code=201, response_model=MemoryCell, tags=["memories"],
+                 dependencies=[Depends(require_json)])
+    def create_memory(body: CellCreate, caller: CallerDep) -> MemoryCell:
+        return service.create(caller.write(), body)
+
+    @router.post("/memories/batch", status_code=201, response_model=BatchCreateResponse, tags=["memories"],
+                 dependencies=[Depends(require_json)])
+    def create_memories(body: BatchCreate, caller: CallerDep) -> BatchCreateResponse:
+        return BatchCreateResponse(results=service.create_many(caller.write(), body.cells))
+
+    @router.post("/memories/search", response_model=SearchResponse,
+                 tags=["memories"], dependencies=[Depends(require_json)])
+    def search_memories(body: SearchRequest, caller: CallerDep) -> SearchResponse:
+        return service.search(caller.read(), body)
+
+    def list_route(
+        caller: CallerDep,
+        owner_id: Optional[str] = None,
+        type: Annotated[Optional[list[str]], Query()] = None,
+        status: Annotated[Optional[list[str]], Query()] = None,
+        session_id: Optional[str] = None,
+        include_stale: bool = False,
+        include_superseded: bool = False,
+        limit: Annotated[Optional[int], Query(ge=1, le=service.limits.max_page_size)] = None,
+        cursor: Optional[str] = None,
+    ) -> ListResponse:
+        results, total, next_cursor = service.list(
+            caller.read(),
+            owner_id=owner_id,
+            types=_split(type, ("episodic", "semantic", "procedural")),
+            status=_split(status, ("active", "stale", "archived", "deleted")),
+            include_stale=include_stale,
+            include_superseded=include_superseded,
+            session_id=session_id,
+            limit=limit,
+            cursor=cursor,
+        )
+        return ListResponse(results=results, total=total, next_cursor=next_cursor)
+
+    # Registered before /memories/{memory_id} so that no id route shadows them.
+    router.add_api_route("/memories", list_route, methods=["GET"], response_model=ListResponse, tags=["memories"])
+    router.add_api_route("/memories/query", list_route, methods=["GET"], response_model=ListResponse,
+                         tags=["memories"], summary="Alias of GET /memories (AMP v0.1 name)")
+
+    @router.get("/export", tags=["memories"])
+    def export(caller: CallerDep, owner_id: Optional[str] = None) -> dict[str, Any]:
+        cells = service.export(caller.read(), owner_id=owner_id)
+        return {"amp_version": AMP_VERSION, "count": len(cells), "cells": [c.model_dump(mode="json") for c in cells]}
+
+    @router.get("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"])
+    def get_memory(memory_id: str, caller: CallerDep) -> MemoryCell:
+        return service.get(caller.read(), memory_id)
+
+    @router.patch("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"],
+                  dependencies=[Depends(require_json)])
+    def patch_memory(
+        memory_id: str,
+        body: CellPatch,
+        caller: CallerDep,
+        if_match: Annotated[Optional[int], Header(description="extension: expected lifecycle.version")] = None,
+    ) -> MemoryCell:
+        return service.update(caller.write(), memory_id, body, expected_version=if_match)
+
+    @router.delete("/memories/{memory_id}", status_code=204, tags=["memories"])
+    def delete_memory(memory_id: str, caller: CallerDep) -> Response:
+        service.delete(caller.write(), memory_id)
+        return Response(status_code=204)
+
+    @router.get("/memories/{memory_id}/history", response_model=HistoryResponse, tags=["memories"])
+    def memory_history(memory_id: str, caller: CallerDep) -> HistoryResponse:
+        return HistoryResponse(results=service.history(caller.read(), memory_id))
+
+    @router.post("/admin/lifecycle/run", response_model=LifecycleRunResponse, tags=["admin"])
+    def run_lifecycle(caller: AdminDep, body: Optional[LifecycleRunRequest] = None) -> LifecycleRunResponse:
+        return service.run_lifecycle(as_of=body.as_of if body else None)
+
+    @router.post("/admin/purge", response_model=PurgeResponse, tags=["admin"])
+    def purge(caller: AdminDep, body: Optional[PurgeRequest] = None) -> PurgeResponse:
+        body = body or PurgeRequest()
+        return service.purge(caller.agent_id, ids=body.ids, as_of=body.as_of)
+
+    app.include_router(router)
+    return app
+
+
+def _split(values: Optional[list[str]], allowed: tuple[str, ...]) -> Optional[list[str]]:
+    """Accept `?type=a&type=b` and `?type=a,b`; refuse unknown values."""
+    from ..errors import ValidationFailed
+
+    if not values:
+        return None
+    out = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    bad = [v for v in out if v not in allowed]
+    if bad:
+        raise ValidationFailed(f"unknown value(s) {bad}; allowed: {list(allowed)}", {"invalid": bad})
+    return out or None

@@ -1,0 +1,134 @@
+"""Every error leaves the server as `{"error": {"code", "message", "details"}}`.
+
+One table maps exceptions to that envelope: our own `APIError`s, request validation,
+malformed JSON, Starlette's 404/405, oversized bodies, and anything unexpected (500)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import (
+    APIError,
+    InternalError,
+    MalformedRequest,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    ValidationFailed,
+)
+
+log = logging.getLogger("ampkit.server")
+
+
+def envelope_response(exc: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(exc.envelope(), status_code=exc.status, headers=headers)
+
+
+def _clean_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Keep what a client needs; drop echoed input (may be huge) and pydantic's doc URLs.
+    return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in errors]
+
+
+def validation_to_api_error(errors: list[dict[str, Any]]) -> APIError:
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return MalformedRequest("request body is not valid JSON", {"errors": _clean_errors(errors)})
+    first = errors[0] if errors else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    return ValidationFailed(
+        f"{where or 'request'}: {first.get('msg', 'invalid')}" if first else "invalid request",
+        {"errors": _clean_errors(errors)},
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> JSONResponse:
+        headers = {"Retry-After": str(exc.details["retry_after"])} if "retry_after" in exc.details else None
+        return envelope_response(exc, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return envelope_response(validation_to_api_error(list(exc.errors())))
+
+    @app.exception_handler(ValidationError)
+    async def model_validation(request: Request, exc: ValidationError) -> JSONResponse:
+        return envelope_response(validation_to_api_error(list(exc.errors())))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            err: APIError = NotFound(f"no route {request.method} {request.url.path}")
+        elif exc.status_code == 405:
+            err = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+        else:
+            err = APIError(str(exc.detail), code="HTTP_ERROR")
+            err.status = exc.status_code
+        return envelope_response(err, dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return envelope_response(InternalError("internal server error; see the server log"))
+
+
+class BodySizeLimit:
+    """Refuse request bodies over `max_bytes` with 413 in the envelope, before parsing them.
+
+    Checks Content-Length up front and counts streamed bytes for chunked bodies."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = PayloadTooLarge(
+            f"request body exceeds {self.max_bytes} bytes", {"max_request_bytes": self.max_bytes}
+        )
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared > self.max_bytes:
+                    await envelope_response(too_large, {"Connection": "close"})(scope, receive, send)
+                    return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLarge()
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            if not started:
+                await envelope_response(too_large, {"Connection": "close"})(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+

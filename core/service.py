@@ -1,0 +1,380 @@
+"""The memory service: every protocol rule, over any store.
+
+The HTTP routes and the in-process clients both call this class, so a rule (who may read,
+which transitions are legal, what a PATCH merges) is written once. Methods take the caller's
+agent id and raise `ampkit.errors` exceptions; they never see HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Optional, Sequence
+
+from ulid import ULID
+
+from .access import can_read, can_write
+from .errors import Conflict, InvalidTransition, PayloadTooLarge, ValidationFailed, access_denied
+from .lifecycle import (
+    LifecyclePolicy,
+    check_delete_transition,
+    check_patch_transition,
+    purge_eligible,
+    scheduled_status,
+)
+from .models import (
+    AMP_VERSION,
+    MAX_PAGE_SIZE,
+    CellCreate,
+    CellPatch,
+    HistoryEntry,
+    Lifecycle,
+    LifecycleRunResponse,
+    MemoryCell,
+    PurgeRefusal,
+    PurgeResponse,
+    Scoring,
+    SearchHit,
+    SearchRequest,
+    SearchResponse,
+    Status,
+    utcnow,
+)
+from .retrieval import Retriever
+from .store.base import CellFilter, HistoryRecord, Store, decode_cursor, encode_cursor
+
+SYSTEM_ACTOR = "system:lifecycle"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Advertised in GET /spec and enforced (see docs/configuration.md)."""
+
+    max_cell_size_bytes: int = 65536
+    max_request_bytes: int = 4 * 1024 * 1024
+    max_search_limit: int = 100
+    max_page_size: int = MAX_PAGE_SIZE
+    default_page_size: int = 20
+    max_batch_cells: int = 500
+
+
+def new_cell_id() -> str:
+    return f"mem_{ULID()}"
+
+
+def cell_size_bytes(cell: MemoryCell) -> int:
+    """The measured size of a cell: its `content` object as compact UTF-8 JSON."""
+    content = cell.content.model_dump(mode="json")
+    return len(json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def _diff(old: Any, new: Any, prefix: str = "") -> dict[str, list[Any]]:
+    """Field-path -> [old, new] for every leaf that changed."""
+    if isinstance(old, dict) and isinstance(new, dict) and not prefix.endswith("metadata"):
+        out: dict[str, list[Any]] = {}
+        for key in sorted(set(old) | set(new)):
+            out.update(_diff(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else key))
+        return out
+    return {} if old == new else {prefix: [old, new]}
+
+
+@dataclass
+class MemoryService:
+    store: Store
+    policy: LifecyclePolicy = field(default_factory=LifecyclePolicy)
+    limits: Limits = field(default_factory=Limits)
+    retriever: Retriever = field(default_factory=Retriever)
+    clock: Callable[[], datetime] = utcnow
+
+    # ---------------------------------------------------------------- helpers
+    def _check_size(self, cell: MemoryCell) -> None:
+        size = cell_size_bytes(cell)
+        if size > self.limits.max_cell_size_bytes:
+            raise PayloadTooLarge(
+                f"cell content is {size} bytes; the maximum is {self.limits.max_cell_size_bytes}",
+                {"size_bytes": size, "max_cell_size_bytes": self.limits.max_cell_size_bytes},
+            )
+
+    def _readable(self, cell: Optional[MemoryCell], agent: str) -> MemoryCell:
+        if cell is None or not can_read(cell, agent):
+            raise access_denied()
+        return cell
+
+    def _writable(self, cell: Optional[MemoryCell], agent: str) -> MemoryCell:
+        # Missing, deleted and forbidden answer the same body: no oracle.
+        if cell is None or not can_write(cell, agent):
+            raise access_denied()
+        return cell
+
+    def _build(self, req: CellCreate, agent: str, now: datetime) -> MemoryCell:
+        data = req.model_dump(mode="json", exclude={"supersedes", "lifecycle", "scoring", "amp_version"})
+        data["identity"]["created_by"] = agent
+        cell = MemoryCell.model_validate(
+            {
+                **data,
+                "amp_version": AMP_VERSION,
+                "id": new_cell_id(),
+                "scoring": {**req.scoring.model_dump(), "access_count": 0},
+                "lifecycle": {
+                    "created_at": now,
+                    "last_updated_at": now,
+                    "expires_at": req.lifecycle.expires_at,
+                    "status": Status.active.value,
+                    "supersedes": req.supersedes,
+                },
+            }
+        )
+        self._check_size(cell)
+        return cell
+
+    # ---------------------------------------------------------------- create
+    def create(self, agent: str, req: CellCreate) -> MemoryCell:
+        return self.create_many(agent, [req])[0]
+
+    def create_many(self, agent: str, reqs: Sequence[CellCreate]) -> list[MemoryCell]:
+        """Create cells in one transaction: all are stored, or none."""
+        if len(reqs) > self.limits.max_batch_cells:
+            raise ValidationFailed(f"at most {self.limits.max_batch_cells} cells per batch")
+        now = self.clock()
+        cells = [self._build(r, agent, now) for r in reqs]
+        vectors = self.retriever.vectors_for([c.content.text for c in cells])
+        with self.store.write() as tx:
+            for cell, vector in zip(cells, vectors):
+                old_id = cell.lifecycle.supersedes
+                if old_id is not None:
+                    old = tx.get(old_id)
+                    if old is None or not can_write(old, agent):
+                        raise access_denied()
+                    if old.lifecycle.superseded_by is not None:
+                        raise InvalidTransition(
+                            f"{old_id} is already superseded by {old.lifecycle.superseded_by}",
+                            {"superseded_by": old.lifecycle.superseded_by},
+                        )
+                    replaced = old.model_copy(
+                        update={
+                            "lifecycle": old.lifecycle.model_copy(
+                                update={
+                                    "superseded_by": cell.id,
+                                    "last_updated_at": now,
+                                    "version": old.lifecycle.version + 1,
+                                }
+                            )
+                        }
+                    )
+                    tx.update(replaced)
+                    tx.add_history(HistoryRecord(old_id, now, agent, "supersede", {"lifecycle.superseded_by": [None, cell.id]}))
+                tx.insert(cell, vector)
+                created = {"type": cell.type, "owner_id": cell.identity.owner_id}
+                if old_id:
+                    created["supersedes"] = old_id
+                tx.add_history(HistoryRecord(cell.id, now, agent, "create", created))
+        return cells
+
+    # ---------------------------------------------------------------- read
+    def get(self, agent: str, cell_id: str) -> MemoryCell:
+        """Read a cell; counts the access and restarts its decay clock."""
+        now = self.clock()
+        with self.store.write() as tx:
+            cell = self._readable(tx.get(cell_id), agent)
+            scoring = cell.scoring.model_copy(update={"access_count": cell.scoring.access_count + 1})
+            lifecycle = cell.lifecycle.model_copy(update={"last_accessed_at": now})
+            touched = cell.model_copy(update={"scoring": scoring, "lifecycle": lifecycle})
+            new_status, reason = scheduled_status(touched, now, self.policy)
+            if new_status == Status.active.value:  # a read revives a stale cell
+                touched = self._with_status(touched, new_status, now)
+                tx.add_history(HistoryRecord(cell_id, now, agent, "status", {"lifecycle.status": [cell.lifecycle.status, new_status], "reason": reason}))
+            tx.update(touched)
+        return touched
+
+    def history(self, agent: str, cell_id: str) -> list[HistoryEntry]:
+        self._readable(self.store.get(cell_id), agent)
+        return self.store.history(cell_id)
+
+    # ---------------------------------------------------------------- update
+    def _with_status(self, cell: MemoryCell, status: str, now: datetime) -> MemoryCell:
+        lifecycle = cell.lifecycle.model_copy(
+            update={"status": status, "last_updated_at": now, "version": cell.lifecycle.version + 1}
+        )
+        return cell.model_copy(update={"lifecycle": lifecycle})
+
+    def update(self, agent: str, cell_id: str, patch: CellPatch, *, expected_version: Optional[int] = None) -> MemoryCell:
+        now = self.clock()
+        changes_in = patch.model_dump(mode="json", exclude_unset=True)
+        with self.store.write() as tx:
+            cell = self._writable(tx.get(cell_id), agent)
+            if expected_version is not None and expected_version != cell.lifecycle.version:
+                raise Conflict(
+                    f"cell is at version {cell.lifecycle.version}, not {expected_version}",
+                    {"current_version": cell.lifecycle.version},
+                )
+            before = cell.model_dump(mode="json")
+            merged = json.loads(json.dumps(before))
+            for section, values in changes_in.items():
+                if values is None:
+                    continue
+                merged[section].update(values)
+            requested = changes_in.get("lifecycle", {}).get("status")
+            if requested is not None:
+                check_patch_transition(cell.lifecycle.status, requested)
+            diff = _diff(before, merged)
+            if not diff:
+                return cell
+            merged["lifecycle"]["last_updated_at"] = now
+            merged["lifecycle"]["version"] = cell.lifecycle.version + 1
+            try:
+                updated = MemoryCell.model_validate(merged)
+            except ValueError as exc:  # a merged cell that breaks a model rule
+                raise ValidationFailed(str(exc)) from exc
+            self._check_size(updated)
+            vector = None
+            if "content.text" in diff:
+                vector = self.retriever.vectors_for([updated.content.text])[0]
+            tx.update(updated, vector)
+            action = "status" if set(diff) == {"lifecycle.status"} else "update"
+            tx.add_history(HistoryRecord(cell_id, now, agent, action, diff))
+        return updated
+
+    def delete(self, agent: str, cell_id: str) -> None:
+        now = self.clock()
+        with self.store.write() as tx:
+            cell = self._writable(tx.get(cell_id), agent)
+            check_delete_transition(cell.lifecycle.status)
+            tx.update(self._with_status(cell, Status.deleted.value, now))
+            tx.add_history(HistoryRecord(cell_id, now, agent, "delete", {"lifecycle.status": [cell.lifecycle.status, "deleted"]}))
+
+    # ---------------------------------------------------------------- search and list
+    def _statuses(self, status: Optional[Sequence[str]], include_stale: bool) -> list[str]:
+        wanted = list(status) if status else [Status.active.value]
+        if include_stale and Status.stale.value not in wanted:
+            wanted.append(Status.stale.value)
+        # A deleted cell is never returned, whatever the filter asks for.
+        return [s for s in dict.fromkeys(wanted) if s != Status.deleted.value]
+
+    def search(self, agent: str, req: SearchRequest) -> SearchResponse:
+        now = self.clock()
+        flt = CellFilter(
+            reader=agent,
+            owner_id=req.owner_id,
+            types=req.types,
+            statuses=self._statuses(req.status, req.include_stale),
+            include_superseded=req.include_superseded,
+            session_id=req.session_id,
+            metadata=req.metadata,
+            not_expired_at=now,
+        )
+        hits, total = self.retriever.search(
+            self.store, req.query, flt, req.limit, now, keep=lambda c: can_read(c, agent)
+        )
+        results = [
+            SearchHit(**h.cell.model_dump(), score=round(h.score, 6), explain=h.explain if req.explain else None)
+            for h in hits
+        ]
+        return SearchResponse(results=results, total=total, query=req.query)
+
+    def list(
+        self,
+        agent: str,
+        *,
+        owner_id: Optional[str] = None,
+        types: Optional[Sequence[str]] = None,
+        status: Optional[Sequence[str]] = None,
+        include_stale: bool = False,
+        include_superseded: bool = False,
+        session_id: Optional[str] = None,
+        metadata: Optional[dict[str, Any]] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> tuple[list[MemoryCell], int, Optional[str]]:
+        limit = self.limits.default_page_size if limit is None else limit
+        if not 1 <= limit <= self.limits.max_page_size:
+            raise ValidationFailed(f"limit must be between 1 and {self.limits.max_page_size}", {"limit": limit})
+        after = None
+        if cursor:
+            try:
+                after = decode_cursor(cursor)
+            except ValueError as exc:
+                raise ValidationFailed("invalid cursor", {"cursor": cursor}) from exc
+        flt = CellFilter(
+            reader=agent,
+            owner_id=owner_id,
+            types=types,
+            statuses=self._statuses(status, include_stale),
+            include_superseded=include_superseded,
+            session_id=session_id,
+            metadata=metadata,
+            not_expired_at=self.clock(),
+        )
+        page = [c for c in self.store.list(flt, limit + 1, after) if can_read(c, agent)]
+        next_cursor = encode_cursor(page[limit - 1].id) if len(page) > limit else None
+        return page[:limit], self.store.count(flt), next_cursor
+
+    def export(self, agent: str, owner_id: Optional[str] = None) -> list[MemoryCell]:
+        """Every cell the caller may read (any status but deleted), for portability."""
+        statuses = [Status.active.value, Status.stale.value, Status.archived.value]
+        flt = CellFilter(reader=agent, owner_id=owner_id, statuses=statuses, include_superseded=True)
+        out: list[MemoryCell] = []
+        after = None
+        while True:
+            page = self.store.list(flt, 500, after)
+            if not page:
+                return out
+            out.extend(c for c in page if can_read(c, agent))
+            after = page[-1].id
+
+    # ---------------------------------------------------------------- lifecycle
+    def run_lifecycle(self, as_of: Optional[datetime] = None) -> LifecycleRunResponse:
+        now = as_of or self.clock()
+        counts = {"evaluated": 0, "to_stale": 0, "to_active": 0, "to_archived": 0, "expired": 0}
+        changes: list[tuple[str, str, str]] = []
+        with self.store.try_lifecycle_lock() as got:
+            if not got:  # another server is running it this interval
+                return LifecycleRunResponse(**counts, ran_at=now)
+            for cell in self.store.iter_cells([Status.active.value, Status.stale.value]):
+                counts["evaluated"] += 1
+                new_status, reason = scheduled_status(cell, now, self.policy)
+                if new_status is not None:
+                    changes.append((cell.id, new_status, reason))
+            for i in range(0, len(changes), 200):
+                with self.store.write() as tx:
+                    for cell_id, new_status, reason in changes[i : i + 200]:
+                        cell = tx.get(cell_id)
+                        if cell is None:
+                            continue
+                        # Re-evaluate under the row lock: a request may have touched it meanwhile.
+                        confirmed, reason = scheduled_status(cell, now, self.policy)
+                        if confirmed != new_status:
+                            continue
+                        tx.update(self._with_status(cell, new_status, now))
+                        tx.add_history(HistoryRecord(cell_id, now, SYSTEM_ACTOR, "status", {"lifecycle.status": [cell.lifecycle.status, new_status], "reason": reason}))
+                        key = {"stale": "to_stale", "active": "to_active", "archived": "to_archived"}[new_status]
+                        counts[key] += 1
+                        if reason == "expired":
+                            counts["expired"] += 1
+        return LifecycleRunResponse(**counts, ran_at=now)
+
+    def purge(self, agent: str, ids: Optional[Sequence[str]] = None, as_of: Optional[datetime] = None) -> PurgeResponse:
+        """Physically remove deleted cells past the retention window; refuse the rest."""
+        now = as_of or self.clock()
+        purged: list[str] = []
+        refused: list[PurgeRefusal] = []
+        if ids is None:
+            ids = [c.id for c in self.store.iter_cells([Status.deleted.value])]
+        for i in range(0, len(ids), 200):
+            with self.store.write() as tx:
+                for cell_id in ids[i : i + 200]:
+                    cell = tx.get(cell_id)
+                    if cell is None:
+                        refused.append(PurgeRefusal(id=cell_id, reason="no such cell"))
+                        continue
+                    ok, why = purge_eligible(cell, now, self.policy)
+                    if not ok:
+                        refused.append(PurgeRefusal(id=cell_id, reason=why))
+                        continue
+                    tx.purge(cell_id)
+                    tx.add_history(HistoryRecord(cell_id, now, agent, "purge", {}))
+                    purged.append(cell_id)
+        return PurgeResponse(purged=purged, refused=refused)
+
+
+__all__ = ["MemoryService", "Limits", "cell_size_bytes", "new_cell_id", "Scoring", "Lifecycle"]

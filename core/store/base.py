@@ -1,0 +1,149 @@
+"""The store interface: the contract every backend implements and `tests/test_store_contract.py`
+holds every backend to.
+
+A store keeps cells, their history and (optionally) their vectors. It knows nothing of the
+access rules or the lifecycle: `ampkit.service` decides, the store only filters and persists.
+Two guarantees matter:
+
+- every multi-row change runs inside `write()`, one transaction: the cell row, its keyword
+  index, its readers and its history entry commit together or not at all;
+- `CellFilter.reader` is applied *inside* the query (before ranking and before the page is
+  cut), so a page or a top-k is never short because of cells the caller cannot read.
+"""
+
+from __future__ import annotations
+
+import base64
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterator, Optional, Sequence
+
+from ..models import HistoryEntry, MemoryCell
+
+
+@dataclass
+class CellFilter:
+    """Which cells a list, count or search leg may consider."""
+
+    reader: Optional[str] = None  # agent id; None = no access filter (lifecycle, admin, copy)
+    owner_id: Optional[str] = None
+    types: Optional[Sequence[str]] = None
+    statuses: Sequence[str] = ("active",)  # never contains "deleted" for a reader
+    include_superseded: bool = False
+    session_id: Optional[str] = None
+    metadata: Optional[dict[str, Any]] = None
+    not_expired_at: Optional[datetime] = None  # hide cells whose expires_at <= this
+
+
+@dataclass
+class Candidate:
+    """One hit from a retrieval leg: the raw score of that leg (higher is better)."""
+
+    cell_id: str
+    score: float
+
+
+@dataclass
+class StoredVector:
+    model: str
+    vector: Any  # numpy float32 array, L2-normalised
+
+
+@dataclass
+class HistoryRecord:
+    cell_id: str
+    at: datetime
+    actor: str
+    action: str
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+def encode_cursor(cell_id: str) -> str:
+    return base64.urlsafe_b64encode(cell_id.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    pad = "=" * (-len(cursor) % 4)
+    try:
+        value = base64.urlsafe_b64decode(cursor + pad).decode()
+    except Exception as exc:  # noqa: BLE001 - any decoding problem is a bad cursor
+        raise ValueError("invalid cursor") from exc
+    if not value.startswith("mem_"):
+        raise ValueError("invalid cursor")
+    return value
+
+
+class WriteTx(ABC):
+    """One open write transaction. Rows read with `get` are locked until it ends."""
+
+    @abstractmethod
+    def get(self, cell_id: str) -> Optional[MemoryCell]: ...
+
+    @abstractmethod
+    def insert(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None: ...
+
+    @abstractmethod
+    def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
+        """Replace the stored cell (and its vector when given)."""
+
+    @abstractmethod
+    def add_history(self, record: HistoryRecord) -> None: ...
+
+    @abstractmethod
+    def purge(self, cell_id: str) -> None:
+        """Physically remove the cell, its vector and its index entries; scrub its history."""
+
+
+class Store(ABC):
+    """A memory store. Constructors do no I/O; `open()` connects and migrates."""
+
+    backend: str = "abstract"
+
+    @abstractmethod
+    def open(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @abstractmethod
+    def write(self) -> AbstractContextManager[WriteTx]:
+        """A transaction; commits on normal exit, rolls back on an exception."""
+
+    @abstractmethod
+    def get(self, cell_id: str) -> Optional[MemoryCell]: ...
+
+    @abstractmethod
+    def get_many(self, cell_ids: Sequence[str]) -> dict[str, MemoryCell]: ...
+
+    @abstractmethod
+    def list(self, flt: CellFilter, limit: int, after_id: Optional[str] = None) -> list[MemoryCell]:
+        """Cells matching `flt`, ordered by id, starting after `after_id`."""
+
+    @abstractmethod
+    def count(self, flt: CellFilter) -> int: ...
+
+    @abstractmethod
+    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> list[Candidate]:
+        """Top-k by the backend's keyword ranker (BM25 for SQLite), best first."""
+
+    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
+        """Top-k by cosine similarity among cells embedded with `model`. Default: no dense leg."""
+        return []
+
+    @abstractmethod
+    def history(self, cell_id: str) -> list[HistoryEntry]: ...
+
+    @abstractmethod
+    def iter_cells(self, statuses: Optional[Sequence[str]] = None, batch_size: int = 500) -> Iterator[MemoryCell]:
+        """Every cell (optionally of some statuses), in id order; for lifecycle runs, export, copy."""
+
+    def try_lifecycle_lock(self) -> AbstractContextManager[bool]:
+        """Held while a lifecycle run goes; yields False when another process holds it."""
+        from contextlib import nullcontext
+
+        return nullcontext(True)
+
+    def stats(self) -> dict[str, Any]:
+        return {}

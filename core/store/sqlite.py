@@ -1,0 +1,450 @@
+"""The embedded default: one SQLite file, WAL, FTS5 BM25 for the keyword leg.
+
+Layout (see MIGRATIONS): `cells` holds the indexed columns plus the rest of the cell as
+JSON (`body`, without the text, which lives once in the `text` column); `cells_fts` is an
+external-content FTS5 index over `cells.text`, kept in step by triggers inside the same
+transaction; `cell_readers` holds each cell's `readable_by` patterns (as SQLite GLOBs) so the
+access filter runs inside the query; `history` is append-only.
+
+Concurrency: one writer connection behind a lock (`BEGIN IMMEDIATE` per transaction) and one
+reader connection per thread; WAL lets readers run while a write commits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import tempfile
+import threading
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+
+from ..access import glob_to_sql_glob
+from ..errors import Unavailable
+from ..models import HistoryEntry, MemoryCell
+from .base import Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "cells, keyword index, readers, history",
+        """
+        CREATE TABLE cells (
+            id            TEXT PRIMARY KEY,
+            owner_id      TEXT NOT NULL,
+            created_by    TEXT,
+            session_id    TEXT,
+            type          TEXT NOT NULL,
+            status        TEXT NOT NULL,
+            public        INTEGER NOT NULL DEFAULT 0,
+            expires_at    REAL,
+            superseded_by TEXT,
+            text          TEXT NOT NULL,
+            body          TEXT NOT NULL,
+            embed_model   TEXT,
+            embedding     BLOB
+        );
+        CREATE INDEX cells_owner_status ON cells(owner_id, status, id);
+        CREATE INDEX cells_status ON cells(status, id);
+        CREATE TABLE cell_readers (
+            cell_id TEXT NOT NULL,
+            pattern TEXT NOT NULL,
+            PRIMARY KEY (cell_id, pattern)
+        ) WITHOUT ROWID;
+        CREATE VIRTUAL TABLE cells_fts USING fts5(
+            text, content='cells', content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2'
+        );
+        CREATE TRIGGER cells_fts_ai AFTER INSERT ON cells BEGIN
+            INSERT INTO cells_fts(rowid, text) VALUES (new.rowid, new.text);
+        END;
+        CREATE TRIGGER cells_fts_ad AFTER DELETE ON cells BEGIN
+            INSERT INTO cells_fts(cells_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+        END;
+        CREATE TRIGGER cells_fts_au AFTER UPDATE OF text ON cells BEGIN
+            INSERT INTO cells_fts(cells_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+            INSERT INTO cells_fts(rowid, text) VALUES (new.rowid, new.text);
+        END;
+        CREATE TABLE history (
+            seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+            cell_id TEXT NOT NULL,
+            at      TEXT NOT NULL,
+            actor   TEXT NOT NULL,
+            action  TEXT NOT NULL,
+            changes TEXT NOT NULL
+        );
+        CREATE INDEX history_cell ON history(cell_id, seq);
+        """,
+    ),
+]
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _ts(value: Optional[datetime]) -> Optional[float]:
+    return None if value is None else value.timestamp()
+
+
+def fts_query(text: str) -> Optional[str]:
+    """Free text -> an FTS5 OR-query of quoted tokens (no operator injection)."""
+    tokens = list(dict.fromkeys(t.lower() for t in _WORD.findall(text)))
+    if not tokens:
+        return None
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in tokens[:64])
+
+
+def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
+    body = cell.model_dump(mode="json")
+    text = body["content"].pop("text")
+    return {
+        "id": cell.id,
+        "owner_id": cell.identity.owner_id,
+        "created_by": cell.identity.created_by,
+        "session_id": cell.identity.session_id,
+        "type": cell.type,
+        "status": cell.lifecycle.status,
+        "public": int(cell.access_policy.public),
+        "expires_at": _ts(cell.lifecycle.expires_at),
+        "superseded_by": cell.lifecycle.superseded_by,
+        "text": text,
+        "body": json.dumps(body, separators=(",", ":"), ensure_ascii=False),
+    }
+
+
+def row_to_cell(text: str, body: str) -> MemoryCell:
+    data = json.loads(body)
+    data["content"]["text"] = text
+    return MemoryCell.model_validate(data)
+
+
+def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[str, list[Any]]:
+    """WHERE clause (without the keyword) for a CellFilter."""
+    where: list[str] = []
+    params: list[Any] = []
+    if flt.statuses:
+        where.append(f"{alias}.status IN ({','.join('?' * len(flt.statuses))})")
+        params.extend(flt.statuses)
+    else:
+        where.append("0")
+    if flt.reader is not None:
+        where.append(
+            f"({alias}.owner_id = ? OR {alias}.created_by = ? OR {alias}.public = 1 OR EXISTS "
+            f"(SELECT 1 FROM cell_readers r WHERE r.cell_id = {alias}.id AND ? GLOB r.pattern))"
+        )
+        params.extend([flt.reader, flt.reader, flt.reader])
+    if flt.owner_id is not None:
+        where.append(f"{alias}.owner_id = ?")
+        params.append(flt.owner_id)
+    if flt.types:
+        where.append(f"{alias}.type IN ({','.join('?' * len(flt.types))})")
+        params.extend(flt.types)
+    if flt.session_id is not None:
+        where.append(f"{alias}.session_id = ?")
+        params.append(flt.session_id)
+    if not flt.include_superseded:
+        where.append(f"{alias}.superseded_by IS NULL")
+    if flt.not_expired_at is not None:
+        where.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)")
+        params.append(flt.not_expired_at.timestamp())
+    for key, value in (flt.metadata or {}).items():
+        path = '$.content.metadata."' + str(key).replace('"', '\\"') + '"'
+        if isinstance(value, (dict, list)):
+            where.append(f"json_extract({alias}.body, ?) IS NOT NULL AND json(json_extract({alias}.body, ?)) = json(?)")
+            params.extend([path, path, json.dumps(value)])
+        elif value is None:
+            where.append(f"json_type({alias}.body, ?) = 'null'")
+            params.append(path)
+        else:
+            if isinstance(value, bool):
+                where.append(f"json_type({alias}.body, ?) = ?")
+                params.extend([path, "true" if value else "false"])
+            else:
+                where.append(f"json_type({alias}.body, ?) NOT IN ('true','false') AND json_extract({alias}.body, ?) = ?")
+                params.extend([path, path, value])
+    return " AND ".join(where), params
+
+
+class _SQLiteWriteTx(WriteTx):
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def get(self, cell_id: str) -> Optional[MemoryCell]:
+        row = self.conn.execute("SELECT text, body FROM cells WHERE id = ?", (cell_id,)).fetchone()
+        return None if row is None else row_to_cell(*row)
+
+    def _write_vector(self, cell_id: str, vector: Optional[StoredVector]) -> None:
+        if vector is not None:
+            blob = np.asarray(vector.vector, dtype=np.float32).tobytes()
+            self.conn.execute(
+                "UPDATE cells SET embed_model = ?, embedding = ? WHERE id = ?", (vector.model, blob, cell_id)
+            )
+
+    def _write_readers(self, cell: MemoryCell) -> None:
+        self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell.id,))
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO cell_readers(cell_id, pattern) VALUES (?, ?)",
+            [(cell.id, glob_to_sql_glob(p)) for p in cell.access_policy.readable_by],
+        )
+
+    def insert(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
+        row = cell_to_row(cell)
+        cols = ",".join(row)
+        self.conn.execute(f"INSERT INTO cells({cols}) VALUES ({','.join('?' * len(row))})", list(row.values()))
+        self._write_readers(cell)
+        self._write_vector(cell.id, vector)
+
+    def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
+        row = cell_to_row(cell)
+        old_text = self.conn.execute("SELECT text FROM cells WHERE id = ?", (cell.id,)).fetchone()
+        if old_text is not None and old_text[0] == row["text"]:
+            row.pop("text")  # leave the FTS trigger alone when the text did not change
+        sets = ",".join(f"{k} = ?" for k in row if k != "id")
+        self.conn.execute(f"UPDATE cells SET {sets} WHERE id = ?", [v for k, v in row.items() if k != "id"] + [cell.id])
+        self._write_readers(cell)
+        self._write_vector(cell.id, vector)
+
+    def add_history(self, record: HistoryRecord) -> None:
+        self.conn.execute(
+            "INSERT INTO history(cell_id, at, actor, action, changes) VALUES (?, ?, ?, ?, ?)",
+            (
+                record.cell_id,
+                record.at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
+                record.actor,
+                record.action,
+                json.dumps(record.changes, default=str, ensure_ascii=False),
+            ),
+        )
+
+    def purge(self, cell_id: str) -> None:
+        self.conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,))
+        self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell_id,))
+        # Erasure: the history keeps who did what and when, never the old values.
+        self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = ?", (cell_id,))
+
+
+class SQLiteStore(Store):
+    backend = "sqlite"
+
+    def __init__(self, path: str, *, synchronous: str = "NORMAL", busy_timeout_ms: int = 10000):
+        self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self._write_lock = threading.RLock()
+        self._writer: Optional[sqlite3.Connection] = None
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._lifecycle_lock = threading.Lock()
+        self._tempdir: Optional[tempfile.TemporaryDirectory] = None
+
+    # ------------------------------------------------------------ connections
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout_ms / 1000)
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        return conn
+
+    def open(self) -> None:
+        if self.path in (":memory:", ""):
+            # An ephemeral store is a real file in a temporary directory, so that it behaves
+            # exactly like the persistent one (WAL, one writer, many readers).
+            self._tempdir = tempfile.TemporaryDirectory(prefix="ampkit-")
+            self.path = os.path.join(self._tempdir.name, "memory.db")
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        try:
+            self._writer = self._connect()
+        except sqlite3.Error as exc:
+            raise Unavailable(f"cannot open SQLite store at {self.path}: {exc}") from exc
+        self.migrate()
+
+    def migrate(self) -> list[int]:
+        """Apply pending numbered migrations; returns the versions applied."""
+        conn = self._require_writer()
+        applied: list[int] = []
+        with self._write_lock:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+            for version, name, sql in MIGRATIONS:
+                if version in done:
+                    continue
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in _split_sql(sql):
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
+                        (version, name, datetime.now(timezone.utc).isoformat()),
+                    )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                applied.append(version)
+        return applied
+
+    def schema_version(self) -> int:
+        row = self._reader().execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+        return int(row[0] or 0)
+
+    def close(self) -> None:
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+        self._local = threading.local()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._tempdir is not None:
+            self._tempdir.cleanup()
+            self._tempdir = None
+
+    def _require_writer(self) -> sqlite3.Connection:
+        if self._writer is None:
+            raise Unavailable("store is not open")
+        return self._writer
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            self._require_writer()
+            conn = self._connect()
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    # ------------------------------------------------------------ writes
+    @contextmanager
+    def write(self) -> Iterator[WriteTx]:
+        conn = self._require_writer()
+        with self._write_lock:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise Unavailable(f"store is busy or unwritable: {exc}") from exc
+            try:
+                yield _SQLiteWriteTx(conn)
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                _rollback(conn)
+                # disk full, read-only file system, I/O error: the write did not happen.
+                raise Unavailable(f"store cannot write: {exc}") from exc
+            except BaseException:
+                _rollback(conn)
+                raise
+
+    # ------------------------------------------------------------ reads
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        try:
+            return self._reader().execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise Unavailable(f"store cannot read: {exc}") from exc
+
+    def get(self, cell_id: str) -> Optional[MemoryCell]:
+        rows = self._query("SELECT text, body FROM cells WHERE id = ?", (cell_id,))
+        return row_to_cell(*rows[0]) if rows else None
+
+    def get_many(self, cell_ids: Sequence[str]) -> dict[str, MemoryCell]:
+        out: dict[str, MemoryCell] = {}
+        ids = list(dict.fromkeys(cell_ids))
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            for cid, text, body in self._query(
+                f"SELECT id, text, body FROM cells WHERE id IN ({','.join('?' * len(chunk))})", chunk
+            ):
+                out[cid] = row_to_cell(text, body)
+        return out
+
+    def list(self, flt: CellFilter, limit: int, after_id: Optional[str] = None) -> list[MemoryCell]:
+        where, params = filter_sql(flt)
+        if after_id is not None:
+            where += " AND c.id > ?"
+            params.append(after_id)
+        rows = self._query(f"SELECT c.text, c.body FROM cells c WHERE {where} ORDER BY c.id LIMIT ?", [*params, limit])
+        return [row_to_cell(*r) for r in rows]
+
+    def count(self, flt: CellFilter) -> int:
+        where, params = filter_sql(flt)
+        return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
+
+    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> list[Candidate]:
+        match = fts_query(query)
+        if match is None:
+            return []
+        where, params = filter_sql(flt)
+        rows = self._query(
+            "SELECT c.id, bm25(cells_fts) FROM cells_fts JOIN cells c ON c.rowid = cells_fts.rowid "
+            f"WHERE cells_fts MATCH ? AND {where} ORDER BY bm25(cells_fts) LIMIT ?",
+            [match, *params, k],
+        )
+        return [Candidate(cid, -float(score)) for cid, score in rows]
+
+    def history(self, cell_id: str) -> list[HistoryEntry]:
+        rows = self._query(
+            "SELECT seq, cell_id, at, actor, action, changes FROM history WHERE cell_id = ? ORDER BY seq", (cell_id,)
+        )
+        return [
+            HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=json.loads(ch))
+            for s, c, a, ac, act, ch in rows
+        ]
+
+    def iter_cells(self, statuses: Optional[Sequence[str]] = None, batch_size: int = 500) -> Iterator[MemoryCell]:
+        after = ""
+        while True:
+            sql = "SELECT id, text, body FROM cells WHERE id > ?"
+            params: list[Any] = [after]
+            if statuses:
+                sql += f" AND status IN ({','.join('?' * len(statuses))})"
+                params.extend(statuses)
+            rows = self._query(sql + " ORDER BY id LIMIT ?", [*params, batch_size])
+            if not rows:
+                return
+            for cid, text, body in rows:
+                yield row_to_cell(text, body)
+            after = rows[-1][0]
+
+    @contextmanager
+    def try_lifecycle_lock(self) -> Iterator[bool]:
+        got = self._lifecycle_lock.acquire(blocking=False)
+        try:
+            yield got
+        finally:
+            if got:
+                self._lifecycle_lock.release()
+
+    def stats(self) -> dict[str, Any]:
+        cells = self._query("SELECT COUNT(*) FROM cells")[0][0]
+        size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        wal = self.path + "-wal"
+        size += os.path.getsize(wal) if os.path.exists(wal) else 0
+        return {"backend": self.backend, "path": self.path, "cells": cells, "bytes": size}
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into statements, keeping trigger bodies (BEGIN ... END;) whole."""
+    statements, current = [], []
+    for line in script.strip().splitlines():
+        current.append(line)
+        joined = "\n".join(current).strip()
+        if joined.endswith(";") and sqlite3.complete_statement(joined):
+            statements.append(joined)
+            current = []
+    if "\n".join(current).strip():
+        statements.append("\n".join(current))
+    return statements
