@@ -1,0 +1,1 @@
+"""Clients: HTTP (sync and async) and in-process, chosen by URL."""

@@ -1,0 +1,1 @@
+"""The normative AMP/ampkit specification: JSON Schema, OpenAPI, conformance vectors and runner."""
