@@ -1,0 +1,213 @@
+"""The store contract: every Store backend must pass this file unchanged.
+
+The `store` fixture is parametrised over backends. SQLite always runs; PostgreSQL runs when
+the `pg_url` fixture (embedded PostgreSQL, see conftest) is available.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from ampkit.access import can_read
+from ampkit.models import CellCreate, CellPatch, MemoryCell, utcnow
+from ampkit.service import MemoryService
+from ampkit.store import CellFilter, HistoryRecord, store_from_url
+from ampkit.store.base import Store
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request, tmp_path) -> Store:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/contract.db"
+    else:
+        try:
+            url = request.getfixturevalue("pg_url")
+        except pytest.FixtureLookupError:
+            pytest.skip("PostgreSQL fixture not available")
+    s = store_from_url(url)
+    s.open()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def service(store) -> MemoryService:
+    return MemoryService(store=store)
+
+
+def make(service: MemoryService, agent: str = "agent_a", text: str = "the user likes tea", **extra) -> MemoryCell:
+    body = {"content": {"text": text, "metadata": extra.pop("metadata", {})}, "identity": {"owner_id": extra.pop("owner", "user_1")}}
+    body.update(extra)
+    return service.create(agent, CellCreate.model_validate(body))
+
+
+def everything(**kw) -> CellFilter:
+    return CellFilter(statuses=("active", "stale", "archived", "deleted"), include_superseded=True, **kw)
+
+
+def test_insert_and_get_round_trip(service, store):
+    cell = make(service, metadata={"k": "v", "n": 3}, access_policy={"readable_by": ["agent_b*"]}, type="episodic")
+    assert store.get(cell.id) == cell
+    assert store.get_many([cell.id, "mem_00000000000000000000000000"]) == {cell.id: cell}
+    assert store.get("mem_00000000000000000000000000") is None
+
+
+def test_text_update_moves_keyword_index(service, store):
+    cell = make(service, text="the cat sat on the mat")
+    flt = everything()
+    assert [c.cell_id for c in store.keyword_candidates("cat", flt, 10)] == [cell.id]
+    service.update("agent_a", cell.id, CellPatch.model_validate({"content": {"text": "a dog in the fog"}}))
+    assert store.keyword_candidates("cat", flt, 10) == []
+    assert [c.cell_id for c in store.keyword_candidates("dog", flt, 10)] == [cell.id]
+
+
+def test_failed_transaction_leaves_nothing(service, store):
+    cell = make(service)
+    with pytest.raises(RuntimeError):
+        with store.write() as tx:
+            changed = cell.model_copy(update={"type": "procedural"})
+            tx.update(changed)
+            tx.add_history(HistoryRecord(cell.id, utcnow(), "x", "update", {}))
+            raise RuntimeError("abort")
+    assert store.get(cell.id) == cell
+    assert [h.action for h in store.history(cell.id)] == ["create"]
+
+
+def test_list_pages_by_id_and_counts(service, store):
+    ids = sorted(make(service, text=f"fact number {i}").id for i in range(7))
+    flt = CellFilter(owner_id="user_1")
+    page1 = store.list(flt, 3)
+    page2 = store.list(flt, 3, page1[-1].id)
+    page3 = store.list(flt, 3, page2[-1].id)
+    assert [c.id for c in page1 + page2 + page3] == ids
+    assert store.count(flt) == 7
+
+
+def test_filters(service, store):
+    now = utcnow()
+    a = make(service, text="alpha", type="episodic", identity={"owner_id": "u1", "session_id": "s1"}, metadata={"topic": "food", "n": 2, "ok": True})
+    b = make(service, text="beta", type="semantic", identity={"owner_id": "u2"}, metadata={"topic": "travel", "n": 3, "ok": False})
+    expired = make(service, text="gamma", identity={"owner_id": "u1"}, lifecycle={"expires_at": (now - timedelta(seconds=1)).isoformat()})
+
+    def ids(**kw):
+        return {c.id for c in store.list(CellFilter(**kw), 100)}
+
+    assert ids(owner_id="u1") == {a.id, expired.id}
+    assert ids(owner_id="u1", not_expired_at=now) == {a.id}
+    assert ids(types=["semantic"]) == {b.id, expired.id}
+    assert ids(types=["episodic"]) == {a.id}
+    assert ids(session_id="s1") == {a.id}
+    assert ids(metadata={"topic": "food"}) == {a.id}
+    assert ids(metadata={"n": 3}) == {b.id}
+    assert ids(metadata={"ok": True}) == {a.id}
+    assert ids(metadata={"ok": False}) == {b.id}
+    assert ids(metadata={"missing": "x"}) == set()
+    assert ids(statuses=("archived",)) == set()
+
+
+def test_reader_filter_agrees_with_can_read(service, store):
+    policies = [
+        {},
+        {"public": True},
+        {"readable_by": ["agent_billing_*"]},
+        {"readable_by": ["agent_?"]},
+        {"readable_by": ["agent_[!b]*"]},
+        {"writable_by": ["*"]},
+        {"readable_by": ["AGENT_B"]},
+    ]
+    cells = [make(service, agent="creator", owner="owner", access_policy=p, text=f"shared fact {i}") for i, p in enumerate(policies)]
+    for reader in ["owner", "creator", "agent_b", "agent_c", "agent_billing_eu", "agent_bb", "stranger", "AGENT_B"]:
+        flt = CellFilter(reader=reader)
+        listed = {c.id for c in store.list(flt, 100)}
+        expected = {c.id for c in cells if can_read(c, reader)}
+        assert listed == expected, reader
+        assert store.count(flt) == len(expected)
+        assert {c.cell_id for c in store.keyword_candidates("shared fact", flt, 100)} == expected
+
+
+def test_superseded_hidden_unless_asked(service, store):
+    old = make(service, text="lives in Bristol")
+    new = make(service, text="moved to Edinburgh", supersedes=old.id)
+    assert store.get(old.id).lifecycle.superseded_by == new.id
+    assert {c.id for c in store.list(CellFilter(), 10)} == {new.id}
+    assert {c.id for c in store.list(CellFilter(include_superseded=True), 10)} == {old.id, new.id}
+    assert [h.action for h in store.history(old.id)] == ["create", "supersede"]
+
+
+def test_keyword_ranking_best_first(service, store):
+    weak = make(service, text="tea is a drink among many other drinks people enjoy daily")
+    strong = make(service, text="green tea, black tea, oolong tea")
+    ranked = [c.cell_id for c in store.keyword_candidates("tea", everything(), 10)]
+    assert ranked == [strong.id, weak.id]
+
+
+def test_purge_removes_cell_and_scrubs_history(service, store):
+    cell = make(service, text="secret to erase")
+    service.update("agent_a", cell.id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
+    service.delete("agent_a", cell.id)
+    later = utcnow() + timedelta(days=31)
+    result = service.purge("admin", [cell.id], as_of=later)
+    assert result.purged == [cell.id]
+    assert store.get(cell.id) is None
+    assert store.keyword_candidates("secret", everything(), 10) == []
+    history = store.history(cell.id)
+    assert [h.action for h in history][-1] == "purge"
+    assert all("secret" not in str(h.changes) for h in history)
+
+
+def test_iter_cells_crosses_batches(service, store):
+    ids = {make(service, text=f"item {i}").id for i in range(12)}
+    assert {c.id for c in store.iter_cells(batch_size=5)} == ids
+    assert list(store.iter_cells(statuses=["deleted"], batch_size=5)) == []
+
+
+def test_concurrent_reads_count_every_access(service, store):
+    cell = make(service)
+    errors: list[BaseException] = []
+
+    def reader():
+        try:
+            for _ in range(25):
+                service.get("agent_a", cell.id)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert store.get(cell.id).scoring.access_count == 100
+
+
+def test_concurrent_creates_all_land(service, store):
+    created: list[str] = []
+    lock = threading.Lock()
+
+    def writer(n):
+        for i in range(20):
+            cid = make(service, text=f"writer {n} fact {i}").id
+            with lock:
+                created.append(cid)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(created) == 80
+    assert set(store.get_many(created)) == set(created)
+
+
+def test_reopen_is_idempotent(store):
+    store.close()
+    store.open()  # migrations already applied: nothing to do, nothing breaks
+    store.close()
+    store.open()
+    assert store.count(everything()) == 0
