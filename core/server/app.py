@@ -176,6 +176,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         include_superseded: bool = False,
         limit: Annotated[Optional[int], Query(ge=1, le=service.limits.max_page_size)] = None,
         cursor: Optional[str] = None,
+        metadata: Annotated[Optional[str], Query(description="extension: JSON object, equality filter on content.metadata keys")] = None,
     ) -> ListResponse:
         results, total, next_cursor = service.list(
             caller.read(),
@@ -185,6 +186,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
             include_stale=include_stale,
             include_superseded=include_superseded,
             session_id=session_id,
+            metadata=_metadata_filter(metadata),
             limit=limit,
             cursor=cursor,
         )
@@ -234,6 +236,23 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
 
     app.include_router(router)
     return app
+
+
+def _metadata_filter(raw: Optional[str]) -> Optional[dict[str, Any]]:
+    """`?metadata={"k": "v"}`: the same equality filter that search takes in its body."""
+    import json
+
+    from ..errors import ValidationFailed
+
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ValidationFailed("metadata must be a JSON object", {"metadata": raw}) from exc
+    if not isinstance(value, dict):
+        raise ValidationFailed("metadata must be a JSON object", {"metadata": raw})
+    return value
 
 
 def _split(values: Optional[list[str]], allowed: tuple[str, ...]) -> Optional[list[str]]:
