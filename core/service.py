@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from ulid import ULID
 
@@ -43,6 +43,9 @@ from .models import (
 )
 from .retrieval import Retriever
 from .store.base import CellFilter, HistoryRecord, Store, decode_cursor, encode_cursor
+
+if TYPE_CHECKING:
+    from .config import Settings
 
 SYSTEM_ACTOR = "system:lifecycle"
 
@@ -377,4 +380,65 @@ class MemoryService:
         return PurgeResponse(purged=purged, refused=refused)
 
 
-__all__ = ["MemoryService", "Limits", "cell_size_bytes", "new_cell_id", "Scoring", "Lifecycle"]
+# Protocol extensions this implementation offers, advertised in GET /spec.
+EXTENSIONS = [
+    "history",
+    "supersession",
+    "batch_create",
+    "search_explain",
+    "export",
+    "lifecycle_as_of",
+    "if_match_version",
+    "list_cursor",
+]
+
+
+def build_service(settings: "Settings") -> MemoryService:
+    """The service a Settings describes (not opened). The server and the in-process clients
+    both build it here, so both run the same store, limits, lifecycle policy and retriever."""
+    from .embeddings import retriever_from_settings
+    from .store import store_from_url
+
+    url = settings.store_url()
+    options = {"synchronous": settings.sqlite_synchronous} if url.startswith("sqlite") else {}
+    return MemoryService(
+        store=store_from_url(url, **options),
+        policy=settings.lifecycle_policy(),
+        limits=settings.limits(),
+        retriever=retriever_from_settings(settings),
+    )
+
+
+def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any]:
+    """The body of GET /spec (also what an in-process client's `spec()` returns)."""
+    limits = service.limits
+    return {
+        "amp_version": AMP_VERSION,
+        "capabilities": {
+            "max_cell_size_bytes": limits.max_cell_size_bytes,
+            "max_request_bytes": limits.max_request_bytes,
+            "max_search_limit": limits.max_search_limit,
+            "max_page_size": limits.max_page_size,
+            "max_batch_cells": limits.max_batch_cells,
+            "storage_backends": [service.store.backend],
+            "lifecycle_scheduler": {
+                "interval_seconds": service.policy.interval_seconds,
+                "manual_run_endpoint": "/amp/v1/admin/lifecycle/run",
+            },
+            "lifecycle": {
+                "stale_threshold": service.policy.stale_threshold,
+                "stale_archive_days": service.policy.stale_archive_days,
+                "retention_days": service.policy.retention_days,
+            },
+            "auth": auth,
+            "embedder": service.retriever.embedder.name if service.retriever.embedder else None,
+            "mcp_compatible": False,
+            "extensions": EXTENSIONS,
+        },
+    }
+
+
+__all__ = [
+    "EXTENSIONS", "MemoryService", "Limits", "build_service", "cell_size_bytes", "new_cell_id", "spec_document",
+    "Scoring", "Lifecycle",
+]

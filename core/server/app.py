@@ -30,23 +30,13 @@ from ..models import (
     SearchRequest,
     SearchResponse,
 )
-from ..service import MemoryService
+from ..service import EXTENSIONS, MemoryService, build_service, spec_document  # noqa: F401 (re-exported)
 from .errors import BodySizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 
 log = logging.getLogger("ampkit.server")
 
 PREFIX = "/amp/v1"
-EXTENSIONS = [
-    "history",
-    "supersession",
-    "batch_create",
-    "search_explain",
-    "export",
-    "lifecycle_as_of",
-    "if_match_version",
-    "list_cursor",
-]
 
 _ERRORS: dict[Any, dict[str, Any]] = {
     code: {"model": ErrorEnvelope} for code in (400, 401, 403, 409, 413, 415, 422, 429, 503)
@@ -59,20 +49,6 @@ def require_json(request: Request) -> None:
         raise UnsupportedMediaType(
             "request body must be JSON (Content-Type: application/json)", {"content_type": ctype or None}
         )
-
-
-def build_service(settings: Settings) -> MemoryService:
-    from ..embeddings import retriever_from_settings
-    from ..store import store_from_url
-
-    url = settings.store_url()
-    options = {"synchronous": settings.sqlite_synchronous} if url.startswith("sqlite") else {}
-    return MemoryService(
-        store=store_from_url(url, **options),
-        policy=settings.lifecycle_policy(),
-        limits=settings.limits(),
-        retriever=retriever_from_settings(settings),
-    )
 
 
 def create_app(settings: Optional[Settings] = None, service: Optional[MemoryService] = None) -> FastAPI:
@@ -125,31 +101,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
 
     @router.get("/spec", tags=["meta"])
     def spec() -> dict[str, Any]:
-        limits = service.limits
-        return {
-            "amp_version": AMP_VERSION,
-            "capabilities": {
-                "max_cell_size_bytes": limits.max_cell_size_bytes,
-                "max_request_bytes": limits.max_request_bytes,
-                "max_search_limit": limits.max_search_limit,
-                "max_page_size": limits.max_page_size,
-                "max_batch_cells": limits.max_batch_cells,
-                "storage_backends": [service.store.backend],
-                "lifecycle_scheduler": {
-                    "interval_seconds": service.policy.interval_seconds,
-                    "manual_run_endpoint": f"{PREFIX}/admin/lifecycle/run",
-                },
-                "lifecycle": {
-                    "stale_threshold": service.policy.stale_threshold,
-                    "stale_archive_days": service.policy.stale_archive_days,
-                    "retention_days": service.policy.retention_days,
-                },
-                "auth": identity.describe(),
-                "embedder": service.retriever.embedder.name if service.retriever.embedder else None,
-                "mcp_compatible": False,
-                "extensions": EXTENSIONS,
-            },
-        }
+        return spec_document(service, identity.describe())
 
     @router.post("/memories", status_code=201, response_model=MemoryCell, tags=["memories"],
                  dependencies=[Depends(require_json)])
