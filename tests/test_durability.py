@@ -1,0 +1,53 @@
+"""SIGKILL during a stream of writes loses no acknowledged write."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+
+from support import ServerProcess
+
+
+def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path):
+    store = f"sqlite:///{tmp_path}/durable.db"
+    server = ServerProcess(store, log_path=tmp_path / "server.log").start()
+    acked: list[str] = []
+    stop = threading.Event()
+    headers = {"X-AMP-Agent-ID": "writer"}
+
+    def write_stream(n: int) -> None:
+        with httpx.Client(base_url=server.base_url, headers=headers, timeout=5) as http:
+            i = 0
+            while not stop.is_set() and i < 5000:
+                body = {"content": {"text": f"writer {n} fact {i}"}, "identity": {"owner_id": "user_d"}}
+                try:
+                    r = http.post("/memories", json=body)
+                except httpx.HTTPError:
+                    return  # the server died mid-request: that write was never acknowledged
+                if r.status_code == 201:
+                    acked.append(r.json()["id"])
+                i += 1
+
+    writers = [threading.Thread(target=write_stream, args=(n,)) for n in range(4)]
+    for t in writers:
+        t.start()
+    deadline = time.monotonic() + 20
+    while len(acked) < 150 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    server.kill()
+    stop.set()
+    for t in writers:
+        t.join(10)
+    assert len(acked) >= 150, "the write stream never got going"
+
+    restarted = ServerProcess(store, log_path=tmp_path / "server2.log").start()
+    try:
+        with httpx.Client(base_url=restarted.base_url, headers=headers, timeout=10) as http:
+            missing = [cid for cid in acked if http.get(f"/memories/{cid}").status_code != 200]
+            listed = http.get("/memories", params={"owner_id": "user_d", "limit": 1}).json()["total"]
+    finally:
+        restarted.stop()
+    assert missing == []
+    assert listed >= len(acked)
