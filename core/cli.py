@@ -8,6 +8,7 @@ from typing import Optional
 
 import click
 
+EXIT_USAGE = 2
 EXIT_STARTUP_FAILURE = 3
 
 
@@ -22,12 +23,28 @@ def main() -> None:
 @click.option("--port", default=None, type=int, help="port [default: 8765]")
 @click.option("--store", "store", default=None, help="store URL: sqlite:///PATH, memory://, postgresql://...")
 @click.option("--lifecycle-interval", default=None, type=float, help="seconds between lifecycle runs (0 = off)")
-def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecycle_interval: Optional[float]) -> None:
+@click.option("--auth", "auth", flag_value="required", default=None,
+              help="require API keys (Authorization: Bearer); same as AMPKIT_AUTH=required")
+@click.option("--insecure", is_flag=True, help="allow a non-loopback --host without --auth (anyone can claim any agent id)")
+@click.option("--rate-limit", default=None, type=float,
+              help="sustained requests/s per agent, bursts of twice that (0 = off) [default: off; 50 with --auth]")
+def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecycle_interval: Optional[float],
+          auth: Optional[str], insecure: bool, rate_limit: Optional[float]) -> None:
     """Run the /amp/v1 server."""
     from .config import Settings
+    from .server.identity import is_loopback_host
 
-    overrides = {"host": host, "port": port, "store": store, "lifecycle_interval_seconds": lifecycle_interval}
+    overrides = {"host": host, "port": port, "store": store, "lifecycle_interval_seconds": lifecycle_interval,
+                 "auth": auth, "rate_limit": rate_limit}
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    if settings.auth != "required" and not insecure and not is_loopback_host(settings.host):
+        click.echo(
+            f"ampkit: refusing to listen on {settings.host} with auth off: any client on the network could read "
+            "and write any agent's memory by naming it in X-AMP-Agent-ID. Use --auth (and `ampkit keys create`), "
+            "or --insecure if something in front of this server authenticates callers.",
+            err=True,
+        )
+        sys.exit(EXIT_USAGE)
     from .server import run
     from .server.app import build_service
 
@@ -39,8 +56,119 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
         click.echo(f"ampkit: cannot open store {settings.store_url()}: {exc}", err=True)
         sys.exit(EXIT_STARTUP_FAILURE)
     click.echo(f"ampkit: store {settings.store_url()}")
+    click.echo(f"ampkit: auth {settings.auth}" + ("" if settings.auth == "required" else " (X-AMP-Agent-ID is trusted)"))
     click.echo(f"ampkit: listening on http://{settings.host}:{settings.port}/amp/v1")
     run(settings)
+
+
+# ---------------------------------------------------------------- keys
+def _store(url: Optional[str]):
+    from .config import Settings
+    from .store import store_from_url
+
+    store = store_from_url(Settings(**({"store": url} if url else {})).store_url())
+    store.open()
+    return store
+
+
+def _key_id(value: str) -> str:
+    # Accept the key id or a whole key (its id is the part between the prefix and the secret).
+    return value.split("_")[1] if value.startswith("ampk_") and value.count("_") >= 2 else value
+
+
+_store_option = click.option("--store", "store_url", default=None, help="store URL [default: AMPKIT_STORE or the user data dir]")
+
+
+@main.group()
+def keys() -> None:
+    """Manage API keys (used when the server runs with --auth)."""
+
+
+@keys.command("create")
+@click.option("--agent", "agent_id", required=True, help="the agent id this key acts as")
+@click.option("--scopes", default="read,write", show_default=True, help="comma list of read, write, admin")
+@click.option("--expires", default=None, help="lifetime, e.g. 30d, 12h [default: never]")
+@_store_option
+def keys_create(agent_id: str, scopes: str, expires: Optional[str], store_url: Optional[str]) -> None:
+    """Create a key and print it once (on stdout; details on stderr)."""
+    from .auth import create_key, parse_duration
+
+    try:
+        lifetime = parse_duration(expires) if expires else None
+        store = _store(store_url)
+        try:
+            issued = create_key(store, agent_id, scopes, lifetime)
+        finally:
+            store.close()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    rec = issued.record
+    click.echo(f"created key {rec.key_id} for agent {rec.agent_id!r}, scopes {','.join(rec.scopes)}, "
+               f"expires {rec.expires_at.isoformat() if rec.expires_at else 'never'}; it is shown only once:", err=True)
+    click.echo(issued.token)
+
+
+@keys.command("list")
+@click.option("--agent", "agent_id", default=None, help="only this agent's keys")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@_store_option
+def keys_list(agent_id: Optional[str], as_json: bool, store_url: Optional[str]) -> None:
+    """List keys (ids, agents, scopes, state; never secrets)."""
+    import json
+
+    from .auth import key_state
+
+    store = _store(store_url)
+    try:
+        records = store.list_keys(agent_id)
+    finally:
+        store.close()
+    fmt = lambda dt: dt.isoformat(timespec="seconds") if dt else "-"  # noqa: E731
+    for rec in records:
+        row = {"key_id": rec.key_id, "agent_id": rec.agent_id, "scopes": list(rec.scopes), "state": key_state(rec),
+               "created_at": fmt(rec.created_at), "expires_at": fmt(rec.expires_at),
+               "revoked_at": fmt(rec.revoked_at), "replaced_by": rec.replaced_by}
+        click.echo(json.dumps(row) if as_json else
+                   f"{rec.key_id}  {row['state']:<8} {rec.agent_id}  {','.join(rec.scopes)}  "
+                   f"created {row['created_at']}  expires {row['expires_at']}")
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+@_store_option
+def keys_revoke(key_id: str, store_url: Optional[str]) -> None:
+    """Revoke a key now."""
+    from .auth import revoke_key
+
+    store = _store(store_url)
+    try:
+        rec = revoke_key(store, _key_id(key_id))
+    except KeyError as exc:
+        raise click.BadParameter(f"no key {key_id!r}") from exc
+    finally:
+        store.close()
+    click.echo(f"revoked key {rec.key_id} (agent {rec.agent_id!r})", err=True)
+
+
+@keys.command("rotate")
+@click.argument("key_id")
+@click.option("--overlap", default="24h", show_default=True, help="how long the old key stays valid")
+@_store_option
+def keys_rotate(key_id: str, overlap: str, store_url: Optional[str]) -> None:
+    """Issue a replacement key; the old one expires after the overlap. Prints the new key once."""
+    from .auth import parse_duration, rotate_key
+
+    store = _store(store_url)
+    try:
+        issued = rotate_key(store, _key_id(key_id), parse_duration(overlap))
+    except (KeyError, ValueError) as exc:
+        raise click.BadParameter(str(exc).strip("'\"")) from exc
+    finally:
+        store.close()
+    rec = issued.record
+    click.echo(f"new key {rec.key_id} for agent {rec.agent_id!r} replaces {_key_id(key_id)}, "
+               f"which stays valid for {overlap}; the new key is shown only once:", err=True)
+    click.echo(issued.token)
 
 
 @main.command()

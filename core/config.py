@@ -38,8 +38,10 @@ class Settings(BaseSettings):
 
     # identity and abuse
     auth: Literal["off", "required"] = "off"
-    rate_limit: float = Field(default=0.0, description="sustained requests/s per agent; 0 = off")
-    rate_burst: int = 0
+    rate_limit: Optional[float] = Field(
+        default=None, description="sustained requests/s per agent; 0 = off; unset = off, or 50 when auth is required"
+    )
+    rate_burst: int = Field(default=0, description="bucket size; 0 = twice the rate")
 
     # retrieval
     embedder: str = Field(default="none", description="none | default | sentence-transformers:<model> | openai:<url>")

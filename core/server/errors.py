@@ -22,6 +22,7 @@ from ..errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    Unauthorized,
     ValidationFailed,
 )
 
@@ -51,8 +52,10 @@ def validation_to_api_error(errors: list[dict[str, Any]]) -> APIError:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
-        headers = {"Retry-After": str(exc.details["retry_after"])} if "retry_after" in exc.details else None
-        return envelope_response(exc, headers)
+        headers = {"Retry-After": str(exc.details["retry_after"])} if "retry_after" in exc.details else {}
+        if isinstance(exc, Unauthorized):
+            headers["WWW-Authenticate"] = 'Bearer realm="ampkit"'
+        return envelope_response(exc, headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,30 +1,42 @@
 """Who is calling: resolved in one place for every route.
 
 Mode `off` (local use): the caller is whoever `X-AMP-Agent-ID` names, with every scope.
-Mode `required`: the caller comes from an API key (`Authorization: Bearer <key>`); see
-`ampkit.auth`. Routes ask `caller.read()` / `caller.write()` for the agent id, which also
-checks the key's scope.
+Mode `required`: the caller comes from an API key (`Authorization: Bearer <key>`, see
+`ampkit.auth`); the key's agent id is the identity. An `X-AMP-Agent-ID` header that names a
+different agent is refused with 403 FORBIDDEN (a matching one is accepted), so a client
+that believes it acts for someone else finds out instead of silently writing as the key's
+agent. Routes ask `caller.read()` / `caller.write()` for the agent id, which also checks
+the key's scope.
+
+The per-agent rate limit is applied here too, once the identity is known.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from fastapi import Request
 
+from ..auth import SCOPES, verify_key
 from ..config import Settings
-from ..errors import Forbidden, MissingAgentId
+from ..errors import Forbidden, MissingAgentId, Unauthorized, ValidationFailed
 from ..store.base import Store
+from .ratelimit import RateLimiter
 
 AGENT_HEADER = "x-amp-agent-id"
-ALL_SCOPES = frozenset({"read", "write", "admin"})
+ALL_SCOPES = frozenset(SCOPES)
+# Used when auth is required and no rate limit is configured: generous for an agent loop,
+# but it stops one runaway client from starving the others.
+DEFAULT_AUTH_RATE_LIMIT = 50.0
 
 
 @dataclass(frozen=True)
 class Caller:
     agent_id: str
     scopes: frozenset[str] = field(default=ALL_SCOPES)
+    key_id: Optional[str] = None
 
     def _need(self, scope: str) -> str:
         if scope not in self.scopes:
@@ -38,26 +50,83 @@ class Caller:
         return self._need("write")
 
 
+def rate_limiter_from_settings(settings: Settings) -> Optional[RateLimiter]:
+    rate = settings.rate_limit
+    if rate is None:
+        rate = DEFAULT_AUTH_RATE_LIMIT if settings.auth == "required" else 0.0
+    return RateLimiter(rate, settings.rate_burst or None) if rate > 0 else None
+
+
 class IdentityResolver:
     def __init__(self, settings: Settings, store: Store):
         self.settings = settings
         self.store = store
+        self.rate_limiter = rate_limiter_from_settings(settings)
+
+    @property
+    def required(self) -> bool:
+        return self.settings.auth == "required"
 
     def describe(self) -> dict[str, Any]:
-        return {"mode": self.settings.auth, "header": "X-AMP-Agent-ID"}
+        if self.required:
+            auth: dict[str, Any] = {
+                "mode": "required",
+                "scheme": "bearer",
+                "header": "Authorization",
+                "scopes": list(SCOPES),
+                "agent_header": "optional; must name the key's agent (else 403 FORBIDDEN)",
+                "unauthenticated_routes": ["/health", "/spec"],
+            }
+        else:
+            auth = {"mode": "off", "header": "X-AMP-Agent-ID"}
+        auth["rate_limit"] = self.rate_limiter.describe() if self.rate_limiter else None
+        return auth
+
+    def _from_header(self, request: Request) -> Caller:
+        agent = _agent_header(request)
+        if agent is None:
+            raise MissingAgentId("X-AMP-Agent-ID header is required")
+        return Caller(agent)
+
+    def _from_key(self, request: Request) -> Caller:
+        scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthorized("this server requires an API key: Authorization: Bearer <key>")
+        key = verify_key(self.store, token)
+        claimed = _agent_header(request)
+        if claimed is not None and claimed != key.agent_id:
+            raise Forbidden(
+                "X-AMP-Agent-ID names a different agent than the API key; the key decides the identity",
+                {"key_agent_id": key.agent_id},
+            )
+        return Caller(key.agent_id, frozenset(key.scopes), key.key_id)
 
     def caller(self, request: Request) -> Caller:
-        agent = request.headers.get(AGENT_HEADER, "").strip()
-        if not agent:
-            raise MissingAgentId("X-AMP-Agent-ID header is required")
-        if len(agent) > 256 or any(ord(ch) < 32 or ord(ch) == 127 for ch in agent):
-            from ..errors import ValidationFailed
-
-            raise ValidationFailed("X-AMP-Agent-ID must be 1-256 printable characters")
-        return Caller(agent)
+        caller = self._from_key(request) if self.required else self._from_header(request)
+        if self.rate_limiter is not None:
+            self.rate_limiter.check(caller.agent_id)
+        return caller
 
     def admin(self, request: Request) -> Caller:
         caller = self.caller(request)
         caller._need("admin")
         return caller
 
+
+def _agent_header(request: Request) -> Optional[str]:
+    agent = request.headers.get(AGENT_HEADER, "").strip()
+    if not agent:
+        return None
+    if len(agent) > 256 or any(ord(ch) < 32 or ord(ch) == 127 for ch in agent):
+        raise ValidationFailed("X-AMP-Agent-ID must be 1-256 printable characters")
+    return agent
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for `localhost` and loopback addresses; any other name might resolve elsewhere."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False

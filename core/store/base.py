@@ -60,6 +60,24 @@ class HistoryRecord:
     changes: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class ApiKeyRecord:
+    """One stored API key (see `ampkit.auth`). The secret itself is never stored.
+
+    `key_id` is the public half of the key (`ampk_<key_id>_<secret>`) and the primary key;
+    `secret_hash` is the hex SHA-256 of the secret. Timestamps are timezone-aware UTC.
+    A key is valid while `revoked_at` is None and `expires_at` is None or in the future."""
+
+    key_id: str
+    agent_id: str
+    scopes: tuple[str, ...]
+    secret_hash: str
+    created_at: datetime
+    expires_at: Optional[datetime] = None
+    revoked_at: Optional[datetime] = None
+    replaced_by: Optional[str] = None  # key_id of the key that rotated this one out
+
+
 def encode_cursor(cell_id: str) -> str:
     return base64.urlsafe_b64encode(cell_id.encode()).decode().rstrip("=")
 
@@ -147,3 +165,23 @@ class Store(ABC):
 
     def stats(self) -> dict[str, Any]:
         return {}
+    # ------------------------------------------------------------ API keys (ampkit.auth)
+    @abstractmethod
+    def put_key(self, key: ApiKeyRecord) -> None:
+        """Insert a new key record; raise ValueError if `key.key_id` already exists.
+        Must be durable when it returns (the CLI prints the key right after)."""
+
+    @abstractmethod
+    def get_key(self, key_id: str) -> Optional[ApiKeyRecord]:
+        """The record for `key_id` (whatever its state: expired and revoked keys too), or None.
+        Called once per authenticated request: make it one indexed lookup."""
+
+    @abstractmethod
+    def list_keys(self, agent_id: Optional[str] = None) -> list[ApiKeyRecord]:
+        """Every key record (or only `agent_id`'s), oldest first (created_at, then key_id)."""
+
+    @abstractmethod
+    def update_key(self, key: ApiKeyRecord) -> None:
+        """Store the mutable fields of an existing key: `expires_at`, `revoked_at`,
+        `replaced_by` (the rest never changes). Raise KeyError if `key.key_id` is unknown."""
+

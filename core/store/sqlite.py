@@ -27,7 +27,9 @@ import numpy as np
 from ..access import glob_to_sql_glob
 from ..errors import Unavailable
 from ..models import HistoryEntry, MemoryCell
-from .base import Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx
+from ..textindex import fts_match, index_text
+from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
+from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx
 
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
@@ -80,21 +82,58 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX history_cell ON history(cell_id, seq);
         """,
     ),
+    (
+        2,
+        "keyword index over CJK-aware text (ampkit.textindex); vector dimension and change sequence",
+        # Contentless FTS5: it indexes index_text(text) (the text plus CJK bigrams), which is
+        # not a column of `cells`; deleting from a contentless index needs the indexed value,
+        # which the deterministic SQL function recomputes from old.text.
+        """
+        DROP TRIGGER cells_fts_ai;
+        DROP TRIGGER cells_fts_ad;
+        DROP TRIGGER cells_fts_au;
+        DROP TABLE cells_fts;
+        CREATE VIRTUAL TABLE cells_fts USING fts5(
+            text, content='', tokenize='porter unicode61 remove_diacritics 2'
+        );
+        INSERT INTO cells_fts(rowid, text) SELECT rowid, ampkit_index_text(text) FROM cells;
+        CREATE TRIGGER cells_fts_ai AFTER INSERT ON cells BEGIN
+            INSERT INTO cells_fts(rowid, text) VALUES (new.rowid, ampkit_index_text(new.text));
+        END;
+        CREATE TRIGGER cells_fts_ad AFTER DELETE ON cells BEGIN
+            INSERT INTO cells_fts(cells_fts, rowid, text) VALUES ('delete', old.rowid, ampkit_index_text(old.text));
+        END;
+        CREATE TRIGGER cells_fts_au AFTER UPDATE OF text ON cells BEGIN
+            INSERT INTO cells_fts(cells_fts, rowid, text) VALUES ('delete', old.rowid, ampkit_index_text(old.text));
+            INSERT INTO cells_fts(rowid, text) VALUES (new.rowid, ampkit_index_text(new.text));
+        END;
+        ALTER TABLE cells ADD COLUMN embed_dim INTEGER;
+        ALTER TABLE cells ADD COLUMN vec_seq INTEGER;
+        UPDATE cells SET embed_dim = length(embedding) / 4, vec_seq = rowid WHERE embedding IS NOT NULL;
+        CREATE INDEX cells_vec_seq ON cells(vec_seq) WHERE vec_seq IS NOT NULL;
+        """,
+    ),
+    (
+        3,
+        "api keys (hashed secrets)",
+        """
+        CREATE TABLE api_keys (
+            key_id      TEXT PRIMARY KEY,
+            agent_id    TEXT NOT NULL,
+            scopes      TEXT NOT NULL,
+            secret_hash TEXT NOT NULL,
+            created_at  TEXT NOT NULL,
+            expires_at  TEXT,
+            revoked_at  TEXT,
+            replaced_by TEXT
+        );
+        CREATE INDEX api_keys_agent ON api_keys(agent_id, created_at);
+        """,
+    ),
 ]
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
 
 def _ts(value: Optional[datetime]) -> Optional[float]:
     return None if value is None else value.timestamp()
-
-
-def fts_query(text: str) -> Optional[str]:
-    """Free text -> an FTS5 OR-query of quoted tokens (no operator injection)."""
-    tokens = list(dict.fromkeys(t.lower() for t in _WORD.findall(text)))
-    if not tokens:
-        return None
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in tokens[:64])
 
 
 def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
@@ -178,9 +217,12 @@ class _SQLiteWriteTx(WriteTx):
 
     def _write_vector(self, cell_id: str, vector: Optional[StoredVector]) -> None:
         if vector is not None:
-            blob = np.asarray(vector.vector, dtype=np.float32).tobytes()
+            vec = np.asarray(vector.vector, dtype=np.float32)
+            # vec_seq orders vector changes, so every process's in-memory index can catch up.
             self.conn.execute(
-                "UPDATE cells SET embed_model = ?, embedding = ? WHERE id = ?", (vector.model, blob, cell_id)
+                "UPDATE cells SET embed_model = ?, embed_dim = ?, embedding = ?, "
+                "vec_seq = (SELECT COALESCE(MAX(vec_seq), 0) + 1 FROM cells) WHERE id = ?",
+                (vector.model, int(vec.shape[-1]), vec.tobytes(), cell_id),
             )
 
     def _write_readers(self, cell: MemoryCell) -> None:
@@ -248,6 +290,7 @@ class SQLiteStore(Store):
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        conn.create_function("ampkit_index_text", 1, index_text, deterministic=True)  # FTS triggers
         return conn
 
     def open(self) -> None:
@@ -377,7 +420,7 @@ class SQLiteStore(Store):
         return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
 
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> list[Candidate]:
-        match = fts_query(query)
+        match = fts_match(query)
         if match is None:
             return []
         where, params = filter_sql(flt)
@@ -421,12 +464,55 @@ class SQLiteStore(Store):
             if got:
                 self._lifecycle_lock.release()
 
+    # ------------------------------------------------------------ API keys
+    _KEY_COLUMNS = "key_id, agent_id, scopes, secret_hash, created_at, expires_at, revoked_at, replaced_by"
+
+    def put_key(self, key: ApiKeyRecord) -> None:
+        with self.write() as tx:
+            try:
+                tx.conn.execute(  # type: ignore[attr-defined]
+                    f"INSERT INTO api_keys({self._KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (key.key_id, key.agent_id, ",".join(key.scopes), key.secret_hash, _iso(key.created_at),
+                     _iso(key.expires_at), _iso(key.revoked_at), key.replaced_by),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise ValueError(f"key {key.key_id} already exists") from exc
+
+    def get_key(self, key_id: str) -> Optional[ApiKeyRecord]:
+        rows = self._query(f"SELECT {self._KEY_COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,))
+        return _row_to_key(rows[0]) if rows else None
+
+    def list_keys(self, agent_id: Optional[str] = None) -> list[ApiKeyRecord]:
+        where, params = ("WHERE agent_id = ?", [agent_id]) if agent_id is not None else ("", [])
+        rows = self._query(f"SELECT {self._KEY_COLUMNS} FROM api_keys {where} ORDER BY created_at, key_id", params)
+        return [_row_to_key(r) for r in rows]
+
+    def update_key(self, key: ApiKeyRecord) -> None:
+        with self.write() as tx:
+            cur = tx.conn.execute(  # type: ignore[attr-defined]
+                "UPDATE api_keys SET expires_at = ?, revoked_at = ?, replaced_by = ? WHERE key_id = ?",
+                (_iso(key.expires_at), _iso(key.revoked_at), key.replaced_by, key.key_id),
+            )
+            if cur.rowcount == 0:
+                raise KeyError(key.key_id)
+
     def stats(self) -> dict[str, Any]:
         cells = self._query("SELECT COUNT(*) FROM cells")[0][0]
         size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
         wal = self.path + "-wal"
         size += os.path.getsize(wal) if os.path.exists(wal) else 0
         return {"backend": self.backend, "path": self.path, "cells": cells, "bytes": size}
+
+
+def _iso(value: Optional[datetime]) -> Optional[str]:
+    return None if value is None else value.astimezone(timezone.utc).isoformat()
+
+
+def _row_to_key(row: tuple) -> ApiKeyRecord:
+    key_id, agent_id, scopes, secret_hash, created, expires, revoked, replaced_by = row
+    parse = lambda v: None if v is None else datetime.fromisoformat(v)  # noqa: E731
+    return ApiKeyRecord(key_id, agent_id, tuple(s for s in scopes.split(",") if s), secret_hash,
+                        datetime.fromisoformat(created), parse(expires), parse(revoked), replaced_by)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
