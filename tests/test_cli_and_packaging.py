@@ -1,0 +1,104 @@
+"""The installed package, the CLI's defaults and the numbered migrations."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sqlite3
+import subprocess
+import sys
+import time
+
+import httpx
+
+import ampkit
+from ampkit.store import store_from_url
+from ampkit.store.sqlite import MIGRATIONS
+from support import free_port
+
+OPTIONAL = ("ampkit.adapters.", "ampkit.store.postgres")
+
+
+def test_every_module_imports():
+    failures = {}
+    for info in pkgutil.walk_packages(ampkit.__path__, "ampkit."):
+        if info.name.startswith(OPTIONAL):
+            continue  # need their extra; tested in their own files
+        try:
+            importlib.import_module(info.name)
+        except Exception as exc:  # noqa: BLE001
+            failures[info.name] = repr(exc)
+    assert failures == {}
+
+
+def test_import_ampkit_needs_no_framework():
+    code = "import sys, ampkit; bad = [m for m in ('langchain_core','llama_index','crewai','autogen_core','fastapi') if m in sys.modules]; print(bad)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_serve_defaults_to_sqlite_in_user_data_dir(tmp_path):
+    port = free_port()
+    env = {"XDG_DATA_HOME": str(tmp_path / "xdg"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "ampkit.cli", "serve", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    try:
+        lines = []
+        while not any("listening on" in line for line in lines) and len(lines) < 20:
+            lines.append(proc.stdout.readline())
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/amp/v1/health", timeout=1).json()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("server did not start")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert health == {"status": "ok", "amp_version": "0.1.0"}
+    printed = "".join(lines)
+    assert f"store sqlite:///{tmp_path}/xdg/ampkit/memory.db" in printed
+    assert f"listening on http://127.0.0.1:{port}/amp/v1" in printed
+    assert (tmp_path / "xdg" / "ampkit" / "memory.db").exists()
+
+
+def test_serve_refuses_an_unopenable_store(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    proc = subprocess.run([sys.executable, "-m", "ampkit.cli", "serve", "--port", str(free_port()),
+                           "--store", f"sqlite:///{tmp_path}/file/memory.db"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 3
+    assert "cannot open store" in proc.stderr
+
+
+def test_migrations_upgrade_an_old_database_in_order(tmp_path):
+    path = tmp_path / "old.db"
+    store = store_from_url(f"sqlite:///{path}")
+    first_only = MIGRATIONS[:1]
+    import ampkit.store.sqlite as sqlite_module
+
+    full = list(sqlite_module.MIGRATIONS)
+    sqlite_module.MIGRATIONS[:] = first_only
+    try:
+        store.open()
+        with store.write() as tx:
+            tx.conn.execute(
+                "INSERT INTO cells(id, owner_id, type, status, text, body) VALUES (?,?,?,?,?,?)",
+                ("mem_01KBX0Y3Q0W4ZJ7W0GQK0P3V2M", "u", "semantic", "active", "old fact",
+                 '{"amp_version":"0.1.0","id":"mem_01KBX0Y3Q0W4ZJ7W0GQK0P3V2M","type":"semantic","content":{"metadata":{}},'
+                 '"identity":{"owner_id":"u"},"lifecycle":{"created_at":"2026-01-01T00:00:00Z"}}'),
+            )
+        store.close()
+    finally:
+        sqlite_module.MIGRATIONS[:] = full
+    store = store_from_url(f"sqlite:///{path}")
+    store.open()
+    try:
+        versions = [r[0] for r in sqlite3.connect(path).execute("SELECT version FROM schema_migrations ORDER BY version")]
+        assert versions == [v for v, _, _ in full]
+        assert versions == sorted(versions)
+        assert store.get("mem_01KBX0Y3Q0W4ZJ7W0GQK0P3V2M").content.text == "old fact"
+    finally:
+        store.close()
