@@ -177,7 +177,7 @@ def keys_rotate(key_id: str, overlap: str, store_url: Optional[str]) -> None:
 @click.option("--only", default=None, help="run only cases whose id contains this text")
 def conformance(base_url: str, vectors: Optional[str], only: Optional[str]) -> None:
     """Run the AMP conformance suite against any server over HTTP."""
-    from .conformance import main as run_suite
+    from .spec.conformance import main as run_suite
 
     sys.exit(run_suite(base_url, vectors, only))
 
