@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .client import AsyncClient, Client, ConfigError, SearchResult, aconnect, connect
 from .errors import (
     AccessDenied,
     AmpkitError,
@@ -27,6 +28,9 @@ __all__ = [
     "AccessDenied",
     "AmpkitError",
     "APIError",
+    "AsyncClient",
+    "Client",
+    "ConfigError",
     "Conflict",
     "Forbidden",
     "InvalidTransition",
@@ -35,8 +39,11 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "RateLimited",
+    "SearchResult",
     "TransportError",
     "Unauthorized",
     "Unavailable",
     "ValidationFailed",
+    "aconnect",
+    "connect",
 ]

@@ -144,3 +144,21 @@ def error_from_envelope(status: int, body: Any) -> APIError:
     exc = cls(str(err.get("message", code)), err.get("details") or {}, code=code)
     exc.status = status
     return exc
+
+
+def _clean_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Keep what a client needs; drop echoed input (may be huge) and pydantic's doc URLs.
+    return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in errors]
+
+
+def validation_to_api_error(errors: list[dict[str, Any]]) -> APIError:
+    """pydantic's error list -> the wire error (the server's request validation and the
+    in-process clients both use this, so both answer the same code, message and details)."""
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return MalformedRequest("request body is not valid JSON", {"errors": _clean_errors(errors)})
+    first = errors[0] if errors else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    return ValidationFailed(
+        f"{where or 'request'}: {first.get('msg', 'invalid')}" if first else "invalid request",
+        {"errors": _clean_errors(errors)},
+    )

@@ -1,0 +1,290 @@
+"""The request/response core shared by every client (no I/O here).
+
+Each wire operation is built as a `Call`: the HTTP request it is (method, path, query, JSON
+body, headers), whether it is safe to resend, and how to decode the answer into the models
+of `ampkit.models`. The HTTP transports send a Call over httpx; the in-process transports
+hand the same Call to `MemoryService`. Both decode with `call.decode`, so a result or an
+error looks the same whichever way it travelled.
+
+Flat keyword names (`importance=0.9`, `readable_by=[...]`) are mapped here into the nested
+cell body (`{"scoring": {"importance": 0.9}}`), once for every client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Generic, Iterable, Mapping, Optional, TypeVar, Union
+from urllib.parse import quote
+
+from pydantic import BaseModel, ConfigDict
+from pydantic_core import to_jsonable_python
+
+from ..errors import ValidationFailed, access_denied
+from ..models import (
+    BatchCreateResponse,
+    CellCreate,
+    Health,
+    HistoryEntry,
+    HistoryResponse,
+    LifecycleRunResponse,
+    ListResponse,
+    MemoryCell,
+    MemoryType,
+    PurgeResponse,
+    SearchResponse,
+    Status,
+)
+
+T = TypeVar("T")
+
+# Flat keyword -> the section of the cell body it lives in. `None`: top level of the body.
+CELL_FIELDS: dict[str, Optional[str]] = {
+    "text": "content",
+    "metadata": "content",
+    "owner_id": "identity",
+    "owner_type": "identity",
+    "session_id": "identity",
+    "importance": "scoring",
+    "confidence": "scoring",
+    "decay_rate": "scoring",
+    "readable_by": "access_policy",
+    "writable_by": "access_policy",
+    "public": "access_policy",
+    "source_type": "provenance",
+    "source_ref": "provenance",
+    "extraction_method": "provenance",
+    "expires_at": "lifecycle",
+    "status": "lifecycle",
+    "type": None,
+    "supersedes": None,
+}
+
+
+class SearchResult(BaseModel):
+    """One search hit: the cell, its relevance score, and (when asked) the score breakdown."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cell: MemoryCell
+    score: float
+    explain: Optional[dict[str, float]] = None
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One wire operation, described before it is sent."""
+
+    op: str  # the MemoryService operation the in-process transport runs
+    method: str
+    path: str  # relative to the base URL (which ends in /amp/v1)
+    decode: Callable[[Any], T]
+    body: Any = None  # JSON-ready
+    query: dict[str, Any] = field(default_factory=dict)  # wire names, Python values
+    headers: dict[str, str] = field(default_factory=dict)
+    cell_id: Optional[str] = None
+    idempotent: bool = True  # safe to resend after a connection error or a 503
+    needs_agent: bool = True
+
+
+def nest(fields: Mapping[str, Any], *, allowed: Iterable[str] = CELL_FIELDS) -> dict[str, Any]:
+    """`{"importance": 0.9, "text": "x"}` -> `{"scoring": {"importance": 0.9}, "content": {"text": "x"}}`."""
+    allowed = set(allowed)
+    body: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name not in allowed:
+            raise TypeError(f"unknown cell field {name!r}; known: {sorted(allowed)}")
+        section = CELL_FIELDS[name]
+        if section is None:
+            body[name] = value
+        else:
+            body.setdefault(section, {})[name] = value
+    return to_jsonable_python(body)
+
+
+def _cell_path(cell_id: str, suffix: str = "") -> str:
+    if not isinstance(cell_id, str) or not cell_id.strip():
+        raise access_denied()  # no such cell; the same answer the server gives for any unknown id
+    return f"/memories/{quote(cell_id, safe='')}{suffix}"
+
+
+def _decode_cell(body: Any) -> MemoryCell:
+    return MemoryCell.model_validate(body)
+
+
+def _decode_search(body: Any) -> list[SearchResult]:
+    response = SearchResponse.model_validate(body)
+    return [
+        SearchResult(cell=MemoryCell.model_validate(hit.model_dump(exclude={"score", "explain"})),
+                     score=hit.score, explain=hit.explain)
+        for hit in response.results
+    ]
+
+
+def _decode_nothing(body: Any) -> None:
+    return None
+
+
+def _check_values(name: str, values: Optional[Iterable[Any]], enum: type) -> Optional[list[str]]:
+    """List filters travel as query strings; refuse unknown values before they leave."""
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    out = [getattr(v, "value", v) for v in values]
+    allowed = [e.value for e in enum]
+    bad = [v for v in out if v not in allowed]
+    if bad:
+        raise ValidationFailed(f"unknown value(s) {bad}; allowed: {allowed}", {"invalid": bad})
+    return out or None
+
+
+# ---------------------------------------------------------------- the wire operations
+
+
+def create_body(text: str, owner_id: str, type: Union[str, MemoryType] = "semantic", **cell_fields: Any) -> dict[str, Any]:
+    return nest({"text": text, "owner_id": owner_id, "type": type, **cell_fields},
+                allowed=set(CELL_FIELDS) - {"status"})
+
+
+def remember(text: str, *, owner_id: str, type: Union[str, MemoryType] = "semantic", **cell_fields: Any) -> Call[MemoryCell]:
+    return Call("create", "POST", "/memories", _decode_cell,
+                body=create_body(text, owner_id, type, **cell_fields), idempotent=False)
+
+
+def remember_many(items: Iterable[Union[Mapping[str, Any], CellCreate]]) -> Call[list[MemoryCell]]:
+    cells = [
+        item.model_dump(mode="json", exclude_unset=True) if isinstance(item, CellCreate) else create_body(**item)
+        for item in items
+    ]
+    return Call("create_many", "POST", "/memories/batch",
+                lambda body: BatchCreateResponse.model_validate(body).results,
+                body={"cells": cells}, idempotent=False)
+
+
+def get(cell_id: str) -> Call[MemoryCell]:
+    return Call("get", "GET", _cell_path(cell_id), _decode_cell, cell_id=cell_id)
+
+
+def update(cell_id: str, *, expected_version: Optional[int] = None, **changes: Any) -> Call[MemoryCell]:
+    """PATCH; with `expected_version` it is conditional (If-Match) and therefore safe to resend."""
+    headers = {} if expected_version is None else {"If-Match": str(expected_version)}
+    body = nest(changes, allowed=set(CELL_FIELDS) - {"type", "supersedes"})
+    return Call("update", "PATCH", _cell_path(cell_id), _decode_cell, body=body, headers=headers,
+                cell_id=cell_id, idempotent=expected_version is not None)
+
+
+def delete(cell_id: str) -> Call[None]:
+    return Call("delete", "DELETE", _cell_path(cell_id), _decode_nothing, cell_id=cell_id)
+
+
+def search(query: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
+           limit: int = 10, **filters: Any) -> Call[list[SearchResult]]:
+    """Filters: status, include_stale, include_superseded, session_id, metadata, explain."""
+    body: dict[str, Any] = {"query": query, "limit": limit, **filters}
+    if owner_id is not None:
+        body["owner_id"] = owner_id
+    if types is not None:
+        body["types"] = [types] if isinstance(types, str) else list(types)
+    return Call("search", "POST", "/memories/search", _decode_search, body=to_jsonable_python(body))
+
+
+def list_page(*, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
+              status: Optional[Iterable[str]] = None, session_id: Optional[str] = None,
+              include_stale: bool = False, include_superseded: bool = False,
+              metadata: Optional[dict[str, Any]] = None, page_size: Optional[int] = None,
+              cursor: Optional[str] = None) -> Call[ListResponse]:
+    query = {
+        "owner_id": owner_id,
+        "type": _check_values("type", types, MemoryType),
+        "status": _check_values("status", status, Status),
+        "session_id": session_id,
+        "include_stale": include_stale or None,
+        "include_superseded": include_superseded or None,
+        "metadata": metadata,
+        "limit": page_size,
+        "cursor": cursor,
+    }
+    return Call("list", "GET", "/memories", ListResponse.model_validate,
+                query={k: v for k, v in query.items() if v is not None})
+
+
+def history(cell_id: str) -> Call[list[HistoryEntry]]:
+    return Call("history", "GET", _cell_path(cell_id, "/history"),
+                lambda body: HistoryResponse.model_validate(body).results, cell_id=cell_id)
+
+
+def export(owner_id: Optional[str] = None) -> Call[list[MemoryCell]]:
+    query = {} if owner_id is None else {"owner_id": owner_id}
+    return Call("export", "GET", "/export",
+                lambda body: [MemoryCell.model_validate(c) for c in body["cells"]], query=query)
+
+
+def run_lifecycle(as_of: Optional[datetime] = None) -> Call[LifecycleRunResponse]:
+    body = {} if as_of is None else {"as_of": to_jsonable_python(as_of)}
+    # A lifecycle run only moves cells whose schedule says so: running it twice is harmless.
+    return Call("run_lifecycle", "POST", "/admin/lifecycle/run", LifecycleRunResponse.model_validate, body=body)
+
+
+def purge(ids: Optional[Iterable[str]] = None, as_of: Optional[datetime] = None) -> Call[PurgeResponse]:
+    body: dict[str, Any] = {}
+    if ids is not None:
+        body["ids"] = list(ids)
+    if as_of is not None:
+        body["as_of"] = to_jsonable_python(as_of)
+    return Call("purge", "POST", "/admin/purge", PurgeResponse.model_validate, body=body)
+
+
+def health() -> Call[Health]:
+    return Call("health", "GET", "/health", Health.model_validate, needs_agent=False)
+
+
+def spec() -> Call[dict[str, Any]]:
+    return Call("spec", "GET", "/spec", dict, needs_agent=False)
+
+
+# ---------------------------------------------------------------- multi-step flows
+# A flow is a generator that yields Calls and receives their results; the sync client
+# drives it with a loop, the async client with an async loop. The steps are written once.
+
+
+def forget_flow(cell_id: str):
+    """Archive (a no-op when already archived), then delete: the only order the lifecycle
+    allows (active|stale -> archived -> deleted)."""
+    yield update(cell_id, status=Status.archived.value)
+    yield delete(cell_id)
+
+
+def supersede_flow(old_id: str, text: str, cell_fields: dict[str, Any]):
+    """A new cell replacing `old_id`; owner, type and access policy default to the old cell's."""
+    old: MemoryCell = yield get(old_id)
+    inherited = {
+        "owner_id": old.identity.owner_id,
+        "owner_type": old.identity.owner_type,
+        "type": old.type,
+        "readable_by": old.access_policy.readable_by,
+        "writable_by": old.access_policy.writable_by,
+        "public": old.access_policy.public,
+    }
+    fields = {**inherited, **cell_fields, "supersedes": old_id}
+    new: MemoryCell = yield remember(text, **fields)
+    return new
+
+
+def list_flow(filters: dict[str, Any], limit: Optional[int] = None):
+    """Cursor paging: yields Calls (to be answered with a ListResponse) and cells (to hand
+    to the caller), stopping after `limit` cells if given."""
+    if limit is not None and limit < 0:
+        raise ValidationFailed("limit must be >= 0", {"limit": limit})
+    seen = 0
+    cursor = None
+    while limit is None or seen < limit:
+        page: ListResponse = yield list_page(**filters, cursor=cursor)
+        for cell in page.results:
+            if limit is not None and seen >= limit:
+                return
+            seen += 1
+            yield cell
+        if not page.next_cursor or not page.results:
+            return
+        cursor = page.next_cursor

@@ -1,0 +1,258 @@
+"""`Client` and `AsyncClient`: the same methods, over HTTP or in process, chosen by URL.
+
+Every method builds a `Call` in `_calls` and hands it to the transport; multi-step
+operations (`forget`, `supersede`, auto-paging `list`) are generators in `_calls`, driven
+here by a sync or an async loop. Nothing else happens in these classes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, AsyncIterator, Generator, Iterable, Iterator, Mapping, Optional, Union
+
+import httpx
+
+from ..models import CellCreate, Health, HistoryEntry, LifecycleRunResponse, MemoryCell, MemoryType, PurgeResponse
+from . import _calls as calls
+from ._calls import Call, SearchResult
+from ._config import ClientConfig, resolve
+from ._http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, AsyncHTTPTransport, HTTPTransport, TimeoutTypes
+from ._local import AsyncLocalTransport, LocalTransport
+
+CellItem = Union[Mapping[str, Any], CellCreate]
+
+
+class _BaseClient:
+    """Settings shared by both shells: which URL, which agent, which transport."""
+
+    config: ClientConfig
+
+    @property
+    def url(self) -> str:
+        return self.config.url
+
+    @property
+    def agent_id(self) -> Optional[str]:
+        return self.config.agent_id
+
+    @property
+    def in_process(self) -> bool:
+        return not self.config.is_http
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={self.config.display_url!r}, agent_id={self.agent_id!r})"
+
+
+class Client(_BaseClient):
+    """Synchronous client. `ampkit.connect(...)` builds one; use it as a context manager or
+    call `close()` when done."""
+
+    def __init__(self, url: Optional[str] = None, *, agent_id: Optional[str] = None, api_key: Optional[str] = None,
+                 timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
+                 http_client: Optional[httpx.Client] = None):
+        self.config = resolve(url, agent_id=agent_id, api_key=api_key)
+        if self.config.is_http:
+            self._transport: Union[HTTPTransport, LocalTransport] = HTTPTransport(
+                self.config.url, agent_id=self.config.agent_id, api_key=self.config.api_key,
+                timeout=timeout, retries=retries, http_client=http_client)
+        else:
+            self._transport = LocalTransport(self.config.url, agent_id=self.config.agent_id)
+
+    # ------------------------------------------------------------ plumbing
+    def _send(self, call: Call) -> Any:
+        return self._transport.send(call)
+
+    def _drive(self, flow: Generator) -> Any:
+        """Run a flow: answer each Call it yields; cells it yields go to the caller."""
+        try:
+            item = next(flow)
+            while True:
+                item = flow.send(self._send(item))
+        except StopIteration as stop:
+            return stop.value
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> "Client":
+        if isinstance(self._transport, LocalTransport):
+            self._transport.open()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ cells
+    def remember(self, text: str, *, owner_id: str, type: Union[str, MemoryType] = "semantic",
+                 **cell_fields: Any) -> MemoryCell:
+        return self._send(calls.remember(text, owner_id=owner_id, type=type, **cell_fields))
+
+    def remember_many(self, items: Iterable[CellItem]) -> list[MemoryCell]:
+        return self._send(calls.remember_many(items))
+
+    def get(self, id: str) -> MemoryCell:
+        return self._send(calls.get(id))
+
+    def update(self, id: str, *, expected_version: Optional[int] = None, **changes: Any) -> MemoryCell:
+        return self._send(calls.update(id, expected_version=expected_version, **changes))
+
+    def supersede(self, old_id: str, text: str, **cell_fields: Any) -> MemoryCell:
+        return self._drive(calls.supersede_flow(old_id, text, cell_fields))
+
+    def forget(self, id: str) -> None:
+        self._drive(calls.forget_flow(id))
+
+    def history(self, id: str) -> list[HistoryEntry]:
+        return self._send(calls.history(id))
+
+    # ------------------------------------------------------------ finding
+    def search(self, query: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
+               limit: int = 10, **filters: Any) -> list[SearchResult]:
+        return self._send(calls.search(query, owner_id=owner_id, types=types, limit=limit, **filters))
+
+    def list(self, *, limit: Optional[int] = None, **filters: Any) -> Iterator[MemoryCell]:
+        """Every matching cell, fetching pages as the iteration goes (`page_size` per request)."""
+        flow = calls.list_flow(filters, limit)
+        try:
+            item = next(flow)
+            while True:
+                if isinstance(item, Call):
+                    item = flow.send(self._send(item))
+                else:
+                    yield item
+                    item = next(flow)
+        except StopIteration:
+            return
+
+    def export(self, owner_id: Optional[str] = None) -> list[MemoryCell]:
+        return self._send(calls.export(owner_id))
+
+    # ------------------------------------------------------------ admin and meta
+    def run_lifecycle(self, as_of: Optional[datetime] = None) -> LifecycleRunResponse:
+        return self._send(calls.run_lifecycle(as_of))
+
+    def purge(self, ids: Optional[Iterable[str]] = None, *, as_of: Optional[datetime] = None) -> PurgeResponse:
+        return self._send(calls.purge(ids, as_of))
+
+    def health(self) -> Health:
+        return self._send(calls.health())
+
+    def spec(self) -> dict[str, Any]:
+        return self._send(calls.spec())
+
+
+class AsyncClient(_BaseClient):
+    """Asynchronous twin of `Client`: the same methods, awaited. Use `async with` (or
+    `await client` to open it, then `await client.aclose()`)."""
+
+    def __init__(self, url: Optional[str] = None, *, agent_id: Optional[str] = None, api_key: Optional[str] = None,
+                 timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
+                 http_client: Optional[httpx.AsyncClient] = None):
+        self.config = resolve(url, agent_id=agent_id, api_key=api_key)
+        if self.config.is_http:
+            self._transport: Union[AsyncHTTPTransport, AsyncLocalTransport] = AsyncHTTPTransport(
+                self.config.url, agent_id=self.config.agent_id, api_key=self.config.api_key,
+                timeout=timeout, retries=retries, http_client=http_client)
+        else:
+            self._transport = AsyncLocalTransport(self.config.url, agent_id=self.config.agent_id)
+
+    # ------------------------------------------------------------ plumbing
+    async def _send(self, call: Call) -> Any:
+        return await self._transport.send(call)
+
+    async def _drive(self, flow: Generator) -> Any:
+        try:
+            item = next(flow)
+            while True:
+                item = flow.send(await self._send(item))
+        except StopIteration as stop:
+            return stop.value
+
+    async def aclose(self) -> None:
+        await self._transport.close()
+
+    close = aclose
+
+    async def _open(self) -> "AsyncClient":
+        if isinstance(self._transport, AsyncLocalTransport):
+            await self._transport.open()
+        return self
+
+    def __await__(self):
+        return self._open().__await__()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return await self._open()
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------ cells
+    async def remember(self, text: str, *, owner_id: str, type: Union[str, MemoryType] = "semantic",
+                       **cell_fields: Any) -> MemoryCell:
+        return await self._send(calls.remember(text, owner_id=owner_id, type=type, **cell_fields))
+
+    async def remember_many(self, items: Iterable[CellItem]) -> list[MemoryCell]:
+        return await self._send(calls.remember_many(items))
+
+    async def get(self, id: str) -> MemoryCell:
+        return await self._send(calls.get(id))
+
+    async def update(self, id: str, *, expected_version: Optional[int] = None, **changes: Any) -> MemoryCell:
+        return await self._send(calls.update(id, expected_version=expected_version, **changes))
+
+    async def supersede(self, old_id: str, text: str, **cell_fields: Any) -> MemoryCell:
+        return await self._drive(calls.supersede_flow(old_id, text, cell_fields))
+
+    async def forget(self, id: str) -> None:
+        await self._drive(calls.forget_flow(id))
+
+    async def history(self, id: str) -> list[HistoryEntry]:
+        return await self._send(calls.history(id))
+
+    # ------------------------------------------------------------ finding
+    async def search(self, query: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
+                     limit: int = 10, **filters: Any) -> list[SearchResult]:
+        return await self._send(calls.search(query, owner_id=owner_id, types=types, limit=limit, **filters))
+
+    async def list(self, *, limit: Optional[int] = None, **filters: Any) -> AsyncIterator[MemoryCell]:
+        """Every matching cell, fetching pages as the iteration goes (`async for`)."""
+        flow = calls.list_flow(filters, limit)
+        try:
+            item = next(flow)
+            while True:
+                if isinstance(item, Call):
+                    item = flow.send(await self._send(item))
+                else:
+                    yield item
+                    item = next(flow)
+        except StopIteration:
+            return
+
+    async def export(self, owner_id: Optional[str] = None) -> list[MemoryCell]:
+        return await self._send(calls.export(owner_id))
+
+    # ------------------------------------------------------------ admin and meta
+    async def run_lifecycle(self, as_of: Optional[datetime] = None) -> LifecycleRunResponse:
+        return await self._send(calls.run_lifecycle(as_of))
+
+    async def purge(self, ids: Optional[Iterable[str]] = None, *, as_of: Optional[datetime] = None) -> PurgeResponse:
+        return await self._send(calls.purge(ids, as_of))
+
+    async def health(self) -> Health:
+        return await self._send(calls.health())
+
+    async def spec(self) -> dict[str, Any]:
+        return await self._send(calls.spec())
+
+
+def connect(url: Optional[str] = None, *, agent_id: Optional[str] = None, api_key: Optional[str] = None,
+            timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> Client:
+    """A synchronous client for `url` (or `AMPKIT_URL`, or the config file); see docs/clients.md."""
+    return Client(url, agent_id=agent_id, api_key=api_key, timeout=timeout, retries=retries)
+
+
+def aconnect(url: Optional[str] = None, *, agent_id: Optional[str] = None, api_key: Optional[str] = None,
+             timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES) -> AsyncClient:
+    """The async twin of `connect`: `async with ampkit.aconnect(...) as memory:`."""
+    return AsyncClient(url, agent_id=agent_id, api_key=api_key, timeout=timeout, retries=retries)
