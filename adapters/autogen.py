@@ -1,0 +1,131 @@
+"""AutoGen 0.7 adapter: an `autogen_core.memory.Memory` on ampkit.
+
+    from ampkit.adapters.autogen import AmpkitMemory
+
+    memory = AmpkitMemory(client, owner_id="ada")        # client: ampkit Client or AsyncClient
+    agent = AssistantAgent("assistant", model_client=model, memory=[memory])   # a list, not a tuple
+
+Before every model call the agent runs `update_context`, which searches shared memory with
+the latest message and appends the hits as one system message. AutoGen agents never write
+memory by themselves: call `await memory.add(MemoryContent(...))` (or give the agent a tool).
+The component config round-trips (`dump_component()` / `AmpkitMemory.load_component(...)`);
+the api key is not part of it, pass `api_key=` or rely on the client's own default.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from autogen_core import CancellationToken, Component
+from autogen_core.memory import Memory, MemoryContent, MemoryMimeType, MemoryQueryResult, UpdateContextResult
+from autogen_core.model_context import ChatCompletionContext
+from autogen_core.models import SystemMessage
+from pydantic import BaseModel, Field
+
+from ._mapping import Clients, Sharing, forget_scope, render, run_async, search_text, tags
+
+FRAMEWORK = "autogen"
+MIME_TAG = "autogen_mime_type"
+
+
+class AmpkitMemoryConfig(BaseModel):
+    """Everything needed to rebuild the memory, except secrets."""
+
+    url: str
+    agent_id: str
+    owner_id: str
+    name: str = "default"
+    session_id: Optional[str] = None
+    k: int = 5
+    types: Optional[list[str]] = Field(default_factory=lambda: ["semantic", "procedural"])
+    memory_type: str = "semantic"
+    readable_by: list[str] = Field(default_factory=list)
+    writable_by: list[str] = Field(default_factory=list)
+    public: bool = False
+
+
+def _content_text(content: MemoryContent) -> str:
+    value = content.content
+    if isinstance(value, bytes):
+        raise ValueError("ampkit stores text; binary or image memory content is not supported")
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+class AmpkitMemory(Memory, Component[AmpkitMemoryConfig]):
+    """Shared ampkit memory for AutoGen agents. `owner_id` is whose memory it is; writes
+    carry the client's agent id and the `sharing` policy; `clear()` forgets only the cells
+    this agent added through a memory of the same `name`."""
+
+    component_type = "memory"
+    component_config_schema = AmpkitMemoryConfig
+    component_provider_override = "ampkit.adapters.autogen.AmpkitMemory"
+
+    def __init__(self, client: Any, *, owner_id: str, name: str = "default", session_id: Optional[str] = None,
+                 k: int = 5, types: Optional[list[str]] = ("semantic", "procedural"), memory_type: str = "semantic",
+                 sharing: Sharing = Sharing(), _owns_client: bool = False):
+        self._clients = Clients(client, owned=_owns_client)
+        self._config = AmpkitMemoryConfig(
+            url=client.url, agent_id=client.agent_id, owner_id=owner_id, name=name, session_id=session_id, k=k,
+            types=None if types is None else list(types), memory_type=memory_type, **sharing.fields(),
+        )
+
+    @property
+    def scope(self) -> str:
+        return f"{FRAMEWORK}:{self._config.name}"
+
+    @property
+    def sharing(self) -> Sharing:
+        c = self._config
+        return Sharing(readable_by=c.readable_by, writable_by=c.writable_by, public=c.public)
+
+    async def add(self, content: MemoryContent, cancellation_token: Optional[CancellationToken] = None) -> None:
+        c = self._config
+        mime = getattr(content.mime_type, "value", content.mime_type)
+        metadata = tags(FRAMEWORK, self.scope, **(content.metadata or {}), **{MIME_TAG: mime})
+        await self._clients.aio.remember(
+            _content_text(content), owner_id=c.owner_id, type=c.memory_type, session_id=c.session_id,
+            metadata=metadata, **self.sharing.fields(),
+        )
+
+    async def query(self, query: str | MemoryContent, cancellation_token: Optional[CancellationToken] = None,
+                    **kwargs: Any) -> MemoryQueryResult:
+        text = search_text([query if isinstance(query, str) else _content_text(query)])
+        if not text:
+            return MemoryQueryResult(results=[])
+        c = self._config
+        hits = await self._clients.aio.search(text, owner_id=c.owner_id, types=c.types, limit=c.k)
+        return MemoryQueryResult(results=[
+            MemoryContent(content=h.cell.content.text, mime_type=MemoryMimeType.TEXT,
+                          metadata={"id": h.cell.id, "score": h.score, "created_by": h.cell.identity.created_by})
+            for h in hits
+        ])
+
+    async def update_context(self, model_context: ChatCompletionContext) -> UpdateContextResult:
+        messages = await model_context.get_messages()
+        latest = [m.content for m in messages[-1:] if isinstance(getattr(m, "content", None), str)]
+        result = await self.query(latest[0]) if latest else MemoryQueryResult(results=[])
+        if result.results:
+            text = render(str(m.content) for m in result.results)
+            await model_context.add_message(SystemMessage(content=text))
+        return UpdateContextResult(memories=result)
+
+    async def clear(self) -> None:
+        await run_async(self._clients.aio, forget_scope(self._config.owner_id, self.scope, self._clients.agent_id))
+
+    async def close(self) -> None:
+        await self._clients.aclose()
+
+    def _to_config(self) -> AmpkitMemoryConfig:
+        return self._config.model_copy()
+
+    @classmethod
+    def _from_config(cls, config: AmpkitMemoryConfig) -> "AmpkitMemory":
+        import ampkit
+
+        client = ampkit.connect(config.url, agent_id=config.agent_id, asynchronous=True)
+        memory = cls(client, owner_id=config.owner_id, _owns_client=True)
+        memory._config = config.model_copy()
+        return memory
