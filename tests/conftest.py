@@ -26,6 +26,7 @@ for _var in [v for v in os.environ if v.startswith("AMPKIT_")]:
 import pytest  # noqa: E402
 
 from support import ServerProcess  # noqa: E402
+from pg import pg_server, pg_url  # noqa: E402,F401  (embedded PostgreSQL fixtures)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,601 @@
+"""The team-scale store: PostgreSQL >= 16 with pgvector >= 0.8, through psycopg 3 and a pool.
+
+Several stateless `ampkit serve` processes can share one database. Layout (see MIGRATIONS):
+
+- `cells`: the indexed columns, the text, the rest of the cell as JSON (`body`, key order kept
+  as written, like SQLite), `metadata` again as JSONB for equality filters, and the cell's
+  `readable_by` patterns as anchored regular expressions (`reader_patterns`, matched with `~`)
+  so the access filter runs inside every query. A read bumps `access_count`, so cells rows are
+  rewritten often; the search structures therefore live in side tables that change only when
+  the text or the vector does:
+- `cell_search`: a `tsvector` per cell with a GIN index (the keyword leg);
+- `cell_vectors`: one untyped `vector` per cell plus its model name and dimension. Each
+  (model, dimension) gets its own partial HNSW cosine index over `embedding::vector(dim)`,
+  created the first time a vector of that model is written, so any embedder works and
+  switching models never needs a migration;
+- `history` (append-only) and `api_keys`.
+
+Concurrency: `write()` is one transaction at READ COMMITTED; `tx.get` takes `SELECT ... FOR
+UPDATE`, so two servers updating one cell queue on the row lock and neither update is lost.
+Migrations run under an advisory lock (servers starting together do not race), and
+`try_lifecycle_lock` is `pg_try_advisory_lock`, so one lifecycle run goes at a time across
+every server. Connection failures (database down, restarting, pool exhausted) raise
+`Unavailable`, which the server answers as 503 UNAVAILABLE; the pool checks each connection
+before handing it out, so service resumes by itself when the database returns.
+
+Pool settings ride on the URL and are removed before it reaches libpq:
+`postgresql://user@host/db?pool_max=20&pool_timeout=5&ef_search=100`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any, Iterator, Optional, Sequence
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Json, Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..access import glob_to_regex
+from ..errors import Unavailable
+from ..models import HistoryEntry, MemoryCell
+from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx
+
+# Advisory lock keys (any fixed bigints; they only need to be distinct within the database).
+MIGRATION_LOCK = 0x616D706B_0001  # "ampk" + 1
+LIFECYCLE_LOCK = 0x616D706B_0002
+VECTOR_INDEX_LOCK = 0x616D706B_0003
+
+TEXT_CONFIG = "english"  # stemming and stop words, the counterpart of FTS5's porter tokenizer
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "cells, keyword index, vectors, history",
+        """
+        CREATE EXTENSION IF NOT EXISTS vector;
+        CREATE TABLE cells (
+            id              TEXT COLLATE "C" PRIMARY KEY,
+            owner_id        TEXT NOT NULL,
+            created_by      TEXT,
+            session_id      TEXT,
+            type            TEXT NOT NULL,
+            status          TEXT NOT NULL,
+            public          BOOLEAN NOT NULL DEFAULT FALSE,
+            expires_at      TIMESTAMPTZ,
+            superseded_by   TEXT,
+            reader_patterns TEXT[] NOT NULL DEFAULT '{}',
+            metadata        JSONB NOT NULL DEFAULT '{}',
+            text            TEXT NOT NULL,
+            body            JSON NOT NULL
+        ) WITH (fillfactor = 80);
+        CREATE INDEX cells_owner_status ON cells (owner_id, status, id);
+        CREATE INDEX cells_status ON cells (status, id);
+        CREATE TABLE cell_search (
+            cell_id TEXT COLLATE "C" PRIMARY KEY REFERENCES cells(id) ON DELETE CASCADE,
+            tsv     TSVECTOR NOT NULL
+        );
+        CREATE INDEX cell_search_tsv ON cell_search USING gin (tsv);
+        CREATE TABLE cell_vectors (
+            cell_id   TEXT COLLATE "C" PRIMARY KEY REFERENCES cells(id) ON DELETE CASCADE,
+            model     TEXT NOT NULL,
+            dim       INTEGER NOT NULL,
+            embedding vector NOT NULL
+        );
+        CREATE TABLE history (
+            seq     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            cell_id TEXT COLLATE "C" NOT NULL,
+            at      TIMESTAMPTZ NOT NULL,
+            actor   TEXT NOT NULL,
+            action  TEXT NOT NULL,
+            changes JSON NOT NULL
+        );
+        CREATE INDEX history_cell ON history (cell_id, seq);
+        """,
+    ),
+    (
+        2,
+        "api keys (hashed secrets)",
+        """
+        CREATE TABLE api_keys (
+            key_id      TEXT PRIMARY KEY,
+            agent_id    TEXT NOT NULL,
+            scopes      TEXT NOT NULL,
+            secret_hash TEXT NOT NULL,
+            created_at  TIMESTAMPTZ NOT NULL,
+            expires_at  TIMESTAMPTZ,
+            revoked_at  TIMESTAMPTZ,
+            replaced_by TEXT
+        );
+        CREATE INDEX api_keys_agent ON api_keys (agent_id, created_at);
+        """,
+    ),
+]
+
+# Options ampkit reads from the URL query (everything else goes to libpq untouched).
+POOL_OPTIONS = {"pool_min": int, "pool_max": int, "pool_timeout": float, "ef_search": int}
+
+_CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+
+def split_url(url: str) -> tuple[str, dict[str, Any]]:
+    """`postgresql://...?pool_max=5&sslmode=require` -> (libpq URL, {"pool_max": 5})."""
+    parts = urlsplit(url)
+    scheme = "postgresql" if parts.scheme in ("postgres", "postgresql+psycopg") else parts.scheme
+    query, options = [], {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in POOL_OPTIONS:
+            options[key] = POOL_OPTIONS[key](value)
+        else:
+            query.append((key, value))
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query, safe="/"), parts.fragment)), options
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+@contextmanager
+def _unavailable_on_connection_error(what: str) -> Iterator[None]:
+    try:
+        yield
+    except _CONNECTION_ERRORS as exc:
+        raise Unavailable(f"PostgreSQL is unavailable ({what}): {_first_line(exc)}") from exc
+
+
+# ------------------------------------------------------------------ rows
+def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
+    body = cell.model_dump(mode="json")
+    text = body["content"].pop("text")
+    return {
+        "id": cell.id,
+        "owner_id": cell.identity.owner_id,
+        "created_by": cell.identity.created_by,
+        "session_id": cell.identity.session_id,
+        "type": cell.type,
+        "status": cell.lifecycle.status,
+        "public": bool(cell.access_policy.public),
+        "expires_at": cell.lifecycle.expires_at,
+        "superseded_by": cell.lifecycle.superseded_by,
+        "reader_patterns": sorted({glob_to_regex(p) for p in cell.access_policy.readable_by}),
+        "metadata": Jsonb(body["content"].get("metadata") or {}),
+        "text": text,
+        "body": Json(body),
+    }
+
+
+def row_to_cell(text: str, body: dict[str, Any]) -> MemoryCell:
+    body["content"]["text"] = text
+    return MemoryCell.model_validate(body)
+
+
+def search_text(text: str) -> str:
+    """What the keyword index sees: the text, plus CJK bigrams when `ampkit.textindex` has them."""
+    try:
+        from ..textindex import index_text
+    except ImportError:  # pragma: no cover - older tree
+        return text
+    return index_text(text)
+
+
+def vector_literal(vector: Any) -> str:
+    return "[" + ",".join(repr(float(x)) for x in np.asarray(vector, dtype=np.float32).ravel()) + "]"
+
+
+def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[sql.Composable, list[Any]]:
+    """WHERE clause (without the keyword) for a CellFilter; the same meaning as SQLite's."""
+    a = sql.Identifier(alias)
+    where: list[sql.Composable] = []
+    params: list[Any] = []
+    if flt.statuses:
+        where.append(sql.SQL("{}.status = ANY(%s)").format(a))
+        params.append(list(flt.statuses))
+    else:
+        where.append(sql.SQL("FALSE"))
+    if flt.reader is not None:
+        where.append(sql.SQL(
+            "({a}.owner_id = %s OR {a}.created_by = %s OR {a}.public "
+            "OR EXISTS (SELECT 1 FROM unnest({a}.reader_patterns) p WHERE %s ~ p))"
+        ).format(a=a))
+        params.extend([flt.reader, flt.reader, flt.reader])
+    if flt.owner_id is not None:
+        where.append(sql.SQL("{}.owner_id = %s").format(a))
+        params.append(flt.owner_id)
+    if flt.types:
+        where.append(sql.SQL("{}.type = ANY(%s)").format(a))
+        params.append(list(flt.types))
+    if flt.session_id is not None:
+        where.append(sql.SQL("{}.session_id = %s").format(a))
+        params.append(flt.session_id)
+    if not flt.include_superseded:
+        where.append(sql.SQL("{}.superseded_by IS NULL").format(a))
+    if flt.not_expired_at is not None:
+        where.append(sql.SQL("({a}.expires_at IS NULL OR {a}.expires_at > %s)").format(a=a))
+        params.append(flt.not_expired_at)
+    for key, value in (flt.metadata or {}).items():
+        # JSONB equality: 3 = 3.0, true != 1, "3" != 3, null matches only an explicit null.
+        where.append(sql.SQL("{}.metadata -> %s = %s::jsonb").format(a))
+        params.extend([str(key), json.dumps(value)])
+    return sql.SQL(" AND ").join(where), params
+
+
+def _vector_index_name(model: str, dim: int) -> str:
+    return "cell_vectors_hnsw_" + hashlib.sha1(f"{model}\0{dim}".encode()).hexdigest()[:16]
+
+
+class _PostgresWriteTx(WriteTx):
+    def __init__(self, conn: psycopg.Connection, store: "PostgresStore"):
+        self.conn = conn
+        self.store = store
+
+    def get(self, cell_id: str) -> Optional[MemoryCell]:
+        # FOR UPDATE: the row stays locked until this transaction ends, so a concurrent
+        # read-modify-write of the same cell (another thread or another server) waits.
+        row = self.conn.execute("SELECT text, body FROM cells WHERE id = %s FOR UPDATE", (cell_id,)).fetchone()
+        return None if row is None else row_to_cell(*row)
+
+    def _write_vector(self, cell_id: str, vector: Optional[StoredVector]) -> None:
+        if vector is None:
+            return
+        dim = int(np.asarray(vector.vector).size)
+        self.store._ensure_vector_index(self.conn, vector.model, dim)
+        self.conn.execute(
+            "INSERT INTO cell_vectors (cell_id, model, dim, embedding) VALUES (%s, %s, %s, %s::vector) "
+            "ON CONFLICT (cell_id) DO UPDATE SET model = EXCLUDED.model, dim = EXCLUDED.dim, embedding = EXCLUDED.embedding",
+            (cell_id, vector.model, dim, vector_literal(vector.vector)),
+        )
+
+    def insert(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
+        row = cell_to_row(cell)
+        self.conn.execute(
+            sql.SQL("INSERT INTO cells ({}) VALUES ({})").format(
+                sql.SQL(",").join(map(sql.Identifier, row)), sql.SQL(",").join(sql.Placeholder() * len(row))
+            ),
+            list(row.values()),
+        )
+        self.conn.execute(
+            "INSERT INTO cell_search (cell_id, tsv) VALUES (%s, to_tsvector(%s::regconfig, %s))",
+            (cell.id, TEXT_CONFIG, search_text(row["text"])),
+        )
+        self._write_vector(cell.id, vector)
+
+    def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
+        row = cell_to_row(cell)
+        cols = [k for k in row if k != "id"]
+        # The CTE reads the row as it was before the UPDATE: re-index only when the text moved.
+        changed = self.conn.execute(
+            sql.SQL("WITH prev AS (SELECT text FROM cells WHERE id = %s) "
+                    "UPDATE cells SET {} WHERE id = %s RETURNING (SELECT text FROM prev) IS DISTINCT FROM text").format(
+                sql.SQL(",").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in cols)
+            ),
+            [cell.id, *(row[k] for k in cols), cell.id],
+        ).fetchone()
+        if changed is not None and changed[0]:
+            self.conn.execute(
+                "UPDATE cell_search SET tsv = to_tsvector(%s::regconfig, %s) WHERE cell_id = %s",
+                (TEXT_CONFIG, search_text(row["text"]), cell.id),
+            )
+        self._write_vector(cell.id, vector)
+
+    def add_history(self, record: HistoryRecord) -> None:
+        self.conn.execute(
+            "INSERT INTO history (cell_id, at, actor, action, changes) VALUES (%s, %s, %s, %s, %s)",
+            (
+                record.cell_id,
+                record.at.astimezone(timezone.utc),
+                record.actor,
+                record.action,
+                json.dumps(record.changes, default=str, ensure_ascii=False),
+            ),
+        )
+
+    def purge(self, cell_id: str) -> None:
+        self.conn.execute("DELETE FROM cells WHERE id = %s", (cell_id,))  # cascades to search and vectors
+        # Erasure: the history keeps who did what and when, never the old values.
+        self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = %s", (cell_id,))
+
+
+class PostgresStore(Store):
+    backend = "postgresql"
+
+    def __init__(self, url: str, *, pool_min: int = 1, pool_max: int = 10, pool_timeout: float = 5.0,
+                 ef_search: int = 100):
+        self.conninfo, from_url = split_url(url)
+        self.display_url = redact(self.conninfo)
+        self.pool_min = from_url.get("pool_min", pool_min)
+        self.pool_max = from_url.get("pool_max", pool_max)
+        self.pool_timeout = from_url.get("pool_timeout", pool_timeout)
+        self.ef_search = from_url.get("ef_search", ef_search)
+        self._pool: Optional[ConnectionPool] = None
+        self._vector_indexes: set[str] = set()
+
+    # ------------------------------------------------------------ connections
+    @staticmethod
+    def _configure(conn: psycopg.Connection) -> None:
+        conn.execute("SET TIME ZONE 'UTC'")
+
+    def open(self) -> None:
+        self._check_reachable()
+        self._pool = ConnectionPool(
+            self.conninfo,
+            min_size=self.pool_min,
+            max_size=max(self.pool_max, self.pool_min),
+            timeout=self.pool_timeout,
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            # Check each connection as it is handed out: after a database restart the stale
+            # ones are replaced instead of failing the next request.
+            check=ConnectionPool.check_connection,
+            open=False,
+            name="ampkit",
+        )
+        try:
+            self._pool.open(wait=True, timeout=max(self.pool_timeout, 5.0))
+            self.migrate()
+        except BaseException:
+            self._pool.close()
+            self._pool = None
+            raise
+
+    def _check_reachable(self) -> None:
+        """One plain connection first, so a wrong URL fails with libpq's own words."""
+        try:
+            psycopg.connect(self.conninfo, connect_timeout=5).close()
+        except psycopg.Error as exc:
+            raise Unavailable(
+                f"cannot connect to PostgreSQL at {self.display_url}: {_first_line(exc)} "
+                "(is the server running, and are the host, port, user and database in the URL right?)"
+            ) from exc
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    @contextmanager
+    def _connection(self, what: str = "query") -> Iterator[psycopg.Connection]:
+        if self._pool is None:
+            raise Unavailable("store is not open")
+        with _unavailable_on_connection_error(what):
+            with self._pool.connection() as conn:
+                yield conn
+
+    def _query(self, query: Any, params: Sequence[Any] = ()) -> list[tuple]:
+        with self._connection() as conn:
+            return conn.execute(query, params).fetchall()
+
+    # ------------------------------------------------------------ migrations
+    def applied_migrations(self) -> list[int]:
+        with self._connection("migrations") as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)"
+            )
+            return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+
+    def migrate(self) -> list[int]:
+        """Apply pending numbered migrations (each in its own transaction); returns those applied.
+        An advisory lock makes servers that start together take turns: the first applies, the
+        others then find nothing left to do."""
+        applied: list[int] = []
+        with self._connection("migrations") as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+            try:
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations "
+                    "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)"
+                )
+                done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+                for version, name, script in MIGRATIONS:
+                    if version in done:
+                        continue
+                    with conn.transaction():
+                        conn.execute(script)
+                        conn.execute(
+                            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, now())",
+                            (version, name),
+                        )
+                    applied.append(version)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+        return applied
+
+    def schema_version(self) -> int:
+        return int(self._query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")[0][0])
+
+    def _ensure_vector_index(self, conn: psycopg.Connection, model: str, dim: int) -> None:
+        """A partial HNSW cosine index per (model, dimension), made on the first such vector."""
+        name = _vector_index_name(model, dim)
+        if name in self._vector_indexes:
+            return
+        # Transaction-scoped lock: two servers creating the same index take turns.
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (VECTOR_INDEX_LOCK,))
+        conn.execute(
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {name} ON cell_vectors USING hnsw ((embedding::vector({dim})) vector_cosine_ops) "
+                "WHERE model = {model} AND dim = {dim}"
+            ).format(name=sql.Identifier(name), dim=sql.Literal(dim), model=sql.Literal(model))
+        )
+        self._vector_indexes.add(name)
+
+    # ------------------------------------------------------------ writes
+    @contextmanager
+    def write(self) -> Iterator[WriteTx]:
+        with self._connection("write") as conn:
+            with conn.transaction():
+                yield _PostgresWriteTx(conn, self)
+
+    # ------------------------------------------------------------ reads
+    def get(self, cell_id: str) -> Optional[MemoryCell]:
+        rows = self._query("SELECT text, body FROM cells WHERE id = %s", (cell_id,))
+        return row_to_cell(*rows[0]) if rows else None
+
+    def get_many(self, cell_ids: Sequence[str]) -> dict[str, MemoryCell]:
+        ids = list(dict.fromkeys(cell_ids))
+        if not ids:
+            return {}
+        rows = self._query("SELECT id, text, body FROM cells WHERE id = ANY(%s)", (ids,))
+        return {cid: row_to_cell(text, body) for cid, text, body in rows}
+
+    def list(self, flt: CellFilter, limit: int, after_id: Optional[str] = None) -> list[MemoryCell]:
+        where, params = filter_sql(flt)
+        if after_id is not None:
+            where = sql.SQL("{} AND c.id > %s").format(where)
+            params.append(after_id)
+        rows = self._query(
+            sql.SQL("SELECT c.text, c.body FROM cells c WHERE {} ORDER BY c.id LIMIT %s").format(where), [*params, limit]
+        )
+        return [row_to_cell(*r) for r in rows]
+
+    def count(self, flt: CellFilter) -> int:
+        where, params = filter_sql(flt)
+        return int(self._query(sql.SQL("SELECT COUNT(*) FROM cells c WHERE {}").format(where), params)[0][0])
+
+    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> list[Candidate]:
+        terms = _query_terms(query)
+        if not terms:
+            return []
+        where, params = filter_sql(flt)
+        # The query's words go through the same parser as the indexed text (stemming, stop
+        # words); the resulting lexemes are OR-ed, as the FTS5 query is.
+        rows = self._query(
+            sql.SQL(
+                "WITH q AS (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS tsq "
+                "           FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS lexeme) "
+                "SELECT s.cell_id, ts_rank_cd(s.tsv, q.tsq, 1) AS score "
+                "FROM q, cell_search s JOIN cells c ON c.id = s.cell_id "
+                "WHERE s.tsv @@ q.tsq AND {} ORDER BY score DESC, s.cell_id LIMIT %s"
+            ).format(where),
+            [TEXT_CONFIG, " ".join(terms), *params, k],
+        )
+        return [Candidate(cid, float(score)) for cid, score in rows]
+
+    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
+        dim = int(np.asarray(vector).size)
+        where, params = filter_sql(flt)
+        typed = sql.SQL("vector({})").format(sql.Literal(dim))
+        # The model and dimension are literals so the planner can match the partial HNSW index.
+        # Iterative scans keep walking the graph until k rows pass the filters (access, owner,
+        # status...), so a selective filter never starves the result; relaxed order is then
+        # put right by the outer ORDER BY.
+        query = sql.SQL(
+            "WITH hits AS MATERIALIZED ("
+            " SELECT v.cell_id, (v.embedding::{typed}) <=> %s::{typed} AS distance"
+            " FROM cell_vectors v JOIN cells c ON c.id = v.cell_id"
+            " WHERE v.model = {model} AND v.dim = {dim} AND {where}"
+            " ORDER BY (v.embedding::{typed}) <=> %s::{typed} LIMIT %s)"
+            " SELECT cell_id, distance FROM hits ORDER BY distance, cell_id"
+        ).format(typed=typed, model=sql.Literal(model), dim=sql.Literal(dim), where=where)
+        literal = vector_literal(vector)
+        with self._connection() as conn:
+            with conn.transaction():
+                conn.execute(
+                    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                    "set_config('hnsw.ef_search', %s, true)",
+                    (str(max(self.ef_search, k)),),
+                )
+                rows = conn.execute(query, [literal, *params, literal, k]).fetchall()
+        return [Candidate(cid, 1.0 - float(distance)) for cid, distance in rows]
+
+    def history(self, cell_id: str) -> list[HistoryEntry]:
+        rows = self._query(
+            "SELECT seq, cell_id, at, actor, action, changes FROM history WHERE cell_id = %s ORDER BY seq", (cell_id,)
+        )
+        return [HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=ch) for s, c, a, ac, act, ch in rows]
+
+    def iter_cells(self, statuses: Optional[Sequence[str]] = None, batch_size: int = 500) -> Iterator[MemoryCell]:
+        after = ""
+        while True:
+            query = "SELECT id, text, body FROM cells WHERE id > %s"
+            params: list[Any] = [after]
+            if statuses:
+                query += " AND status = ANY(%s)"
+                params.append(list(statuses))
+            rows = self._query(query + " ORDER BY id LIMIT %s", [*params, batch_size])
+            if not rows:
+                return
+            for cid, text, body in rows:
+                yield row_to_cell(text, body)
+            after = rows[-1][0]
+
+    @contextmanager
+    def try_lifecycle_lock(self) -> Iterator[bool]:
+        """A session advisory lock on one pooled connection: one run at a time across servers.
+        If that connection dies mid-run, PostgreSQL releases the lock with it."""
+        with self._connection("lifecycle lock") as conn:
+            got = bool(conn.execute("SELECT pg_try_advisory_lock(%s)", (LIFECYCLE_LOCK,)).fetchone()[0])
+            try:
+                yield got
+            finally:
+                if got:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (LIFECYCLE_LOCK,))
+
+    # ------------------------------------------------------------ API keys
+    _KEY_COLUMNS = "key_id, agent_id, scopes, secret_hash, created_at, expires_at, revoked_at, replaced_by"
+
+    def put_key(self, key: ApiKeyRecord) -> None:
+        try:
+            with self._connection("write") as conn:
+                conn.execute(
+                    f"INSERT INTO api_keys ({self._KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    (key.key_id, key.agent_id, ",".join(key.scopes), key.secret_hash, key.created_at,
+                     key.expires_at, key.revoked_at, key.replaced_by),
+                )
+        except psycopg.errors.UniqueViolation as exc:
+            raise ValueError(f"key {key.key_id} already exists") from exc
+
+    def get_key(self, key_id: str) -> Optional[ApiKeyRecord]:
+        rows = self._query(f"SELECT {self._KEY_COLUMNS} FROM api_keys WHERE key_id = %s", (key_id,))
+        return _row_to_key(rows[0]) if rows else None
+
+    def list_keys(self, agent_id: Optional[str] = None) -> list[ApiKeyRecord]:
+        where, params = ("WHERE agent_id = %s", [agent_id]) if agent_id is not None else ("", [])
+        rows = self._query(f"SELECT {self._KEY_COLUMNS} FROM api_keys {where} ORDER BY created_at, key_id", params)
+        return [_row_to_key(r) for r in rows]
+
+    def update_key(self, key: ApiKeyRecord) -> None:
+        with self._connection("write") as conn:
+            cur = conn.execute(
+                "UPDATE api_keys SET expires_at = %s, revoked_at = %s, replaced_by = %s WHERE key_id = %s",
+                (key.expires_at, key.revoked_at, key.replaced_by, key.key_id),
+            )
+            if cur.rowcount == 0:
+                raise KeyError(key.key_id)
+
+    def stats(self) -> dict[str, Any]:
+        cells, size = self._query("SELECT (SELECT COUNT(*) FROM cells), pg_database_size(current_database())")[0]
+        return {"backend": self.backend, "url": self.display_url, "cells": cells, "bytes": size}
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _query_terms(text: str) -> list[str]:
+    try:
+        from ..textindex import query_terms
+    except ImportError:  # pragma: no cover - older tree
+        return list(dict.fromkeys(w.lower() for w in _WORD.findall(text)))[:64]
+    return query_terms(text)
+
+
+def _row_to_key(row: tuple) -> ApiKeyRecord:
+    key_id, agent_id, scopes, secret_hash, created, expires, revoked, replaced_by = row
+    return ApiKeyRecord(key_id, agent_id, tuple(s for s in scopes.split(",") if s), secret_hash,
+                        created, expires, revoked, replaced_by)
