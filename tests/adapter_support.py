@@ -1,0 +1,55 @@
+"""Fixtures for the adapter tests: every test runs once over HTTP against the session's real
+`ampkit serve` process, and once on an in-process SQLite file, with the same code.
+
+Import the fixtures into a test module with `from adapter_support import backend, Backend`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+
+import ampkit
+
+
+@dataclass
+class Backend:
+    """Where memory lives for one test, and how to connect to it as any agent."""
+
+    name: str
+    url: str
+    opened: list = field(default_factory=list)
+
+    def connect(self, agent_id: str) -> "ampkit.Client":
+        client = ampkit.connect(self.url, agent_id=agent_id)
+        self.opened.append(client)
+        return client
+
+    def aconnect(self, agent_id: str) -> "ampkit.AsyncClient":
+        return ampkit.aconnect(self.url, agent_id=agent_id)
+
+    def cells(self, owner_id: str, **filters) -> list:
+        """Every cell of `owner_id`, read as the owner with a raw client: the store's view."""
+        return list(self.connect(owner_id).list(owner_id=owner_id, **filters))
+
+    def texts(self, owner_id: str, **filters) -> list[str]:
+        return [c.content.text for c in self.cells(owner_id, **filters)]
+
+
+def unique(prefix: str) -> str:
+    """Tests share one server: every test gets its own user and agent ids."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(params=["http", "sqlite"])
+def backend(request, tmp_path):
+    if request.param == "http":
+        url = request.getfixturevalue("server").base_url
+    else:
+        url = f"sqlite:///{tmp_path}/memory.db"
+    b = Backend(request.param, url)
+    yield b
+    for client in b.opened:
+        client.close()
