@@ -15,7 +15,7 @@ from typing import Any, Optional, Union
 import httpx
 from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from ..errors import APIError, AmpkitError, RateLimited, TransportError, Unavailable, error_from_envelope
+from ..errors import APIError, RateLimited, TransportError, Unavailable, error_from_envelope
 from ..models import AMP_VERSION
 from ._calls import Call
 
@@ -92,7 +92,7 @@ class _RetryPolicy:
 
     def __init__(self, retries: int):
         self.retries = max(0, int(retries))
-        self._backoff = wait_exponential_jitter(initial=0.1, max=2.0, jitter=0.1)
+        self._backoff = wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.1)
 
     def should_retry(self, call: Call, exc: BaseException) -> bool:
         if isinstance(exc, RateLimited):
@@ -127,20 +127,26 @@ def _base_url(url: str) -> str:
     return url + "/"
 
 
-class HTTPTransport:
-    def __init__(self, url: str, *, agent_id: Optional[str], api_key: Optional[str] = None,
-                 timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
-                 http_client: Optional[httpx.Client] = None):
+class _HTTPTransportBase:
+    """Holds the pooled httpx client (one per ampkit client) with the base URL and identity headers."""
+
+    def __init__(self, url: str, http: Any, agent_id: Optional[str], api_key: Optional[str], retries: int):
         self.url = _base_url(url)
         self.policy = _RetryPolicy(retries)
-        self._http = http_client or httpx.Client(timeout=timeout)
+        self._http = http
         self._http.base_url = self.url
         self._http.headers.update(_headers(agent_id, api_key))
 
+
+class HTTPTransport(_HTTPTransportBase):
+    def __init__(self, url: str, *, agent_id: Optional[str], api_key: Optional[str] = None,
+                 timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
+                 http_client: Optional[httpx.Client] = None):
+        super().__init__(url, http_client or httpx.Client(timeout=timeout), agent_id, api_key, retries)
+
     def _send_once(self, call: Call) -> Any:
-        request = build_request(self._http, call)
         try:
-            response = self._http.send(request)
+            response = self._http.send(build_request(self._http, call))
         except httpx.HTTPError as exc:
             raise _transport_error(call, exc) from exc
         return decode_response(call, response)
@@ -154,20 +160,15 @@ class HTTPTransport:
         self._http.close()
 
 
-class AsyncHTTPTransport:
+class AsyncHTTPTransport(_HTTPTransportBase):
     def __init__(self, url: str, *, agent_id: Optional[str], api_key: Optional[str] = None,
                  timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
                  http_client: Optional[httpx.AsyncClient] = None):
-        self.url = _base_url(url)
-        self.policy = _RetryPolicy(retries)
-        self._http = http_client or httpx.AsyncClient(timeout=timeout)
-        self._http.base_url = self.url
-        self._http.headers.update(_headers(agent_id, api_key))
+        super().__init__(url, http_client or httpx.AsyncClient(timeout=timeout), agent_id, api_key, retries)
 
     async def _send_once(self, call: Call) -> Any:
-        request = build_request(self._http, call)
         try:
-            response = await self._http.send(request)
+            response = await self._http.send(build_request(self._http, call))
         except httpx.HTTPError as exc:
             raise _transport_error(call, exc) from exc
         return decode_response(call, response)
@@ -181,4 +182,4 @@ class AsyncHTTPTransport:
         await self._http.aclose()
 
 
-__all__ = ["AsyncHTTPTransport", "DEFAULT_RETRIES", "DEFAULT_TIMEOUT", "HTTPTransport", "AmpkitError"]
+__all__ = ["AsyncHTTPTransport", "DEFAULT_RETRIES", "DEFAULT_TIMEOUT", "HTTPTransport"]
