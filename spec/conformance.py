@@ -113,11 +113,17 @@ def resolve(value: Any, variables: dict[str, Any]) -> Any:
 
 
 def get_path(doc: Any, path: str) -> Any:
-    """`a.b.0.c`; `*` maps over a list (`results.*.id` is the list of ids). `_MISSING` if absent."""
+    """`a.b.0.c`; `*` maps over a list (`results.*.id` is the list of ids). `_MISSING` if absent.
+
+    A path starting with `/` is a JSON Pointer (RFC 6901), for keys that contain dots."""
     if path in ("", "$"):
         return doc
+    if path.startswith("/"):
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+    else:
+        parts = path.split(".")
     current, wildcard = [doc], False
-    for part in path.split("."):
+    for part in parts:
         following = []
         for item in current:
             if part == "*":
@@ -247,8 +253,11 @@ def _request(client: httpx.Client, step: dict[str, Any], variables: dict[str, An
     elif "raw_body" in step:
         content = str(resolve(step["raw_body"], variables)).encode("utf-8")
     params = {k: v for k, v in resolve(step.get("params", {}), variables).items() if v is not None}
-    path = str(resolve(step["path"], variables)).lstrip("/")
-    return client.request(step["method"], path, params=params or None, content=content, headers=headers)
+    path = str(resolve(step["path"], variables))
+    # Paths are relative to the base URL, unless the step says the path is server-absolute
+    # (as /spec advertises manual_run_endpoint).
+    url = client.base_url.join(path) if step.get("absolute") else path.lstrip("/")
+    return client.request(step["method"], url, params=params or None, content=content, headers=headers)
 
 
 def _run_step(client: httpx.Client, step: dict[str, Any], variables: dict[str, Any], agent: Any) -> None:
