@@ -359,10 +359,8 @@ class PostgresStore(Store):
         try:
             psycopg.connect(self.conninfo, connect_timeout=5).close()
         except psycopg.Error as exc:
-            raise Unavailable(
-                f"cannot connect to PostgreSQL at {self.display_url}: {_first_line(exc)} "
-                "(is the server running, and are the host, port, user and database in the URL right?)"
-            ) from exc
+            reason = _first_line(exc).removeprefix("connection is bad: ")
+            raise Unavailable(f"PostgreSQL is unreachable: {reason}") from exc
 
     def close(self) -> None:
         if self._pool is not None:
@@ -487,7 +485,8 @@ class PostgresStore(Store):
         )
         return [Candidate(cid, float(score)) for cid, score in rows]
 
-    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def vector_query(self, vector: Any, model: str, flt: CellFilter, k: int) -> tuple[sql.Composable, list[Any]]:
+        """The dense leg's SQL (public so tests and operators can EXPLAIN it)."""
         dim = int(np.asarray(vector).size)
         where, params = filter_sql(flt)
         typed = sql.SQL("vector({})").format(sql.Literal(dim))
@@ -504,15 +503,22 @@ class PostgresStore(Store):
             " SELECT cell_id, distance FROM hits ORDER BY distance, cell_id"
         ).format(typed=typed, model=sql.Literal(model), dim=sql.Literal(dim), where=where)
         literal = vector_literal(vector)
+        return query, [literal, *params, literal, k]
+
+    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
+        query, params = self.vector_query(vector, model, flt, k)
         with self._connection() as conn:
             with conn.transaction():
-                conn.execute(
-                    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                    "set_config('hnsw.ef_search', %s, true)",
-                    (str(max(self.ef_search, k)),),
-                )
-                rows = conn.execute(query, [literal, *params, literal, k]).fetchall()
+                self.set_search_options(conn, k)
+                rows = conn.execute(query, params).fetchall()
         return [Candidate(cid, 1.0 - float(distance)) for cid, distance in rows]
+
+    def set_search_options(self, conn: psycopg.Connection, k: int) -> None:
+        """Transaction-local HNSW settings (local, so they also work behind pgbouncer)."""
+        conn.execute(
+            "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', %s, true)",
+            (str(min(1000, max(self.ef_search, k))),),  # pgvector caps ef_search at 1000
+        )
 
     def history(self, cell_id: str) -> list[HistoryEntry]:
         rows = self._query(

@@ -1,0 +1,227 @@
+"""PostgreSQL-specific behaviour (the shared contract is in test_store_contract.py): the dense
+leg on pgvector, migrations and the lifecycle lock across processes, start-up and outage
+errors, conformance over HTTP, and `ampkit migrate` / `ampkit copy`."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psycopg
+import pytest
+
+from ampkit.models import CellCreate, CellPatch
+from ampkit.service import MemoryService
+from ampkit.store import CellFilter, StoredVector, store_from_url
+from ampkit.store.postgres import MIGRATIONS, PostgresStore, split_url
+from pg import EmbeddedPostgres
+
+pytestmark = pytest.mark.postgres
+
+AGENT = {"X-AMP-Agent-ID": "agent_a"}
+
+
+def ampkit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ampkit.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def pg_store(pg_url):
+    store = store_from_url(pg_url)
+    store.open()
+    yield store
+    store.close()
+
+
+def unit(rng: np.random.Generator, dim: int) -> np.ndarray:
+    v = rng.standard_normal(dim).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def test_url_options_are_ours_and_the_rest_goes_to_libpq():
+    conninfo, options = split_url("postgres://u:pw@db.internal:5433/mem?sslmode=require&pool_max=20&pool_timeout=2.5")
+    assert conninfo == "postgresql://u:pw@db.internal:5433/mem?sslmode=require"
+    assert options == {"pool_max": 20, "pool_timeout": 2.5}
+    assert PostgresStore("postgresql://u:pw@h/db").display_url == "postgresql://u:***@h/db"
+
+
+def test_dense_leg_filters_inside_the_hnsw_scan(pg_store):
+    """300 vectors, 6 readable by agent_x: a top-6 for agent_x is full, exact and in order,
+    although the nearest neighbours overall all belong to someone else."""
+    service = MemoryService(store=pg_store)
+    rng = np.random.default_rng(7)
+    query = unit(rng, 32)
+    mine, vectors = [], {}
+    with pg_store.write() as tx:
+        for i in range(300):
+            owner = "agent_x" if i % 50 == 0 else "agent_y"
+            # The others' vectors sit close to the query, agent_x's far away.
+            noise = 0.3 if owner == "agent_y" else 3.0
+            vec = query + noise * unit(rng, 32)
+            vec = (vec / np.linalg.norm(vec)).astype(np.float32)
+            cell = service._build(CellCreate.model_validate(
+                {"content": {"text": f"fact {i}"}, "identity": {"owner_id": owner}}), owner, service.clock())
+            tx.insert(cell, StoredVector("fake-32", vec))
+            vectors[cell.id] = vec
+            if owner == "agent_x":
+                mine.append(cell.id)
+    hits = pg_store.vector_candidates(query, "fake-32", CellFilter(reader="agent_x"), 6)
+    expected = sorted(mine, key=lambda cid: -float(vectors[cid] @ query))
+    assert [h.cell_id for h in hits] == expected
+    assert all(abs(h.score - float(vectors[h.cell_id] @ query)) < 1e-4 for h in hits)
+    # Another model with another dimension lives beside it, with its own index.
+    with pg_store.write() as tx:
+        tx.update(pg_store.get(mine[0]), StoredVector("fake-8", unit(rng, 8)))
+    assert [h.cell_id for h in pg_store.vector_candidates(unit(rng, 8), "fake-8", CellFilter(), 5)] == [mine[0]]
+    # The plan walks the HNSW index (not a sequential scan with a sort).
+    sql, params = pg_store.vector_query(query, "fake-32", CellFilter(reader="agent_x"), 6)
+    with pg_store._connection() as conn, conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")  # 300 rows: make the planner show its index path
+        pg_store.set_search_options(conn, 6)
+        plan = "\n".join(r[0] for r in conn.execute(b"EXPLAIN " + sql.as_bytes(conn), params))
+    assert "cell_vectors_hnsw_" in plan
+
+
+def test_search_through_the_service_uses_both_legs(pg_store):
+    class Letters:
+        """A fake embedder: letter counts, so 'tea' is near 'teas' and far from 'rock'."""
+        name, dim = "letters", 26
+
+        def embed(self, texts):
+            out = np.zeros((len(texts), 26), dtype=np.float32)
+            for i, t in enumerate(texts):
+                for ch in t.lower():
+                    if "a" <= ch <= "z":
+                        out[i, ord(ch) - 97] += 1
+            return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+    from ampkit.models import SearchRequest
+    from ampkit.retrieval import Retriever
+
+    service = MemoryService(store=pg_store, retriever=Retriever(embedder=Letters()))
+    tea = service.create("agent_a", CellCreate.model_validate({"content": {"text": "green tea"}, "identity": {"owner_id": "u"}}))
+    service.create("agent_a", CellCreate.model_validate({"content": {"text": "rock music"}, "identity": {"owner_id": "u"}}))
+    result = service.search("agent_a", SearchRequest(query="tea", explain=True))
+    assert result.results[0].id == tea.id
+    assert {"keyword", "dense"} <= set(result.results[0].explain)
+
+
+def test_servers_starting_together_apply_each_migration_once(pg_url):
+    stores = [PostgresStore(pg_url) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def open_store(store):
+        try:
+            store.open()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_store, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert not errors
+        versions = [r[0] for r in stores[0]._query("SELECT version FROM schema_migrations ORDER BY version")]
+        assert versions == [m[0] for m in MIGRATIONS]
+        assert stores[1].migrate() == []
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_lifecycle_lock_is_held_across_stores(pg_url):
+    a, b = PostgresStore(pg_url), PostgresStore(pg_url)
+    a.open()
+    b.open()
+    try:
+        with a.try_lifecycle_lock() as got_a:
+            assert got_a
+            with b.try_lifecycle_lock() as got_b:
+                assert not got_b  # another "server" is running it
+        with b.try_lifecycle_lock() as got_b:
+            assert got_b  # released when a's run ended
+    finally:
+        a.close()
+        b.close()
+
+
+def test_concurrent_patches_of_one_cell_lose_nothing(pg_store):
+    """Read-modify-write under the row lock: each thread appends to a list, none is lost."""
+    service = MemoryService(store=pg_store)
+    cell = service.create("agent_a", CellCreate.model_validate(
+        {"content": {"text": "shared", "metadata": {}}, "identity": {"owner_id": "agent_a"}}))
+    errors: list[BaseException] = []
+
+    def bump(n):
+        try:
+            for i in range(10):
+                service.update("agent_a", cell.id, CellPatch.model_validate({"scoring": {"importance": (n * 10 + i) / 100}}))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=bump, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    updates = [h for h in pg_store.history(cell.id) if h.action == "update"]
+    # Every update saw the previous one: versions rise by exactly one per committed update.
+    assert pg_store.get(cell.id).lifecycle.version == 1 + len(updates)
+    assert len(updates) >= 37  # 40 writes; one may repeat an importance already set (no change, no entry)
+
+
+def test_unreachable_database_at_startup_is_a_clear_message(tmp_path):
+    result = ampkit("serve", "--port", "1", "--store", f"postgresql://postgres@/nope?host={tmp_path}", timeout=60)
+    assert result.returncode == 3
+    assert "PostgreSQL is unreachable" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
+    root = Path(tempfile.mkdtemp(prefix="ampkit-pg-outage-", dir="/tmp"))
+    pg = EmbeddedPostgres(root / "data", root / "sock").start()
+    try:
+        url = pg.url() + "&pool_timeout=1"
+        server = server_factory(url, args=["--lifecycle-interval", "0"])
+        created = httpx.post(f"{server.base_url}/memories", headers=AGENT,
+                             json={"content": {"text": "survives the outage"}, "identity": {"owner_id": "agent_a"}})
+        assert created.status_code == 201
+        cell_id = created.json()["id"]
+
+        pg.stop()
+        for request in (lambda: httpx.get(f"{server.base_url}/memories/{cell_id}", headers=AGENT, timeout=30),
+                        lambda: httpx.post(f"{server.base_url}/memories", headers=AGENT, timeout=30,
+                                           json={"content": {"text": "x"}, "identity": {"owner_id": "agent_a"}})):
+            answer = request()
+            assert answer.status_code == 503
+            assert answer.json()["error"]["code"] == "UNAVAILABLE"
+
+        pg.start()
+        deadline = time.monotonic() + 20
+        while True:
+            answer = httpx.get(f"{server.base_url}/memories/{cell_id}", headers=AGENT, timeout=30)
+            if answer.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert answer.status_code == 200
+        assert answer.json()["content"]["text"] == "survives the outage"
+    finally:
+        pg.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_conformance_suite_passes_against_postgres(pg_url, server_factory):
+    server = server_factory(pg_url)
+    result = ampkit("conformance", "--base-url", server.base_url, timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert " 0 failed" in result.stdout
