@@ -125,7 +125,7 @@ class AmpkitMemory(Memory, Component[AmpkitMemoryConfig]):
     def _from_config(cls, config: AmpkitMemoryConfig) -> "AmpkitMemory":
         import ampkit
 
-        client = ampkit.connect(config.url, agent_id=config.agent_id, asynchronous=True)
+        client = ampkit.aconnect(config.url, agent_id=config.agent_id)
         memory = cls(client, owner_id=config.owner_id, _owns_client=True)
         memory._config = config.model_copy()
         return memory

@@ -17,7 +17,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.llms.mock import MockFunctionCallingLLM
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
 
 def _text(parts: Iterable[Any]) -> str:
@@ -62,6 +62,9 @@ class CrewAIFakeLLM(BaseLLM):
 
     answer: str = "Done."
     prompts: list[str] = Field(default_factory=list)
+
+    def __init__(self, answer: str = "Done.", **kwargs: Any):
+        super().__init__(model=kwargs.pop("model", "fake-crewai-llm"), answer=answer, **kwargs)
 
     def call(self, messages: Any, tools: Any = None, callbacks: Any = None, available_functions: Any = None,
              from_task: Any = None, from_agent: Any = None, response_model: Any = None) -> str:

@@ -1,0 +1,63 @@
+"""AutoGen 0.7 adapter: `AssistantAgent(memory=[...])` runs with a replaying fake model client,
+over HTTP against a real server and in process on SQLite."""
+
+from __future__ import annotations
+
+import json
+
+from autogen_agentchat.agents import AssistantAgent
+from autogen_core.memory import MemoryContent, MemoryMimeType
+
+from adapter_support import backend, unique  # noqa: F401  (fixture)
+from ampkit.adapters._mapping import Sharing
+from ampkit.adapters.autogen import AmpkitMemory
+from ampkit.adapters.fakes import AutoGenFakeModel
+
+
+async def test_agent_turn_sees_shared_memory_and_add_stores_it(backend):
+    user = unique("user")
+    agent_id = unique("ag-agent")
+    memory = AmpkitMemory(backend.aconnect(agent_id), owner_id=user, sharing=Sharing(readable_by=["lc-*"]))
+    await memory.add(MemoryContent(content="Ada prefers green tea", mime_type=MemoryMimeType.TEXT,
+                                   metadata={"topic": "drinks"}))
+    model = AutoGenFakeModel("Green tea it is.")
+    agent = AssistantAgent("assistant", model_client=model, memory=[memory])
+
+    result = await agent.run(task="Which tea should I order for Ada?")
+
+    assert "Ada prefers green tea" in model.prompts[0]
+    assert [type(m).__name__ for m in result.messages] == ["TextMessage", "MemoryQueryEvent", "TextMessage"]
+    (cell,) = backend.cells(user)
+    assert cell.content.text == "Ada prefers green tea" and cell.identity.created_by == agent_id
+    assert cell.content.metadata["topic"] == "drinks" and cell.access_policy.readable_by == ["lc-*"]
+    await memory.close()
+
+
+async def test_query_json_content_and_clear_only_own_cells(backend):
+    user = unique("user")
+    memory = AmpkitMemory(backend.connect(unique("ag-agent")), owner_id=user, name="notes")
+    await memory.add(MemoryContent(content={"drink": "tea", "who": "Ada"}, mime_type=MemoryMimeType.JSON))
+    backend.connect(user).remember("user's own tea note", owner_id=user)
+
+    found = await memory.query("tea")  # the user's note is not shared with this agent
+    assert [json.loads(r.content) for r in found.results] == [{"drink": "tea", "who": "Ada"}]
+
+    await memory.clear()
+    assert backend.texts(user) == ["user's own tea note"]
+    await memory.close()
+
+
+async def test_component_config_round_trips(backend):
+    user = unique("user")
+    memory = AmpkitMemory(backend.connect(unique("ag-agent")), owner_id=user, name="team", k=3,
+                          sharing=Sharing(readable_by=["team-*"], public=False))
+    model = memory.dump_component()
+    assert model.provider == "ampkit.adapters.autogen.AmpkitMemory"
+    loaded = AmpkitMemory.load_component(model)
+    assert loaded.dump_component() == model
+
+    await loaded.add(MemoryContent(content="written by the reloaded memory", mime_type="text/plain"))
+    (cell,) = backend.cells(user)
+    assert cell.access_policy.readable_by == ["team-*"]
+    assert cell.content.metadata["ampkit_scope"] == "autogen:team"
+    await loaded.close()

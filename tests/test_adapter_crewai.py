@@ -1,0 +1,69 @@
+"""CrewAI 1.x adapter: real `Crew` and `Agent` kickoffs with a fake LLM, memory through the
+unified-memory `memory=` argument, over HTTP against a real server and in process on SQLite.
+(conftest points HOME and CREWAI_STORAGE_DIR into a temp dir: CrewAI writes there.)"""
+
+from __future__ import annotations
+
+from crewai import Agent, Crew, Process, Task
+
+from adapter_support import backend, unique  # noqa: F401  (fixture)
+from ampkit.adapters._mapping import Sharing
+from ampkit.adapters.crewai import AmpkitCrewMemory
+from ampkit.adapters.fakes import CrewAIFakeLLM
+
+
+def one_task_crew(llm: CrewAIFakeLLM, memory=None, agent_memory=None) -> Crew:
+    agent = Agent(role="Writer", goal="Write Ada's report summary", backstory="Knows Ada.", llm=llm, memory=agent_memory)
+    task = Task(description="Write the summary format Ada wants for the report", expected_output="One line.", agent=agent)
+    return Crew(agents=[agent], tasks=[task], process=Process.sequential, memory=memory)
+
+
+def test_crew_memory_recalls_into_the_prompt_and_remembers_the_result(backend):
+    user = unique("user")
+    backend.connect(unique("lc-agent")).remember("Ada wants the summary format as bullet points", owner_id=user,
+                                                  readable_by=["crew-*"])
+    agent_id = unique("crew-agent")
+    memory = AmpkitCrewMemory(client=backend.connect(agent_id), owner_id=user, sharing=Sharing(readable_by=["lc-*"]))
+    llm = CrewAIFakeLLM(answer="- bullet one\n- bullet two")
+
+    result = one_task_crew(llm, memory=memory).kickoff()
+
+    assert "bullet" in result.raw
+    assert "Ada wants the summary format as bullet points" in llm.prompts[0]
+    saved = [c for c in backend.cells(user) if c.identity.created_by == agent_id]
+    assert len(saved) == 1 and "- bullet one" in saved[0].content.text
+    assert saved[0].content.metadata["crewai_agent_role"] == "Writer"
+    assert saved[0].access_policy.readable_by == ["lc-*"]
+
+
+def test_agent_memory_and_standalone_agent_kickoff(backend):
+    user = unique("user")
+    owner = backend.connect(user)
+    owner.remember("Ada's report deadline is Friday", owner_id=user, readable_by=["crew-*"])
+    memory = AmpkitCrewMemory(client=backend.connect(unique("crew-agent")), owner_id=user)
+    llm = CrewAIFakeLLM(answer="Friday.")
+
+    one_task_crew(llm, agent_memory=memory).kickoff()
+    assert "Ada's report deadline is Friday" in llm.prompts[0]
+
+    agent = Agent(role="Planner", goal="Plan Ada's week", backstory="Organised.", llm=llm, memory=memory)
+    agent.kickoff("When is Ada's report deadline?")
+    assert "Ada's report deadline is Friday" in llm.prompts[-1]
+
+
+def test_reset_forgets_only_this_memory_cells(backend):
+    user = unique("user")
+    agent_id = unique("crew-agent")
+    memory = AmpkitCrewMemory(client=backend.connect(agent_id), owner_id=user, name="research")
+    memory.remember("crew note one", scope="/notes", categories=["note"])
+    memory.remember_many(["crew note two", "crew note three"], agent_role="Writer")
+    other = AmpkitCrewMemory(client=backend.connect(agent_id), owner_id=user, name="other-crew")
+    other.remember("other crew note")
+    backend.connect(user).remember("user's own note", owner_id=user)
+
+    assert memory.forget(categories=["note"]) == 1
+    assert [m.record.content for m in memory.recall("crew note two")][:1] == ["crew note two"]
+    memory.reset()
+    # reset_all too: "all" is all of this memory's own cells, never the user's or another crew's.
+    memory.reset_all()
+    assert sorted(backend.texts(user)) == ["other crew note", "user's own note"]

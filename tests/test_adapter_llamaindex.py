@@ -1,0 +1,72 @@
+"""LlamaIndex adapters: `FunctionAgent` runs with a fake function-calling LLM, memory as a
+run argument, over HTTP against a real server and in process on SQLite."""
+
+from __future__ import annotations
+
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.memory import Memory
+
+from adapter_support import backend, unique  # noqa: F401  (fixture)
+from ampkit.adapters._mapping import Sharing
+from ampkit.adapters.fakes import LlamaIndexFakeLLM
+from ampkit.adapters.llamaindex import AmpkitMemory, AmpkitMemoryBlock
+
+
+def agent_with(llm: LlamaIndexFakeLLM) -> FunctionAgent:
+    return FunctionAgent(name="assistant", description="helps Ada", llm=llm, tools=[], system_prompt="You are terse.")
+
+
+async def test_memory_keeps_the_session_and_brings_shared_facts_into_the_prompt(backend):
+    user, session = unique("user"), unique("session")
+    backend.connect(unique("crew-agent")).remember("Ada's favourite colour is teal", owner_id=user,
+                                                    readable_by=["li-*"])
+    memory = AmpkitMemory.from_defaults(client=backend.aconnect(unique("li-agent")), owner_id=user, session_id=session)
+
+    llm = LlamaIndexFakeLLM(answer="Teal, noted.")
+    await agent_with(llm).run(user_msg="Paint it in my favourite colour", memory=memory)
+    await agent_with(llm).run(user_msg="And what did I ask before?", memory=memory)
+
+    assert "Ada's favourite colour is teal" in llm.prompts[0]
+    assert "Paint it in my favourite colour" in llm.prompts[1] and "Teal, noted." in llm.prompts[1]
+    chat = backend.cells(user, session_id=session)
+    assert [c.content.text for c in chat] == ["Paint it in my favourite colour", "Teal, noted.",
+                                              "And what did I ask before?", "Teal, noted."]
+    assert {c.type for c in chat} == {"episodic"}
+    assert [m.content for m in await memory.aget_all()][:2] == ["Paint it in my favourite colour", "Teal, noted."]
+
+
+async def test_memory_sync_side_and_reset_forget_only_its_own_session(backend):
+    user, session = unique("user"), unique("session")
+    memory = AmpkitMemory(client=backend.connect(unique("li-agent")), owner_id=user, session_id=session)
+    memory.put(ChatMessage(role="user", content="first"))
+    memory.set([ChatMessage(role="user", content="replaced"), ChatMessage(role="assistant", content="ok")])
+    assert [m.content for m in memory.get_all()] == ["replaced", "ok"]
+    AmpkitMemory(client=backend.connect(unique("li-agent")), owner_id=user, session_id=unique("other")).put(
+        ChatMessage(role="user", content="another session"))
+    backend.connect(user).remember("user's own note", owner_id=user)
+
+    await memory.areset()
+    assert memory.get_all() == []
+    assert sorted(backend.texts(user)) == ["another session", "user's own note"]
+
+
+async def test_memory_block_inside_llamaindex_memory(backend):
+    user = unique("user")
+    writer = backend.connect(unique("lc-agent"))
+    writer.remember("the user prefers bullet-point summaries", owner_id=user, readable_by=["li-*"])
+    block = AmpkitMemoryBlock(client=backend.connect(unique("li-agent")), owner_id=user,
+                              sharing=Sharing(readable_by=["lc-*"]))
+    # A tiny token budget so that Memory flushes old turns into the block.
+    memory = Memory.from_defaults(session_id=unique("s"), token_limit=60, chat_history_token_ratio=0.5,
+                                  token_flush_size=10, memory_blocks=[block])
+    llm = LlamaIndexFakeLLM(answer="Sure, in bullets as you prefer, here is a long enough answer to overflow.")
+    for question in ("Write summaries of the report please", "And the summaries of the minutes too",
+                     "Finally the summaries of the budget"):
+        await agent_with(llm).run(user_msg=question, memory=memory)
+
+    assert "<shared_memory>" in llm.prompts[0] and "the user prefers bullet-point summaries" in llm.prompts[0]
+    flushed = [c for c in backend.cells(user, types=["episodic"])]
+    assert flushed, "Memory flushed old turns into the block"
+    assert all(c.content.metadata["ampkit_framework"] == "llamaindex" for c in flushed)
+    assert flushed[0].access_policy.readable_by == ["lc-*"]
