@@ -12,7 +12,7 @@ cell body (`{"scoring": {"importance": 0.9}}`), once for every client.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Callable, Generic, Iterable, Mapping, Optional, TypeVar, Union
 from urllib.parse import quote
@@ -251,7 +251,8 @@ def spec() -> Call[dict[str, Any]]:
 def forget_flow(cell_id: str):
     """Archive (a no-op when already archived), then delete: the only order the lifecycle
     allows (active|stale -> archived -> deleted)."""
-    yield update(cell_id, status=Status.archived.value)
+    archive = update(cell_id, status=Status.archived.value)
+    yield replace(archive, idempotent=True)  # archiving twice is a no-op, so this PATCH may be resent
     yield delete(cell_id)
 
 
