@@ -551,3 +551,36 @@ def test_non_envelope_error_still_maps_to_an_api_error():
     with pytest.raises(ampkit.APIError) as info:
         client.health()
     assert info.value.status == 502 and info.value.details == {"body": {"text": "bad gateway"}}
+
+
+# ---------------------------------------------------------------- API keys and PostgreSQL
+
+
+def test_api_key_is_sent_as_bearer_to_an_auth_server(server_factory, tmp_path):
+    store = f"sqlite:///{tmp_path}/auth.db"
+    created = subprocess.run([sys.executable, "-m", "ampkit.cli", "keys", "create", "--agent", "keyed-agent",
+                              "--store", store], capture_output=True, text=True, timeout=60)
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip()
+    server = server_factory(store, args=["--auth"])
+    with ampkit.connect(server.base_url, agent_id="keyed-agent", api_key=key) as keyed:
+        cell = keyed.remember("behind a key", owner_id="o")
+        assert cell.identity.created_by == "keyed-agent"
+    with ampkit.connect(server.base_url, agent_id="keyed-agent") as keyless:
+        with pytest.raises(ampkit.Unauthorized):
+            keyless.get(cell.id)
+    with ampkit.connect(server.base_url, agent_id="someone-else", api_key=key) as impostor:
+        with pytest.raises(ampkit.Forbidden):
+            impostor.get(cell.id)
+
+
+@pytest.mark.postgres
+def test_postgresql_url_runs_in_process(pg_url):
+    with ampkit.connect(pg_url, agent_id="pg-agent") as mem:
+        assert mem.in_process
+        cell = mem.remember("Ada prefers green tea", owner_id="ada")
+        assert mem.get(cell.id).scoring.access_count == 1
+        assert [r.cell.id for r in mem.search("green tea", owner_id="ada")] == [cell.id]
+        mem.forget(cell.id)
+        with pytest.raises(AccessDenied):
+            mem.get(cell.id)
