@@ -35,6 +35,7 @@ class Settings(BaseSettings):
     max_cell_size_bytes: int = 65536
     max_request_bytes: int = 4 * 1024 * 1024
     max_batch_cells: int = 500
+    max_header_bytes: int = Field(default=64 * 1024, description="request line plus headers; larger heads get 400")
 
     # identity and abuse
     auth: Literal["off", "required"] = "off"
@@ -44,7 +45,7 @@ class Settings(BaseSettings):
     rate_burst: int = Field(default=0, description="bucket size; 0 = twice the rate")
 
     # retrieval
-    embedder: str = Field(default="none", description="none | default | sentence-transformers:<model> | openai:<url>")
+    embedder: str = Field(default="default", description="none | default | sentence-transformers:<model> | openai:<url>")
 
     # SQLite
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from ulid import ULID
 
 from .access import can_read, can_write
-from .errors import Conflict, InvalidTransition, PayloadTooLarge, ValidationFailed, access_denied
+from .errors import Conflict, InvalidTransition, PayloadTooLarge, Unavailable, ValidationFailed, access_denied
 from .lifecycle import (
     LifecyclePolicy,
     check_delete_transition,
@@ -176,18 +176,24 @@ class MemoryService:
 
     # ---------------------------------------------------------------- read
     def get(self, agent: str, cell_id: str) -> MemoryCell:
-        """Read a cell; counts the access and restarts its decay clock."""
+        """Read a cell; counts the access and restarts its decay clock.
+
+        When the store cannot write (disk full or read-only) the read is still answered,
+        uncounted: losing one access count is better than refusing every read."""
         now = self.clock()
-        with self.store.write() as tx:
-            cell = self._readable(tx.get(cell_id), agent)
-            scoring = cell.scoring.model_copy(update={"access_count": cell.scoring.access_count + 1})
-            lifecycle = cell.lifecycle.model_copy(update={"last_accessed_at": now})
-            touched = cell.model_copy(update={"scoring": scoring, "lifecycle": lifecycle})
-            new_status, reason = scheduled_status(touched, now, self.policy)
-            if new_status == Status.active.value:  # a read revives a stale cell
-                touched = self._with_status(touched, new_status, now)
-                tx.add_history(HistoryRecord(cell_id, now, agent, "status", {"lifecycle.status": [cell.lifecycle.status, new_status], "reason": reason}))
-            tx.update(touched)
+        try:
+            with self.store.write() as tx:
+                cell = self._readable(tx.get(cell_id), agent)
+                scoring = cell.scoring.model_copy(update={"access_count": cell.scoring.access_count + 1})
+                lifecycle = cell.lifecycle.model_copy(update={"last_accessed_at": now})
+                touched = cell.model_copy(update={"scoring": scoring, "lifecycle": lifecycle})
+                new_status, reason = scheduled_status(touched, now, self.policy)
+                if new_status == Status.active.value:  # a read revives a stale cell
+                    touched = self._with_status(touched, new_status, now)
+                    tx.add_history(HistoryRecord(cell_id, now, agent, "status", {"lifecycle.status": [cell.lifecycle.status, new_status], "reason": reason}))
+                tx.update(touched)
+        except Unavailable:
+            return self._readable(self.store.get(cell_id), agent)
         return touched
 
     def history(self, agent: str, cell_id: str) -> list[HistoryEntry]:

@@ -11,4 +11,7 @@ __all__ = ["create_app", "run"]
 def run(settings: Settings) -> None:
     import uvicorn
 
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    # h11 rather than httptools: h11 bounds the request head (headers), so a client cannot
+    # make the server buffer megabytes of headers; an oversized head is refused with 400.
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info",
+                http="h11", h11_max_incomplete_event_size=settings.max_header_bytes)

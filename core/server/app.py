@@ -31,7 +31,7 @@ from ..models import (
     SearchResponse,
 )
 from ..service import EXTENSIONS, MemoryService, build_service, spec_document  # noqa: F401 (re-exported)
-from .errors import BodySizeLimit, install_error_handlers
+from .errors import BodySizeLimit, HeaderSizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 
 log = logging.getLogger("ampkit.server")
@@ -90,6 +90,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     app.state.settings = settings
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=service.limits.max_request_bytes)
+    app.add_middleware(HeaderSizeLimit, max_bytes=settings.max_header_bytes)
 
     CallerDep = Annotated[Caller, Depends(identity.caller)]
     AdminDep = Annotated[Caller, Depends(identity.admin)]

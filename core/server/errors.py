@@ -108,19 +108,27 @@ class BodySizeLimit:
                     await envelope_response(too_large, {"Connection": "close"})(scope, receive, send)
                     return
         seen = 0
-        started = False
+        started = exceeded = False
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, exceeded
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
+                    exceeded = True
                     raise _BodyTooLarge()
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if exceeded:
+                # The body parser may catch our exception and answer 400 itself: answer 413
+                # instead, and drop whatever the app says about the truncated body.
+                if not started:
+                    started = True
+                    await envelope_response(too_large, {"Connection": "close"})(scope, receive, send)
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
@@ -134,4 +142,26 @@ class BodySizeLimit:
 
 class _BodyTooLarge(Exception):
     pass
+
+
+class HeaderSizeLimit:
+    """Refuse requests whose headers total more than `max_bytes` with 431 in the envelope.
+
+    The HTTP layer (h11) already refuses heads it would have to buffer beyond that size; this
+    catches a large head that arrived in one piece, before any route reads it."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            size = sum(len(name) + len(value) + 4 for name, value in scope.get("headers", []))
+            if size > self.max_bytes:
+                err = APIError(f"request headers exceed {self.max_bytes} bytes", {"max_header_bytes": self.max_bytes},
+                               code="HEADERS_TOO_LARGE")
+                err.status = 431
+                await envelope_response(err, {"Connection": "close"})(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
