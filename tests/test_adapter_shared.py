@@ -1,0 +1,82 @@
+"""Cross-framework: what a LangChain agent remembers, LlamaIndex, CrewAI and AutoGen agents
+find in their prompts on their next turn; an agent the cell's access policy does not admit
+does not. Over HTTP against a real server and in process on SQLite. Also runs the
+shared-preferences example end to end against the server, as `make demo` does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from autogen_agentchat.agents import AssistantAgent
+from crewai import Agent, Crew, Task
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage
+from llama_index.core.agent.workflow import FunctionAgent
+
+import ampkit
+from adapter_support import backend, unique  # noqa: F401  (fixture)
+from ampkit.adapters import autogen as ag, crewai as crew, langchain as lc, llamaindex as li
+from ampkit.adapters._mapping import Sharing
+from ampkit.adapters.fakes import AutoGenFakeModel, CrewAIFakeLLM, LangChainFakeModel, LlamaIndexFakeLLM
+from support import ROOT
+
+PREFERENCE = "the user prefers bullet-point summaries"
+QUESTION = "Write the summaries of today's meeting."
+
+
+async def test_a_langchain_memory_reaches_every_other_framework_but_not_an_outsider(backend):
+    user = unique("user")
+    team = {name: unique(f"team-{name}") for name in ("langchain", "llamaindex", "crewai", "autogen")}
+    outsider = unique("outsider")
+
+    # LangChain: the agent decides to remember the preference, shared with the team.
+    tools = lc.memory_tools(backend.connect(team["langchain"]), owner_id=user, sharing=Sharing(readable_by=["team-*"]))
+    model = LangChainFakeModel([AIMessage("", tool_calls=[{"name": "remember", "args": {"fact": PREFERENCE}, "id": "c1"}]),
+                                "I'll remember that."])
+    create_agent(model, tools=tools).invoke({"messages": [HumanMessage("I prefer bullet-point summaries.")]})
+    (cell,) = backend.cells(user)
+    assert cell.content.text == PREFERENCE and cell.identity.created_by == team["langchain"]
+
+    # LlamaIndex, next turn.
+    li_llm = LlamaIndexFakeLLM("- point one")
+    li_memory = li.AmpkitMemory(client=backend.aconnect(team["llamaindex"]), owner_id=user, session_id=unique("s"))
+    await FunctionAgent(name="a", description="d", llm=li_llm, tools=[]).run(user_msg=QUESTION, memory=li_memory)
+    assert PREFERENCE in li_llm.prompts[0]
+
+    # CrewAI, next task.
+    crew_llm = CrewAIFakeLLM("- point one")
+    crew_memory = crew.AmpkitCrewMemory(client=backend.connect(team["crewai"]), owner_id=user)
+    writer = Agent(role="Writer", goal="Summarise meetings", backstory="Concise.", llm=crew_llm)
+    await Crew(agents=[writer], tasks=[Task(description=QUESTION, expected_output="Bullets.", agent=writer)],
+               memory=crew_memory).kickoff_async()
+    assert PREFERENCE in crew_llm.prompts[0]
+
+    # AutoGen, next turn; and an AutoGen agent outside the team.
+    for agent_id, admitted in ((team["autogen"], True), (outsider, False)):
+        ag_model = AutoGenFakeModel("- point one")
+        memory = ag.AmpkitMemory(backend.aconnect(agent_id), owner_id=user)
+        await AssistantAgent("assistant", model_client=ag_model, memory=[memory]).run(task=QUESTION)
+        assert (PREFERENCE in ag_model.prompts[0]) is admitted
+        await memory.close()
+
+    # The refusal is the server's access rule, not the adapter's: a raw get is refused too.
+    try:
+        backend.connect(outsider).get(cell.id)
+    except ampkit.AccessDenied:
+        pass
+    else:
+        raise AssertionError("the outsider could read the cell")
+
+
+def test_shared_preferences_example_prints_one_line_per_framework(server):
+    env = {**os.environ, "AMPKIT_URL": server.base_url}
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "shared_preferences.py")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(": ", 1) for line in out.stdout.strip().splitlines() if ": " in line)
+    for framework in ("langchain", "llamaindex", "crewai", "autogen"):
+        assert "bullet-point summaries" in lines[framework], out.stdout
+    refused = [v for k, v in lines.items() if k.startswith("refused")]
+    assert refused and "bullet-point" not in refused[0], out.stdout
