@@ -147,8 +147,17 @@ class Store(ABC):
         """Top-k by the backend's keyword ranker (BM25 for SQLite), best first."""
 
     def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
-        """Top-k by cosine similarity among cells embedded with `model`. Default: no dense leg."""
+        """Top-k by cosine similarity among cells embedded with `model`. Default: no dense leg.
+
+        `flt` must be applied before ranking, exactly as in `keyword_candidates`: the top-k
+        is taken among the cells the filter admits, never filtered after the cut."""
         return []
+
+    def vector_models(self, cell_ids: Sequence[str]) -> dict[str, str]:
+        """cell id -> name of the model its stored vector came from (cells without a vector
+        are absent). `ampkit reindex` uses it to skip cells already embedded with the current
+        model; the default (empty) makes reindex re-embed everything, which is also correct."""
+        return {}
 
     @abstractmethod
     def history(self, cell_id: str) -> list[HistoryEntry]: ...

@@ -84,29 +84,33 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     ),
     (
         2,
-        "keyword index over CJK-aware text (ampkit.textindex); vector dimension and change sequence",
-        # Contentless FTS5: it indexes index_text(text) (the text plus CJK bigrams), which is
-        # not a column of `cells`; deleting from a contentless index needs the indexed value,
-        # which the deterministic SQL function recomputes from old.text.
+        "keyword index over turn windows and CJK bigrams; vector dimension and change sequence",
+        # The keyword index now covers a *window* per cell: its text plus the texts of the cells
+        # just before and after it in the same owner's session (a question asked in one turn
+        # is answered in the next), extended with CJK bigrams (ampkit.textindex). The window
+        # text lives in `cell_context` (rowid = cells.rowid), maintained by the write
+        # transaction; `cells_fts` is an external-content index over it, kept by triggers.
         """
         DROP TRIGGER cells_fts_ai;
         DROP TRIGGER cells_fts_ad;
         DROP TRIGGER cells_fts_au;
         DROP TABLE cells_fts;
+        CREATE INDEX cells_session ON cells(owner_id, session_id) WHERE session_id IS NOT NULL;
+        CREATE TABLE cell_context (rowid INTEGER PRIMARY KEY, text TEXT NOT NULL);
         CREATE VIRTUAL TABLE cells_fts USING fts5(
-            text, content='', tokenize='porter unicode61 remove_diacritics 2'
+            text, content='cell_context', content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2'
         );
-        INSERT INTO cells_fts(rowid, text) SELECT rowid, ampkit_index_text(text) FROM cells;
-        CREATE TRIGGER cells_fts_ai AFTER INSERT ON cells BEGIN
-            INSERT INTO cells_fts(rowid, text) VALUES (new.rowid, ampkit_index_text(new.text));
+        CREATE TRIGGER cell_context_ai AFTER INSERT ON cell_context BEGIN
+            INSERT INTO cells_fts(rowid, text) VALUES (new.rowid, new.text);
         END;
-        CREATE TRIGGER cells_fts_ad AFTER DELETE ON cells BEGIN
-            INSERT INTO cells_fts(cells_fts, rowid, text) VALUES ('delete', old.rowid, ampkit_index_text(old.text));
+        CREATE TRIGGER cell_context_ad AFTER DELETE ON cell_context BEGIN
+            INSERT INTO cells_fts(cells_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
         END;
-        CREATE TRIGGER cells_fts_au AFTER UPDATE OF text ON cells BEGIN
-            INSERT INTO cells_fts(cells_fts, rowid, text) VALUES ('delete', old.rowid, ampkit_index_text(old.text));
-            INSERT INTO cells_fts(rowid, text) VALUES (new.rowid, ampkit_index_text(new.text));
-        END;
+        INSERT INTO cell_context(rowid, text)
+            SELECT rid, ampkit_index_text(CASE WHEN session_id IS NULL THEN text ELSE
+                coalesce(lag(text) OVER w || char(10), '') || text || coalesce(char(10) || lead(text) OVER w, '') END)
+            FROM (SELECT rowid AS rid, owner_id, session_id, text FROM cells)
+            WINDOW w AS (PARTITION BY owner_id, session_id ORDER BY rid);
         ALTER TABLE cells ADD COLUMN embed_dim INTEGER;
         ALTER TABLE cells ADD COLUMN vec_seq INTEGER;
         UPDATE cells SET embed_dim = length(embedding) / 4, vec_seq = rowid WHERE embedding IS NOT NULL;
@@ -232,20 +236,59 @@ class _SQLiteWriteTx(WriteTx):
             [(cell.id, glob_to_sql_glob(p)) for p in cell.access_policy.readable_by],
         )
 
+    def _session_neighbours(self, rowid: int) -> list[int]:
+        """Row ids of the cells just before and after this one in its owner's session."""
+        row = self.conn.execute("SELECT owner_id, session_id FROM cells WHERE rowid = ?", (rowid,)).fetchone()
+        if row is None or row[1] is None:
+            return []
+        out = []
+        for op, order in (("<", "DESC"), (">", "ASC")):
+            hit = self.conn.execute(
+                f"SELECT rowid FROM cells WHERE owner_id = ? AND session_id = ? AND rowid {op} ? ORDER BY rowid {order} LIMIT 1",
+                (*row, rowid),
+            ).fetchone()
+            if hit is not None:
+                out.append(hit[0])
+        return out
+
+    def _refresh_context(self, rowids: Sequence[int]) -> None:
+        """Rewrite the keyword-index windows of these rows (see migration 2)."""
+        for rowid in dict.fromkeys(rowids):
+            self.conn.execute("DELETE FROM cell_context WHERE rowid = ?", (rowid,))
+            own = self.conn.execute("SELECT text FROM cells WHERE rowid = ?", (rowid,)).fetchone()
+            if own is None:
+                continue
+            before, after = [], []
+            for neighbour in self._session_neighbours(rowid):
+                text = self.conn.execute("SELECT text FROM cells WHERE rowid = ?", (neighbour,)).fetchone()[0]
+                (before if neighbour < rowid else after).append(text)
+            window = [*before, own[0], *after]
+            self.conn.execute(
+                "INSERT INTO cell_context(rowid, text) VALUES (?, ?)", (rowid, index_text("\n".join(window)))
+            )
+
+    def _rowid(self, cell_id: str) -> Optional[int]:
+        row = self.conn.execute("SELECT rowid FROM cells WHERE id = ?", (cell_id,)).fetchone()
+        return None if row is None else row[0]
+
     def insert(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
         row = cell_to_row(cell)
         cols = ",".join(row)
-        self.conn.execute(f"INSERT INTO cells({cols}) VALUES ({','.join('?' * len(row))})", list(row.values()))
+        cur = self.conn.execute(f"INSERT INTO cells({cols}) VALUES ({','.join('?' * len(row))})", list(row.values()))
+        rowid = cur.lastrowid
+        self._refresh_context([rowid, *self._session_neighbours(rowid)])
         self._write_readers(cell)
         self._write_vector(cell.id, vector)
 
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
         row = cell_to_row(cell)
         old_text = self.conn.execute("SELECT text FROM cells WHERE id = ?", (cell.id,)).fetchone()
-        if old_text is not None and old_text[0] == row["text"]:
-            row.pop("text")  # leave the FTS trigger alone when the text did not change
+        text_changed = old_text is None or old_text[0] != row["text"]
         sets = ",".join(f"{k} = ?" for k in row if k != "id")
         self.conn.execute(f"UPDATE cells SET {sets} WHERE id = ?", [v for k, v in row.items() if k != "id"] + [cell.id])
+        rowid = self._rowid(cell.id)
+        if text_changed and rowid is not None:  # its window and its neighbours' windows
+            self._refresh_context([rowid, *self._session_neighbours(rowid)])
         self._write_readers(cell)
         self._write_vector(cell.id, vector)
 
@@ -262,7 +305,11 @@ class _SQLiteWriteTx(WriteTx):
         )
 
     def purge(self, cell_id: str) -> None:
+        rowid = self._rowid(cell_id)
+        neighbours = self._session_neighbours(rowid) if rowid is not None else []
         self.conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,))
+        if rowid is not None:  # erasure: its text leaves its own and its neighbours' windows
+            self._refresh_context([rowid, *neighbours])
         self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell_id,))
         # Erasure: the history keeps who did what and when, never the old values.
         self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = ?", (cell_id,))
@@ -271,10 +318,21 @@ class _SQLiteWriteTx(WriteTx):
 class SQLiteStore(Store):
     backend = "sqlite"
 
-    def __init__(self, path: str, *, synchronous: str = "NORMAL", busy_timeout_ms: int = 10000):
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout_ms: int = 10000,
+        ann_threshold: int = DEFAULT_ANN_THRESHOLD,
+    ):
         self.path = path
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
+        self.ann_threshold = ann_threshold
+        self._vectors: dict[str, VectorIndex] = {}  # embedding model -> in-memory index
+        self._vectors_seq = 0  # highest cells.vec_seq loaded into self._vectors
+        self._vectors_lock = threading.Lock()
         self._write_lock = threading.RLock()
         self._writer: Optional[sqlite3.Connection] = None
         self._local = threading.local()
@@ -290,7 +348,7 @@ class SQLiteStore(Store):
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-        conn.create_function("ampkit_index_text", 1, index_text, deterministic=True)  # FTS triggers
+        conn.create_function("ampkit_index_text", 1, index_text, deterministic=True)  # migration 2
         return conn
 
     def open(self) -> None:
@@ -430,6 +488,58 @@ class SQLiteStore(Store):
             [match, *params, k],
         )
         return [Candidate(cid, -float(score)) for cid, score in rows]
+
+    def _catch_up_vectors(self) -> None:
+        """Load vectors written since the last call (by this process or any other)."""
+        with self._vectors_lock:
+            while True:
+                rows = self._query(
+                    "SELECT rowid, embed_model, embedding, vec_seq FROM cells "
+                    "WHERE vec_seq > ? AND embedding IS NOT NULL ORDER BY vec_seq LIMIT 20000",
+                    (self._vectors_seq,),
+                )
+                if not rows:
+                    return
+                by_model: dict[str, tuple[list[int], list[bytes]]] = {}
+                for rowid, model, blob, _ in rows:
+                    ids, blobs = by_model.setdefault(model, ([], []))
+                    ids.append(rowid)
+                    blobs.append(blob)
+                for model, (ids, blobs) in by_model.items():
+                    matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
+                    index = self._vectors.get(model)
+                    if index is None or index.dim != matrix.shape[1]:
+                        index = self._vectors[model] = VectorIndex(matrix.shape[1], self.ann_threshold)
+                    index.upsert(np.asarray(ids, dtype=np.int64), matrix)
+                self._vectors_seq = rows[-1][3]
+
+    def vector_models(self, cell_ids: Sequence[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        ids = list(cell_ids)
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            out.update(self._query(
+                f"SELECT id, embed_model FROM cells WHERE embed_model IS NOT NULL AND id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ))
+        return out
+
+    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
+        self._catch_up_vectors()
+        index = self._vectors.get(model)
+        if index is None:
+            return []
+        # The filter runs in SQL first, so the index only ranks rows the caller may see.
+        where, params = filter_sql(flt)
+        cur = self._reader().execute(f"SELECT c.rowid FROM cells c WHERE {where} AND c.embed_model = ?", [*params, model])
+        allowed = np.fromiter((r[0] for r in cur), dtype=np.int64)
+        hits = index.search(vector, allowed, k)
+        if not hits:
+            return []
+        ids = dict(self._query(
+            f"SELECT rowid, id FROM cells WHERE rowid IN ({','.join('?' * len(hits))})", [r for r, _ in hits]
+        ))
+        return [Candidate(ids[r], score) for r, score in hits if r in ids]
 
     def history(self, cell_id: str) -> list[HistoryEntry]:
         rows = self._query(

@@ -1,0 +1,160 @@
+"""LoCoMo retrieval benchmark: recall of the evidence turns, through the real service.
+
+Each conversation's turns become cells of one owner (the conversation id): the cell text is
+"<speaker>: <turn text>" (plus the shared photo's caption, if any), the session's date and
+the turn id go in `content.metadata`, the session in `identity.session_id`. Every answerable
+question (categories 1-4 with evidence that resolves) is a search by that owner; recall@k is
+the fraction of a question's evidence turns among the top k, averaged over questions.
+
+    python bench/locomo.py --data ../shared/data/locomo/locomo-dev.json [--json out.json]
+
+The store is a temporary SQLite file; the service, retriever and embedder are the ones the
+server builds (`AMPKIT_EMBEDDER`, default `default`). "BM25 only" is the keyword leg alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from ampkit.embeddings import embedder_from_name
+from ampkit.models import CellCreate, SearchRequest
+from ampkit.retrieval import Retriever
+from ampkit.service import MemoryService
+from ampkit.store.base import CellFilter
+from ampkit.store.sqlite import SQLiteStore
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+KS = (5, 10)
+
+
+def turn_cells(sample: dict) -> list[CellCreate]:
+    conv, owner = sample["conversation"], sample["sample_id"]
+    cells = []
+    sessions = sorted(int(k.split("_")[1]) for k in conv if k.startswith("session_") and not k.endswith("date_time"))
+    for n in sessions:
+        date = conv.get(f"session_{n}_date_time", "")
+        for turn in conv[f"session_{n}"]:
+            text = f"{turn['speaker']}: {turn['text']}"
+            if turn.get("blip_caption"):
+                text += f" [shares a photo: {turn['blip_caption']}]"
+            cells.append(CellCreate(
+                type="episodic",
+                content={"text": text, "metadata": {"dia_id": turn["dia_id"], "date": date, "speaker": turn["speaker"]}},
+                identity={"owner_id": owner, "session_id": f"{owner}-s{n}"},
+            ))
+    return cells
+
+
+def questions(sample: dict, known: set[str]) -> tuple[list[dict], int]:
+    kept, skipped = [], 0
+    for qa in sample["qa"]:
+        if qa.get("category") not in CATEGORIES:
+            continue
+        evidence = {e.strip() for e in qa.get("evidence", []) if e.strip() in known}
+        if not evidence:
+            skipped += 1
+            continue
+        kept.append({"question": qa["question"], "category": qa["category"], "evidence": evidence})
+    return kept, skipped
+
+
+def recall(ranked: list[str], evidence: set[str], k: int) -> float:
+    return len(evidence & set(ranked[:k])) / len(evidence)
+
+
+def summarise(rows: list[tuple[int, list[str], set[str]]]) -> dict:
+    out: dict = {"overall": {}, "by_category": {}}
+    for k in KS:
+        out["overall"][f"recall@{k}"] = round(statistics.fmean(recall(r, e, k) for _, r, e in rows), 4)
+    for cat, name in CATEGORIES.items():
+        sub = [(c, r, e) for c, r, e in rows if c == cat]
+        if sub:
+            out["by_category"][name] = {f"recall@{k}": round(statistics.fmean(recall(r, e, k) for _, r, e in sub), 4) for k in KS}
+            out["by_category"][name]["questions"] = len(sub)
+    out["questions"] = len(rows)
+    return out
+
+
+def run(data: Path, embedder_name: str) -> dict:
+    samples = json.loads(data.read_text())
+    tmp = tempfile.TemporaryDirectory(prefix="ampkit-locomo-")
+    store = SQLiteStore(str(Path(tmp.name) / "locomo.db"), synchronous="OFF")
+    store.open()
+    retriever = Retriever(embedder=embedder_from_name(embedder_name))
+    service = MemoryService(store=store, retriever=retriever)
+
+    t0 = time.perf_counter()
+    dia_of: dict[str, str] = {}
+    workload = []
+    skipped = 0
+    for sample in samples:
+        owner = sample["sample_id"]
+        cells = turn_cells(sample)
+        for i in range(0, len(cells), 500):
+            for cell in service.create_many(owner, cells[i : i + 500]):
+                dia_of[cell.id] = cell.content.metadata["dia_id"]
+        qs, missing = questions(sample, {c.content.metadata["dia_id"] for c in cells})
+        skipped += missing
+        workload.extend((owner, q) for q in qs)
+    index_s = time.perf_counter() - t0
+
+    full, bm25, latencies = [], [], []
+    for owner, q in workload:
+        t = time.perf_counter()
+        hits = service.search(owner, SearchRequest(query=q["question"], owner_id=owner, limit=max(KS))).results
+        latencies.append((time.perf_counter() - t) * 1000)
+        full.append((q["category"], [dia_of[h.id] for h in hits], q["evidence"]))
+        flt = CellFilter(reader=owner, owner_id=owner)
+        kw = store.keyword_candidates(q["question"], flt, max(KS))
+        bm25.append((q["category"], [dia_of[c.cell_id] for c in kw], q["evidence"]))
+    store.close()
+    tmp.cleanup()
+
+    result = summarise(full)
+    latencies.sort()
+    result.update({
+        "embedder": retriever.embedder.name if retriever.embedder else "none",
+        "cells": len(dia_of),
+        "skipped_questions": skipped,
+        "index_s": round(index_s, 2),
+        "query_ms": {"p50": round(latencies[len(latencies) // 2], 2), "p95": round(latencies[int(len(latencies) * 0.95)], 2)},
+        "bm25_only": summarise(bm25),
+    })
+    return result
+
+
+def print_table(result: dict) -> None:
+    print(f"LoCoMo: {result['cells']} turns, {result['questions']} questions "
+          f"({result['skipped_questions']} skipped: no resolvable evidence); embedder {result['embedder']}")
+    print(f"index {result['index_s']} s; query p50 {result['query_ms']['p50']} ms, p95 {result['query_ms']['p95']} ms\n")
+    print(f"| {'category':<12} | {'n':>4} | BM25 r@5 | BM25 r@10 | full r@5 | full r@10 |")
+    print(f"|{'-' * 14}|{'-' * 6}|----------|-----------|----------|-----------|")
+    rows = [(name, result["by_category"][name], result["bm25_only"]["by_category"][name]) for name in result["by_category"]]
+    rows.append(("overall", {**result["overall"], "questions": result["questions"]}, result["bm25_only"]["overall"]))
+    for name, full, bm in rows:
+        print(f"| {name:<12} | {full['questions']:>4} | {bm['recall@5']:8.3f} | {bm['recall@10']:9.3f} | "
+              f"{full['recall@5']:8.3f} | {full['recall@10']:9.3f} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, type=Path, help="LoCoMo JSON (a list of conversations)")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--embedder", default="default", help="none | default | sentence-transformers:... | openai:...")
+    args = parser.parse_args(argv)
+    result = run(args.data, args.embedder)
+    print_table(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
