@@ -276,3 +276,15 @@ def test_slow_clients_do_not_block_others(server):
         for s in slow:
             s.close()
     assert_alive(server.base_url)
+
+
+# ---------------------------------------------------------------- load
+def test_load_bench_loses_no_acknowledged_write(server, tmp_path):
+    out = tmp_path / "load.json"
+    r = subprocess.run([sys.executable, "bench/load.py", "--clients", "4", "--seconds", "2", "--base-url", server.base_url,
+                        "--json", str(out)], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(out.read_text())
+    assert report["acked_writes"] > 0 and report["lost_writes"] == 0 and report["errors"] == 0
+    assert report["requests"] > 0 and report["p99_ms"] >= report["p50_ms"] > 0
+    assert_alive(server.base_url)
