@@ -265,3 +265,21 @@ def test_auth_servers_limit_by_default_and_zero_turns_it_off(db, server_factory)
     assert httpx.get(f"{default.base_url}/spec").json()["capabilities"]["auth"]["rate_limit"]["requests_per_second"] == 50
     off = server_factory(f"sqlite:///{path}", args=["--auth", "--rate-limit", "0"])
     assert httpx.get(f"{off.base_url}/spec").json()["capabilities"]["auth"]["rate_limit"] is None
+
+
+def test_the_python_client_sends_the_key_from_the_environment(auth_server, monkeypatch):
+    from ampkit.client import connect
+    from ampkit.errors import Forbidden
+
+    srv, _, keys = auth_server
+    monkeypatch.setenv("AMPKIT_API_KEY", keys["alice"])
+    with connect(srv.base_url) as client:
+        made = client.remember("alice keeps her notes here", owner_id="alice")
+        assert made.identity.created_by == "alice"
+        assert client.get(made.id).content.text == "alice keeps her notes here"
+    with pytest.raises(Unauthorized):
+        with connect(srv.base_url, api_key=keys["alice"] + "x") as client:
+            client.get(made.id)
+    with pytest.raises(Forbidden):  # a read-only key passed by argument wins over the env var
+        with connect(srv.base_url, api_key=keys["reader"]) as client:
+            client.remember("not allowed", owner_id="alice")
