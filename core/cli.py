@@ -53,9 +53,9 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
         service.store.open()  # fail fast with a clear message, before binding the port
         service.store.close()
     except Exception as exc:  # noqa: BLE001
-        click.echo(f"ampkit: cannot open store {settings.store_url()}: {exc}", err=True)
+        click.echo(f"ampkit: cannot open store {_shown(settings.store_url())}: {exc}", err=True)
         sys.exit(EXIT_STARTUP_FAILURE)
-    click.echo(f"ampkit: store {settings.store_url()}")
+    click.echo(f"ampkit: store {_shown(settings.store_url())}")
     click.echo(f"ampkit: auth {settings.auth}" + ("" if settings.auth == "required" else " (X-AMP-Agent-ID is trusted)"))
     click.echo(f"ampkit: listening on http://{settings.host}:{settings.port}/amp/v1")
     run(settings)
@@ -169,6 +169,108 @@ def keys_rotate(key_id: str, overlap: str, store_url: Optional[str]) -> None:
     click.echo(f"new key {rec.key_id} for agent {rec.agent_id!r} replaces {_key_id(key_id)}, "
                f"which stays valid for {overlap}; the new key is shown only once:", err=True)
     click.echo(issued.token)
+
+
+# ---------------------------------------------------------------- stores
+def _shown(url: str) -> str:
+    from .store._pg_url import redact
+
+    return redact(url)  # never print a database password
+
+
+def _open_or_exit(url: str):
+    from .store import store_from_url
+
+    try:
+        store = store_from_url(url)
+        store.open()
+    except Exception as exc:  # noqa: BLE001 - any failure to open is reported the same way
+        click.echo(f"ampkit: cannot open store {_shown(url)}: {exc}", err=True)
+        sys.exit(EXIT_STARTUP_FAILURE)
+    return store
+
+
+@main.command()
+@click.option("--store", "store_url", required=True, help="store URL: sqlite:///PATH or postgresql://...")
+@click.option("--dry-run", is_flag=True, help="only list the migrations that would be applied")
+def migrate(store_url: str, dry_run: bool) -> None:
+    """Bring a store's schema up to date (servers also do this when they start)."""
+    from .store.transfer import pending_migrations
+
+    try:
+        pending = pending_migrations(store_url)
+    except Exception as exc:  # noqa: BLE001
+        click.echo(f"ampkit: cannot open store {_shown(store_url)}: {exc}", err=True)
+        sys.exit(EXIT_STARTUP_FAILURE)
+    for version, name in pending:
+        click.echo(f"{'would apply' if dry_run else 'applying'} migration {version}: {name}")
+    if not pending:
+        click.echo(f"{_shown(store_url)}: schema is up to date")
+    elif not dry_run:
+        _open_or_exit(store_url).close()  # open() applies them, under the store's migration lock
+        click.echo(f"{_shown(store_url)}: applied {len(pending)} migration(s)")
+
+
+@main.command()
+@click.option("--from", "source_url", required=True, help="store to read, e.g. sqlite:///memory.db")
+@click.option("--to", "dest_url", required=True, help="empty store to fill, e.g. postgresql://user@host/db")
+@click.option("--batch-size", default=200, show_default=True, help="cells per destination transaction")
+def copy(source_url: str, dest_url: str, batch_size: int) -> None:
+    """Copy every cell (any status), its history and the API keys into an empty store, then
+    verify the counts. Vectors are recomputed with the configured embedder (AMPKIT_EMBEDDER)."""
+    from tqdm import tqdm
+
+    from .config import Settings
+    from .embeddings import retriever_from_settings
+    from .store.transfer import DestinationNotEmpty, copy_store, everything
+
+    source, dest = _open_or_exit(source_url), _open_or_exit(dest_url)
+    try:
+        with tqdm(total=source.count(everything()), unit="cell", desc="copy", file=sys.stderr) as bar:
+            report = copy_store(source, dest, retriever_from_settings(Settings()), batch_size, bar.update)
+    except DestinationNotEmpty as exc:
+        click.echo(f"ampkit: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    finally:
+        source.close()
+        dest.close()
+    click.echo(f"copied {report.cells} cells, {report.history} history entries, {report.keys} API keys, "
+               f"{report.vectors} vectors: {_shown(source_url)} -> {_shown(dest_url)}")
+    if not report.verified:
+        for problem in report.mismatches:
+            click.echo(f"ampkit: verification failed: {problem}", err=True)
+        sys.exit(1)
+    click.echo("verified: cell counts per status, history per cell and API keys match")
+
+
+@main.command()
+@click.option("--store", "store_url", default=None, help="store URL [default: AMPKIT_STORE or the user data dir]")
+@click.option("--embedder", default=None, help="embedder to use [default: AMPKIT_EMBEDDER]")
+@click.option("--all", "everything", is_flag=True, help="re-embed every cell, not only those from another model")
+@click.option("--batch-size", default=256, show_default=True, help="cells per embedding call and transaction")
+def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool, batch_size: int) -> None:
+    """Re-embed a store's cells after an embedding-model change (a running server picks the
+    new vectors up)."""
+    from tqdm import tqdm
+
+    from .config import Settings
+    from .embeddings import reindex as reindex_store
+    from .embeddings import retriever_from_settings
+    from .store.base import CellFilter
+
+    settings = Settings(**{k: v for k, v in {"store": store_url, "embedder": embedder}.items() if v})
+    retriever = retriever_from_settings(settings)
+    if retriever.embedder is None:
+        click.echo("ampkit: the embedder is 'none': nothing to index (set AMPKIT_EMBEDDER or --embedder)", err=True)
+        sys.exit(EXIT_USAGE)
+    store = _store(settings.store_url())
+    try:
+        total = store.count(CellFilter(statuses=("active", "stale", "archived", "deleted"), include_superseded=True))
+        with tqdm(total=total, unit="cell", desc="reindex", file=sys.stderr) as bar:
+            done = reindex_store(store, retriever, batch_size, bar.update, only_stale=not everything)
+    finally:
+        store.close()
+    click.echo(f"re-embedded {done} cells with {retriever.embedder.name}")
 
 
 @main.command()

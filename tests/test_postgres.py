@@ -225,3 +225,69 @@ def test_conformance_suite_passes_against_postgres(pg_url, server_factory):
     result = ampkit("conformance", "--base-url", server.base_url, timeout=240)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert " 0 failed" in result.stdout
+
+
+def test_migrate_dry_run_changes_nothing_then_applies(pg_url, tmp_path):
+    dry = ampkit("migrate", "--store", pg_url, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert [line.split(":")[0] for line in dry.stdout.splitlines()] == [f"would apply migration {v}" for v, _, _ in MIGRATIONS]
+    with psycopg.connect(split_url(pg_url)[0]) as conn:
+        assert conn.execute("SELECT to_regclass('cells')").fetchone()[0] is None
+    applied = ampkit("migrate", "--store", pg_url)
+    assert applied.returncode == 0 and f"applied {len(MIGRATIONS)} migration(s)" in applied.stdout
+    again = ampkit("migrate", "--store", pg_url, "--dry-run")
+    assert "schema is up to date" in again.stdout
+    # SQLite too, and a dry run does not even create the file.
+    db = tmp_path / "fresh.db"
+    assert "would apply migration 1" in ampkit("migrate", "--store", f"sqlite:///{db}", "--dry-run").stdout
+    assert not db.exists()
+
+
+def test_copy_sqlite_to_postgres_and_back_keeps_everything(pg_url, tmp_path):
+    from datetime import timedelta
+
+    from ampkit.models import utcnow
+    from ampkit.store.base import ApiKeyRecord
+
+    source_url, back_url = f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"
+    source = store_from_url(source_url)
+    source.open()
+    service = MemoryService(store=source)
+    old = service.create("agent_a", CellCreate.model_validate(
+        {"content": {"text": "lives in Bristol", "metadata": {"k": [1, {"z": None}], "a": True}},
+         "identity": {"owner_id": "u1", "session_id": "s1"}, "access_policy": {"readable_by": ["agent_[!x]*"]}}))
+    service.create("agent_a", CellCreate.model_validate(
+        {"content": {"text": "moved to Edinburgh"}, "identity": {"owner_id": "u1"}, "supersedes": old.id}))
+    gone = service.create("agent_a", CellCreate.model_validate({"content": {"text": "to forget"}, "identity": {"owner_id": "u2"}}))
+    service.update("agent_a", gone.id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
+    service.delete("agent_a", gone.id)
+    for i in range(7):
+        service.create("agent_b", CellCreate.model_validate({"content": {"text": f"fact {i}"}, "identity": {"owner_id": "u3"}}))
+    source.put_key(ApiKeyRecord("k1", "agent_a", ("read", "write"), "ab" * 32, utcnow(), utcnow() + timedelta(days=1)))
+    cells = {c.id: c for c in source.iter_cells()}
+    histories = {cid: source.history(cid) for cid in cells}
+    keys = source.list_keys()
+    source.close()
+
+    there = ampkit("copy", "--from", source_url, "--to", pg_url, "--batch-size", "4")
+    assert there.returncode == 0, there.stderr
+    assert f"copied {len(cells)} cells" in there.stdout and "verified" in there.stdout
+    assert "100%" in there.stderr  # the progress bar ran to the end
+    refused = ampkit("copy", "--from", source_url, "--to", pg_url)
+    assert refused.returncode == 2 and "empty" in refused.stderr
+    back = ampkit("copy", "--from", pg_url, "--to", back_url)
+    assert back.returncode == 0, back.stderr
+
+    for url in (pg_url, back_url):
+        copy = store_from_url(url)
+        copy.open()
+        try:
+            assert {c.id: c for c in copy.iter_cells()} == cells
+            for cid, entries in histories.items():
+                got = copy.history(cid)
+                assert [(h.at, h.actor, h.action, h.changes) for h in got] == [
+                    (h.at, h.actor, h.action, h.changes) for h in entries]
+            assert copy.list_keys() == keys
+            assert [c.cell_id for c in copy.keyword_candidates("Edinburgh", CellFilter(), 5)] != []
+        finally:
+            copy.close()

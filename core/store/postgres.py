@@ -35,7 +35,6 @@ import re
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Iterator, Optional, Sequence
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
@@ -46,6 +45,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..access import glob_to_regex
 from ..errors import Unavailable
 from ..models import HistoryEntry, MemoryCell
+from ._pg_url import redact, split_url
 from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx
 
 # Advisory lock keys (any fixed bigints; they only need to be distinct within the database).
@@ -119,32 +119,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     ),
 ]
 
-# Options ampkit reads from the URL query (everything else goes to libpq untouched).
-POOL_OPTIONS = {"pool_min": int, "pool_max": int, "pool_timeout": float, "ef_search": int}
-
 _CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
-
-
-def split_url(url: str) -> tuple[str, dict[str, Any]]:
-    """`postgresql://...?pool_max=5&sslmode=require` -> (libpq URL, {"pool_max": 5})."""
-    parts = urlsplit(url)
-    scheme = "postgresql" if parts.scheme in ("postgres", "postgresql+psycopg") else parts.scheme
-    query, options = [], {}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key in POOL_OPTIONS:
-            options[key] = POOL_OPTIONS[key](value)
-        else:
-            query.append((key, value))
-    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query, safe="/"), parts.fragment)), options
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -380,13 +355,13 @@ class PostgresStore(Store):
             return conn.execute(query, params).fetchall()
 
     # ------------------------------------------------------------ migrations
-    def applied_migrations(self) -> list[int]:
-        with self._connection("migrations") as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations "
-                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)"
-            )
-            return [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY version")]
+    def pending_migrations(self) -> list[tuple[int, str]]:
+        """(version, name) of the migrations `open()` would apply; reads only, needs no `open()`."""
+        self._check_reachable()
+        with psycopg.connect(self.conninfo) as conn:
+            exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()[0]
+            done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")} if exists else set()
+        return [(version, name) for version, name, _ in MIGRATIONS if version not in done]
 
     def migrate(self) -> list[int]:
         """Apply pending numbered migrations (each in its own transaction); returns those applied.
@@ -519,6 +494,12 @@ class PostgresStore(Store):
             "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', %s, true)",
             (str(min(1000, max(self.ef_search, k))),),  # pgvector caps ef_search at 1000
         )
+
+    def vector_models(self, cell_ids: Sequence[str]) -> dict[str, str]:
+        ids = list(dict.fromkeys(cell_ids))
+        if not ids:
+            return {}
+        return dict(self._query("SELECT cell_id, model FROM cell_vectors WHERE cell_id = ANY(%s)", (ids,)))
 
     def history(self, cell_id: str) -> list[HistoryEntry]:
         rows = self._query(

@@ -1,0 +1,32 @@
+"""PostgreSQL store URLs: ampkit's own pool options ride on the query string, and passwords
+never reach a message or a log. No psycopg import here, so the CLI can use it freely."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+# Options ampkit reads from the URL query (everything else goes to libpq untouched).
+POOL_OPTIONS = {"pool_min": int, "pool_max": int, "pool_timeout": float, "ef_search": int}
+
+
+def split_url(url: str) -> tuple[str, dict[str, Any]]:
+    """`postgresql://...?pool_max=5&sslmode=require` -> (libpq URL, {"pool_max": 5})."""
+    parts = urlsplit(url)
+    scheme = "postgresql" if parts.scheme in ("postgres", "postgresql+psycopg") else parts.scheme
+    query, options = [], {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in POOL_OPTIONS:
+            options[key] = POOL_OPTIONS[key](value)
+        else:
+            query.append((key, value))
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(query, safe="/"), parts.fragment)), options
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
