@@ -41,6 +41,15 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _as_utc(value: datetime) -> datetime:
+    # A time without an offset is read as UTC; comparing it with the server's aware clock
+    # would otherwise raise (and one such cell would break every lifecycle run).
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_as_utc)]
+
+
 class Closed(BaseModel):
     model_config = ConfigDict(extra="forbid", use_enum_values=True)
 
@@ -98,10 +107,10 @@ class Identity(Closed):
 
 
 class Lifecycle(Closed):
-    created_at: datetime
-    last_accessed_at: Optional[datetime] = None
-    last_updated_at: Optional[datetime] = None
-    expires_at: Optional[datetime] = None
+    created_at: UtcDatetime
+    last_accessed_at: Optional[UtcDatetime] = None
+    last_updated_at: Optional[UtcDatetime] = None
+    expires_at: Optional[UtcDatetime] = None
     status: Status = Status.active
     # extensions
     version: int = Field(default=1, ge=1, description="extension: increments on every change")
@@ -152,7 +161,7 @@ class CreateScoring(Closed):
 
 
 class CreateLifecycle(Closed):
-    expires_at: Optional[datetime] = None
+    expires_at: Optional[UtcDatetime] = None
 
 
 class CellCreate(Closed):
@@ -201,7 +210,7 @@ class LifecyclePatch(Closed):
     """Only `status` (active/stale -> archived) and `expires_at` may be patched."""
 
     status: Optional[Status] = None
-    expires_at: Optional[datetime] = None
+    expires_at: Optional[UtcDatetime] = None
 
 
 class IdentityPatch(Closed):
@@ -262,7 +271,7 @@ class ListResponse(Closed):
 class HistoryEntry(Closed):
     seq: int
     cell_id: CellId
-    at: datetime
+    at: UtcDatetime
     actor: str
     action: str
     changes: dict[str, Any] = Field(default_factory=dict)
@@ -281,7 +290,7 @@ class BatchCreateResponse(Closed):
 
 
 class LifecycleRunRequest(Closed):
-    as_of: Optional[datetime] = Field(
+    as_of: Optional[UtcDatetime] = Field(
         default=None, description="evaluate as if the clock read this time (admin; for tests and back-fills)"
     )
 
@@ -292,12 +301,12 @@ class LifecycleRunResponse(Closed):
     to_active: int
     to_archived: int
     expired: int
-    ran_at: datetime
+    ran_at: UtcDatetime
 
 
 class PurgeRequest(Closed):
     ids: Optional[list[CellId]] = Field(default=None, max_length=1000)
-    as_of: Optional[datetime] = None
+    as_of: Optional[UtcDatetime] = None
 
 
 class PurgeRefusal(Closed):
