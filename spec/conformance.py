@@ -2,7 +2,7 @@
 
 It speaks only HTTP (httpx + the standard library) and imports nothing from the server, so
 it can hold any AMP/ampkit server to `spec/SPEC.md`. The cases are data: `spec/vectors/*.json`
-(the format is described in `spec/vectors/README.md`).
+(the format is described in `spec/CONFORMANCE.md`).
 
     python -m ampkit.spec.conformance --base-url http://127.0.0.1:8765/amp/v1
     ampkit conformance --base-url http://127.0.0.1:8765/amp/v1
