@@ -35,6 +35,17 @@ def conformance_server(tmp_path_factory):
     proc.stop()
 
 
+def test_runner_imports_only_httpx_and_the_standard_library():
+    """Black box: the runner must not lean on the server's code."""
+    import ast
+    import ampkit.spec.conformance as runner
+
+    tree = ast.parse(open(runner.__file__, encoding="utf-8").read())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported - sys.stdlib_module_names == {"httpx"}
+
+
 def test_bundled_suite_has_unique_ids_and_at_least_40_cases():
     cases = load_cases()
     assert len(cases) >= 40
