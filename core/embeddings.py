@@ -158,7 +158,7 @@ def reindex(
     store: "Store",
     retriever: Retriever,
     batch_size: int = 256,
-    progress: Callable[[int], None] = lambda n: None,
+    progress: Callable[[int], None] = lambda n: None,  # called with the cells looked at
     only_stale: bool = True,
 ) -> int:
     """Re-embed every cell (any status) whose vector is missing or from another model.
@@ -182,10 +182,12 @@ def reindex(
             yield batch
 
     for batch in batches():
+        seen = len(batch)
         if only_stale:
             models = store.vector_models([c.id for c in batch])
             batch = [c for c in batch if models.get(c.id) != model]
         if not batch:
+            progress(seen)
             continue
         vectors = retriever.vectors_for([c.content.text for c in batch])
         with store.write() as tx:
@@ -194,5 +196,5 @@ def reindex(
                 if current is not None and current.content.text == cell.content.text:
                     tx.update(current, vector)
         done += len(batch)
-        progress(len(batch))
+        progress(seen)
     return done

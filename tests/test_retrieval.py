@@ -1,0 +1,238 @@
+"""Retrieval: fusion, filters inside both legs, the dense leg, reindex, the vector index.
+
+Fusion and the vector index are exercised in process on a real SQLite file with a fake
+embedder (the test is about ranking, not about a model); what users see (a paraphrase found
+by meaning, reindex after a model change) goes through real `ampkit serve` processes and the
+real `ampkit reindex` command with the shipped default model.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import httpx
+import numpy as np
+import pytest
+
+from ampkit.models import CellCreate, CellPatch, SearchRequest
+from ampkit.retrieval import Retriever
+from ampkit.service import MemoryService
+from ampkit.store.base import CellFilter, StoredVector
+from ampkit.store.sqlite import SQLiteStore
+
+CONCEPTS = {"pet": {"pet", "cat", "kitten"}, "money": {"invoice", "money"}, "travel": {"travel", "trip"}}
+
+
+class ConceptEmbedder:
+    """Fake embedder: one dimension per concept whose words the text uses (plus a bias)."""
+
+    name = "fake-concepts"
+    dim = len(CONCEPTS) + 1
+
+    def embed(self, texts):
+        rows = []
+        for text in texts:
+            words = set(text.lower().split())
+            row = [1.0 if words & synonyms else 0.0 for synonyms in CONCEPTS.values()] + [0.1]
+            rows.append(np.array(row, dtype=np.float32) / np.linalg.norm(row))
+        return np.stack(rows)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SQLiteStore(str(tmp_path / "retrieval.db"))
+    s.open()
+    yield s
+    s.close()
+
+
+def cell(text, owner="alice", **extra) -> CellCreate:
+    return CellCreate(content={"text": text}, identity={"owner_id": owner}, **extra)
+
+
+def test_fusion_ranks_a_cell_both_legs_found_above_single_leg_hits(store):
+    service = MemoryService(store=store, retriever=Retriever(embedder=ConceptEmbedder()))
+    both, keyword_only, dense_only = service.create_many("alice", [
+        cell("walking the dog is a pet chore"),        # keywords dog, pet + concept pet
+        cell("dog sitter invoice"),                    # keyword dog; concept money
+        cell("the kitten sleeps all day"),             # concept pet only
+    ])
+    hits = service.search("alice", SearchRequest(query="dog pet", explain=True)).results
+    ids = [h.id for h in hits]
+    assert ids[0] == both.id
+    assert set(ids) >= {keyword_only.id, dense_only.id}
+    top = hits[0].explain
+    assert top["keyword_rank"] == 1 and top["dense_rank"] == 1 and top["fused"] > hits[1].explain["fused"]
+    # a dense-only hit says so: no keyword part in its breakdown
+    dense_hit = next(h for h in hits if h.id == dense_only.id)
+    assert "keyword" not in dense_hit.explain and dense_hit.explain["dense"] > 0
+
+
+def test_weights_decide_which_leg_wins(store):
+    keyword_heavy = Retriever(embedder=ConceptEmbedder())
+    keyword_heavy.config.dense_weight = 0.1
+    dense_heavy = Retriever(embedder=ConceptEmbedder())
+    dense_heavy.config.dense_weight = 5.0
+    service = MemoryService(store=store, retriever=keyword_heavy)
+    words, meaning = service.create_many("alice", [cell("cheap flights to Rome"), cell("travel plans")])
+    ask = SearchRequest(query="cheap flights travel")
+    assert service.search("alice", ask).results[0].id == words.id
+    service.retriever = dense_heavy
+    assert service.search("alice", ask).results[0].id == meaning.id
+
+
+def test_both_legs_filter_before_ranking_so_topk_is_full_and_readable(store):
+    """200 better-matching cells the reader cannot read must neither leak nor crowd out."""
+    service = MemoryService(store=store, retriever=Retriever(embedder=ConceptEmbedder()))
+    service.create_many("mallory", [cell("pet pet pet travel secret", owner="mallory") for _ in range(200)])
+    mine = service.create_many("bob", [cell(f"pet note {i}", owner="bob") for i in range(12)])
+    flt = CellFilter(reader="bob")
+    keyword = store.keyword_candidates("pet travel secret", flt, 10)
+    qvec = ConceptEmbedder().embed(["pet travel secret"])[0]
+    dense = store.vector_candidates(qvec, ConceptEmbedder.name, flt, 10)
+    mine_ids = {c.id for c in mine}
+    for leg in (keyword, dense):
+        assert len(leg) == 10 and {c.cell_id for c in leg} <= mine_ids
+    hits = service.search("bob", SearchRequest(query="pet travel secret", limit=10)).results
+    assert len(hits) == 10 and {h.id for h in hits} <= mine_ids
+
+
+def test_filters_inside_legs_over_http(server):
+    """Same guarantee through a real server: owner, type and metadata filters, and access."""
+    base = server.base_url
+    other = {"X-AMP-Agent-ID": "eve"}
+    me = {"X-AMP-Agent-ID": "dan"}
+    with httpx.Client(timeout=30) as http:
+        r = http.post(f"{base}/memories/batch", headers=other, json={"cells": [
+            {"content": {"text": "zebra zebra zebra zebra"}, "identity": {"owner_id": "eve"}} for _ in range(60)
+        ]})
+        assert r.status_code == 201
+        r = http.post(f"{base}/memories/batch", headers=me, json={"cells": [
+            {"type": "semantic" if i % 2 else "episodic", "content": {"text": f"zebra fact {i}", "metadata": {"n": i % 3}},
+             "identity": {"owner_id": "dan"}} for i in range(12)
+        ]})
+        assert r.status_code == 201
+        mine = {c["id"] for c in r.json()["results"]}
+        hits = http.post(f"{base}/memories/search", headers=me, json={"query": "zebra", "limit": 5}).json()["results"]
+        assert len(hits) == 5 and all(h["identity"]["owner_id"] == "dan" for h in hits)
+        typed = http.post(f"{base}/memories/search", headers=me,
+                          json={"query": "zebra", "types": ["episodic"], "metadata": {"n": 0}, "limit": 10}).json()["results"]
+        assert typed and all(h["type"] == "episodic" and h["content"]["metadata"]["n"] == 0 for h in typed)
+        assert len(typed) == len([i for i in range(12) if i % 2 == 0 and i % 3 == 0])
+        assert {h["id"] for h in hits} <= mine
+
+
+def test_dense_leg_finds_a_paraphrase_keyword_search_misses(server_factory):
+    """With the shipped default model, over HTTP: no word in common, found by meaning."""
+    srv = server_factory(env={"AMPKIT_EMBEDDER": "default"})
+    me = {"X-AMP-Agent-ID": "ana"}
+    with httpx.Client(base_url=srv.base_url, headers=me, timeout=30) as http:
+        r = http.post("/memories/batch", json={"cells": [
+            {"content": {"text": text}, "identity": {"owner_id": "ana"}} for text in (
+                "My daughter adopted a puppy last week",
+                "The quarterly invoice is due on Friday",
+                "We repainted the kitchen cabinets blue",
+            )
+        ]})
+        assert r.status_code == 201
+        hits = http.post("/memories/search", json={"query": "canine companion", "explain": True}).json()["results"]
+        assert hits and hits[0]["content"]["text"] == "My daughter adopted a puppy last week"
+        assert "keyword" not in hits[0]["explain"] and hits[0]["explain"]["dense_rank"] == 1
+
+
+def test_reindex_after_a_model_change(tmp_path, server_factory):
+    url = f"sqlite:///{tmp_path}/reindex.db"
+    srv = server_factory(store_url=url)  # keyword only: no vectors stored
+    me = {"X-AMP-Agent-ID": "ana"}
+    texts = ["My daughter adopted a puppy last week", "The quarterly invoice is due on Friday"]
+    with httpx.Client(base_url=srv.base_url, headers=me, timeout=30) as http:
+        assert http.post("/memories/batch", json={"cells": [
+            {"content": {"text": t}, "identity": {"owner_id": "ana"}} for t in texts]}).status_code == 201
+        assert http.post("/memories/search", json={"query": "canine companion"}).json()["results"] == []
+    srv.stop()
+
+    run = subprocess.run([sys.executable, "-m", "ampkit.cli", "reindex", "--store", url, "--embedder", "default"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "re-embedded 2 cells" in run.stdout and "reindex" in run.stderr  # the tqdm bar
+    again = subprocess.run([sys.executable, "-m", "ampkit.cli", "reindex", "--store", url, "--embedder", "default"],
+                           capture_output=True, text=True, timeout=120)
+    assert "re-embedded 0 cells" in again.stdout  # already current: skipped
+
+    srv = server_factory(store_url=url, env={"AMPKIT_EMBEDDER": "default"})
+    with httpx.Client(base_url=srv.base_url, headers=me, timeout=30) as http:
+        hits = http.post("/memories/search", json={"query": "canine companion"}).json()["results"]
+        assert hits and hits[0]["content"]["text"] == texts[0]
+
+
+def _exact(store: SQLiteStore, q: np.ndarray, model: str, flt: CellFilter, k: int) -> list[str]:
+    from ampkit.store.sqlite import filter_sql
+
+    where, params = filter_sql(flt)
+    rows = store._query(f"SELECT c.id, c.embedding FROM cells c WHERE {where} AND c.embed_model = ?", [*params, model])
+    scored = sorted(((float(np.frombuffer(b, dtype=np.float32) @ q), cid) for cid, b in rows), reverse=True)
+    return [cid for _, cid in scored[:k]]
+
+
+def test_ann_index_stays_consistent_with_the_database(tmp_path):
+    """Past the threshold the hnswlib graph answers; after updates, deletes and purges its
+    results equal an exact scan of what the database holds, and another process sees it too."""
+    pytest.importorskip("hnswlib")
+    rng = np.random.default_rng(7)
+    store = SQLiteStore(str(tmp_path / "ann.db"), ann_threshold=100)
+    store.open()
+    fixed = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    service = MemoryService(store=store, clock=lambda: fixed)
+    cells = service.create_many("ann", [cell(f"vector cell {i}", owner="ann") for i in range(300)])
+
+    def put(cell_ids):
+        with store.write() as tx:
+            for cid in cell_ids:
+                v = rng.normal(size=16).astype(np.float32)
+                tx.update(tx.get(cid), StoredVector("rand16", v / np.linalg.norm(v)))
+
+    put([c.id for c in cells])
+    flt = CellFilter(reader="ann", owner_id="ann")
+    queries = [q / np.linalg.norm(q) for q in rng.normal(size=(20, 16)).astype(np.float32)]
+    store.vector_candidates(queries[0], "rand16", flt, 10)
+    assert store._vectors["rand16"].uses_ann
+
+    put([c.id for c in cells[:50]])  # new vectors for some cells
+    with store.write() as tx:  # deleted status (filtered out) and purged rows (gone)
+        for c in cells[50:70]:
+            current = tx.get(c.id)
+            tx.update(current.model_copy(update={"lifecycle": current.lifecycle.model_copy(update={"status": "deleted"})}))
+        for c in cells[70:80]:
+            tx.purge(c.id)
+
+    for q in queries:
+        got = [c.cell_id for c in store.vector_candidates(q, "rand16", flt, 10)]
+        assert got == _exact(store, q, "rand16", flt, 10)
+
+    other = SQLiteStore(store.path)  # a second process on the same file catches up on read
+    other.open()
+    put([c.id for c in cells[100:120]])
+    for q in queries[:5]:
+        assert [c.cell_id for c in other.vector_candidates(q, "rand16", flt, 10)] == _exact(store, q, "rand16", flt, 10)
+    other.close()
+    store.close()
+
+
+def test_keyword_window_follows_updates_and_purges(store):
+    """The keyword index covers each turn with its session neighbours; edits and erasure
+    keep that window in step (a purged text is no longer findable through a neighbour)."""
+    service = MemoryService(store=store)
+    ask, answer = service.create_many("kim", [
+        CellCreate(content={"text": "What is your cat called?"}, identity={"owner_id": "kim", "session_id": "s1"}),
+        CellCreate(content={"text": "Her name is Mochi."}, identity={"owner_id": "kim", "session_id": "s1"}),
+    ])
+    found = [c.cell_id for c in store.keyword_candidates("cat name", CellFilter(reader="kim"), 10)]
+    assert answer.id in found  # "cat" only appears in the neighbouring question
+    service.update("kim", ask.id, CellPatch(content={"text": "Where do you live?"}))
+    assert answer.id not in [c.cell_id for c in store.keyword_candidates("cat", CellFilter(reader="kim"), 10)]
+    assert answer.id in [c.cell_id for c in store.keyword_candidates("live", CellFilter(reader="kim"), 10)]
+    with store.write() as tx:
+        tx.purge(ask.id)
+    assert store.keyword_candidates("live", CellFilter(reader="kim"), 10) == []
