@@ -25,7 +25,19 @@ CellItem = Union[Mapping[str, Any], CellCreate]
 class _BaseClient:
     """Settings shared by both shells: which URL, which agent, which transport."""
 
-    config: ClientConfig
+    _http_transport: type
+    _local_transport: type
+
+    def __init__(self, url: Optional[str] = None, *, agent_id: Optional[str] = None, api_key: Optional[str] = None,
+                 timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
+                 http_client: Union[httpx.Client, httpx.AsyncClient, None] = None):
+        self.config: ClientConfig = resolve(url, agent_id=agent_id, api_key=api_key)
+        if self.config.is_http:
+            self._transport = self._http_transport(
+                self.config.url, agent_id=self.config.agent_id, api_key=self.config.api_key,
+                timeout=timeout, retries=retries, http_client=http_client)
+        else:
+            self._transport = self._local_transport(self.config.url, agent_id=self.config.agent_id)
 
     @property
     def url(self) -> str:
@@ -47,16 +59,8 @@ class Client(_BaseClient):
     """Synchronous client. `ampkit.connect(...)` builds one; use it as a context manager or
     call `close()` when done."""
 
-    def __init__(self, url: Optional[str] = None, *, agent_id: Optional[str] = None, api_key: Optional[str] = None,
-                 timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
-                 http_client: Optional[httpx.Client] = None):
-        self.config = resolve(url, agent_id=agent_id, api_key=api_key)
-        if self.config.is_http:
-            self._transport: Union[HTTPTransport, LocalTransport] = HTTPTransport(
-                self.config.url, agent_id=self.config.agent_id, api_key=self.config.api_key,
-                timeout=timeout, retries=retries, http_client=http_client)
-        else:
-            self._transport = LocalTransport(self.config.url, agent_id=self.config.agent_id)
+    _http_transport = HTTPTransport
+    _local_transport = LocalTransport
 
     # ------------------------------------------------------------ plumbing
     def _send(self, call: Call) -> Any:
@@ -75,8 +79,7 @@ class Client(_BaseClient):
         self._transport.close()
 
     def __enter__(self) -> "Client":
-        if isinstance(self._transport, LocalTransport):
-            self._transport.open()
+        self._transport.open()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -145,16 +148,8 @@ class AsyncClient(_BaseClient):
     """Asynchronous twin of `Client`: the same methods, awaited. Use `async with` (or
     `await client` to open it, then `await client.aclose()`)."""
 
-    def __init__(self, url: Optional[str] = None, *, agent_id: Optional[str] = None, api_key: Optional[str] = None,
-                 timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
-                 http_client: Optional[httpx.AsyncClient] = None):
-        self.config = resolve(url, agent_id=agent_id, api_key=api_key)
-        if self.config.is_http:
-            self._transport: Union[AsyncHTTPTransport, AsyncLocalTransport] = AsyncHTTPTransport(
-                self.config.url, agent_id=self.config.agent_id, api_key=self.config.api_key,
-                timeout=timeout, retries=retries, http_client=http_client)
-        else:
-            self._transport = AsyncLocalTransport(self.config.url, agent_id=self.config.agent_id)
+    _http_transport = AsyncHTTPTransport
+    _local_transport = AsyncLocalTransport
 
     # ------------------------------------------------------------ plumbing
     async def _send(self, call: Call) -> Any:
@@ -174,8 +169,7 @@ class AsyncClient(_BaseClient):
     close = aclose
 
     async def _open(self) -> "AsyncClient":
-        if isinstance(self._transport, AsyncLocalTransport):
-            await self._transport.open()
+        await self._transport.open()
         return self
 
     def __await__(self):

@@ -151,6 +151,9 @@ class HTTPTransport(_HTTPTransportBase):
             raise _transport_error(call, exc) from exc
         return decode_response(call, response)
 
+    def open(self) -> None:
+        """Nothing to do: httpx connects on the first request."""
+
     def send(self, call: Call) -> Any:
         for attempt in Retrying(**self.policy.options(call)):
             with attempt:
@@ -172,6 +175,9 @@ class AsyncHTTPTransport(_HTTPTransportBase):
         except httpx.HTTPError as exc:
             raise _transport_error(call, exc) from exc
         return decode_response(call, response)
+
+    async def open(self) -> None:
+        """Nothing to do: httpx connects on the first request."""
 
     async def send(self, call: Call) -> Any:
         async for attempt in AsyncRetrying(**self.policy.options(call)):
