@@ -29,6 +29,21 @@ pg: $(STAMP)
 pg-stop:
 	@$(BIN)/python tests/pg.py stop .pgdata
 
+# Four frameworks share one user's preferences through a server on a throwaway SQLite file;
+# the server stops (and the temp dir, HOME included: CrewAI writes there, goes) on exit.
+demo: $(STAMP)
+	@tmp=$$(mktemp -d); \
+	port=$$($(BIN)/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
+	url=http://127.0.0.1:$$port/amp/v1; \
+	$(BIN)/ampkit serve --port $$port --store sqlite:///$$tmp/memory.db >$$tmp/server.log 2>&1 & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; rm -rf $$tmp' EXIT; \
+	for i in $$(seq 100); do \
+	  $(BIN)/python -c 'import httpx, sys; httpx.get(sys.argv[1]).raise_for_status()' $$url/health 2>/dev/null && break; sleep 0.2; \
+	done; \
+	echo "ampkit server at $$url (store $$tmp/memory.db)"; \
+	HOME=$$tmp/home XDG_DATA_HOME=$$tmp/home/data XDG_CONFIG_HOME=$$tmp/home/config CREWAI_STORAGE_DIR=$$tmp/crewai \
+	AMPKIT_URL=$$url $(BIN)/python examples/shared_preferences.py 2>$$tmp/demo.log || { cat $$tmp/demo.log $$tmp/server.log; exit 1; }
+
 openapi: $(STAMP)
 	$(BIN)/python -m ampkit.spec_tools write
 
