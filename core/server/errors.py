@@ -6,7 +6,6 @@ malformed JSON, Starlette's 404/405, oversized bodies, and anything unexpected (
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,12 +17,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import (
     APIError,
     InternalError,
-    MalformedRequest,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
     Unauthorized,
-    ValidationFailed,
+    validation_to_api_error,
 )
 
 log = logging.getLogger("ampkit.server")
@@ -31,22 +29,6 @@ log = logging.getLogger("ampkit.server")
 
 def envelope_response(exc: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(exc.envelope(), status_code=exc.status, headers=headers)
-
-
-def _clean_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # Keep what a client needs; drop echoed input (may be huge) and pydantic's doc URLs.
-    return [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in errors]
-
-
-def validation_to_api_error(errors: list[dict[str, Any]]) -> APIError:
-    if any(e.get("type") == "json_invalid" for e in errors):
-        return MalformedRequest("request body is not valid JSON", {"errors": _clean_errors(errors)})
-    first = errors[0] if errors else {}
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-    return ValidationFailed(
-        f"{where or 'request'}: {first.get('msg', 'invalid')}" if first else "invalid request",
-        {"errors": _clean_errors(errors)},
-    )
 
 
 def install_error_handlers(app: FastAPI) -> None:
