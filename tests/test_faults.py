@@ -96,66 +96,57 @@ def ext4_image(tmp: Path) -> Iterator[tuple[Path, str]]:
 
 # ---------------------------------------------------------------- disks
 def test_full_disk_answers_503_and_recovers_when_space_returns(tmp_path):
-    with tmpfs(tmp_path / "small", "1m") as disk:
-        srv = ServerProcess(f"sqlite:///{disk}/memory.db", log_path=tmp_path / "server.log").start()
-        try:
-            acked: list[str] = []
-            with httpx.Client(base_url=srv.base_url, timeout=30) as http:
-                for i in range(100):  # 1 MB fills after a dozen or so 60 KB cells
-                    r = http.post("/memories", json=cell(f"filler {i} " + "x" * 60000), headers=AGENT)
-                    if r.status_code != 201:
-                        break
-                    acked.append(r.json()["id"])
-                err = assert_envelope(r, 503, "UNAVAILABLE")
-                assert "full" in err["message"]
-                assert acked, "the disk filled before the first write"
-                # Reads keep working on a full disk.
-                assert http.get("/health").status_code == 200
-                assert http.get(f"/memories/{acked[0]}", headers=AGENT).status_code == 200
-                assert http.get("/memories", headers=AGENT).status_code == 200
-                assert http.post("/memories/search", json={"query": "filler"}, headers=AGENT).status_code == 200
+    with tmpfs(tmp_path / "small", "1m") as disk, \
+            ServerProcess(f"sqlite:///{disk}/memory.db", log_path=tmp_path / "server.log") as srv, \
+            httpx.Client(base_url=srv.base_url, timeout=30) as http:
+        acked: list[str] = []
+        for i in range(100):  # 1 MB fills after a dozen or so 60 KB cells
+            r = http.post("/memories", json=cell(f"filler {i} " + "x" * 60000), headers=AGENT)
+            if r.status_code != 201:
+                break
+            acked.append(r.json()["id"])
+        err = assert_envelope(r, 503, "UNAVAILABLE")
+        assert "full" in err["message"]
+        assert acked, "the disk filled before the first write"
+        # Reads keep working on a full disk.
+        assert http.get("/health").status_code == 200
+        assert http.get(f"/memories/{acked[0]}", headers=AGENT).status_code == 200
+        assert http.get("/memories", headers=AGENT).status_code == 200
+        assert http.post("/memories/search", json={"query": "filler"}, headers=AGENT).status_code == 200
 
-                assert run("mount", "-o", "remount,size=32m", str(disk)).returncode == 0
-                assert_alive(srv.base_url)
-                for cid in acked:
-                    assert http.get(f"/memories/{cid}", headers=AGENT).status_code == 200
-        finally:
-            srv.stop()
+        assert run("mount", "-o", "remount,size=32m", str(disk)).returncode == 0
+        assert_alive(srv.base_url)
+        for cid in acked:
+            assert http.get(f"/memories/{cid}", headers=AGENT).status_code == 200
 
 
 def test_read_only_disk_answers_503_and_recovers_after_repair(tmp_path):
     with ext4_image(tmp_path) as (disk, dev):
         url = f"sqlite:///{disk}/memory.db"
-        srv = ServerProcess(url, log_path=tmp_path / "server.log").start()
-        try:
-            with httpx.Client(base_url=srv.base_url, timeout=30) as http:
-                acked = [http.post("/memories", json=cell(f"before {i}"), headers=AGENT).json()["id"] for i in range(5)]
-                os.sync()
-                # What the kernel does on a disk error: the file system turns read-only under
-                # the running server (open files included).
-                trigger = Path("/sys/fs/ext4") / Path(dev).name / "trigger_fs_error"
-                if not trigger.exists():
-                    pytest.skip("this kernel has no ext4 trigger_fs_error")
-                trigger.write_text("ampkit fault test\n")
-                r = http.post("/memories", json=cell("after the disk went read-only"), headers=AGENT)
-                assert_envelope(r, 503, "UNAVAILABLE")
-                assert http.get("/health").status_code == 200
-                assert http.get(f"/memories/{acked[0]}", headers=AGENT).status_code == 200
-                listed = http.get("/memories", headers=AGENT)
-                assert listed.status_code == 200 and {c["id"] for c in listed.json()["results"]} >= set(acked)
-        finally:
-            srv.stop()
+        with ServerProcess(url, log_path=tmp_path / "server.log") as srv, \
+                httpx.Client(base_url=srv.base_url, timeout=30) as http:
+            acked = [http.post("/memories", json=cell(f"before {i}"), headers=AGENT).json()["id"] for i in range(5)]
+            os.sync()
+            # What the kernel does on a disk error: the file system turns read-only under
+            # the running server (open files included).
+            trigger = Path("/sys/fs/ext4") / Path(dev).name / "trigger_fs_error"
+            if not trigger.exists():
+                pytest.skip("this kernel has no ext4 trigger_fs_error")
+            trigger.write_text("ampkit fault test\n")
+            r = http.post("/memories", json=cell("after the disk went read-only"), headers=AGENT)
+            assert_envelope(r, 503, "UNAVAILABLE")
+            assert http.get("/health").status_code == 200
+            assert http.get(f"/memories/{acked[0]}", headers=AGENT).status_code == 200
+            listed = http.get("/memories", headers=AGENT)
+            assert listed.status_code == 200 and {c["id"] for c in listed.json()["results"]} >= set(acked)
         # An ext4 error is sticky until the file system is remounted: repair, remount, restart.
         assert run("umount", str(disk)).returncode == 0
         run("fsck.ext4", "-fy", dev)
         assert run("mount", "-o", "errors=remount-ro", dev, str(disk)).returncode == 0
-        srv = ServerProcess(url, log_path=tmp_path / "server2.log").start()
-        try:
+        with ServerProcess(url, log_path=tmp_path / "server2.log") as srv:
             assert_alive(srv.base_url)
             for cid in acked:
                 assert httpx.get(f"{srv.base_url}/memories/{cid}", headers=AGENT).status_code == 200
-        finally:
-            srv.stop()
 
 
 def test_read_only_store_at_startup_fails_fast_with_the_reason(tmp_path):
