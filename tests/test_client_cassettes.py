@@ -3,8 +3,9 @@
 Replay needs no server: it checks that the client parses every answer into the models and
 maps every error to its class, sync and async. `test_recorded_bodies_match_the_schema`
 fails when a recorded body no longer validates against the published schema
-(`spec/openapi.json`, or the server's generated OpenAPI document while that file is absent),
-which is the signal to re-record and to look at what changed on the wire.
+(`spec/openapi.json`, every cell also against `spec/memory-cell.schema.json`; the server's
+generated OpenAPI document if the file is absent), and checks that the bodies the client
+sent in successful calls are valid requests: the signal to look at what changed on the wire.
 
 Re-record (starts a real `ampkit serve` on a temp SQLite file):
 
@@ -224,19 +225,32 @@ def _interactions():
             yield pytest.param(interaction, id=f"{cassette.stem}-{i}")
 
 
+def _errors(schema: dict, openapi: dict, body) -> list:
+    validator = jsonschema.Draft202012Validator({**schema, "components": openapi["components"]})
+    return sorted(validator.iter_errors(body), key=str)
+
+
 @pytest.mark.parametrize("interaction", list(_interactions()))
 def test_recorded_bodies_match_the_schema(interaction):
     openapi = _openapi()
     request, response = interaction["request"], interaction["response"]
     status = response["status"]["code"]
+    where = f"{request['method']} {request['uri']} ({status})"
     operation = _operation(openapi, request["method"], urlsplit(request["uri"]).path)
     declared = operation["responses"].get(str(status)) or operation["responses"].get("default")
-    assert declared, f"{request['method']} {request['uri']} answered {status}, which the schema does not declare"
+    assert declared, f"{where}: the schema does not declare this status"
+    if status < 400 and "requestBody" in operation:  # what the client sent is protocol-valid too
+        sent = operation["requestBody"]["content"]["application/json"]["schema"]
+        problems = _errors(sent, openapi, json.loads(request["body"] or "null"))
+        assert not problems, f"{where} request: {problems[0].message}"
     body = response["body"]["string"]
     if status == 204:
         assert not body
         return
     schema = declared["content"]["application/json"]["schema"]
-    validator = jsonschema.Draft202012Validator({**schema, "components": openapi["components"]})
-    errors = sorted(validator.iter_errors(json.loads(body)), key=str)
-    assert not errors, f"{request['method']} {request['uri']} ({status}): {errors[0].message}"
+    problems = _errors(schema, openapi, json.loads(body))
+    assert not problems, f"{where}: {problems[0].message}"
+    cell_schema = ROOT / "spec" / "memory-cell.schema.json"
+    if schema.get("$ref", "").endswith("/MemoryCell") and cell_schema.is_file():
+        validator = jsonschema.Draft202012Validator(json.loads(cell_schema.read_text()))
+        assert not list(validator.iter_errors(json.loads(body))), f"{where}: not a valid memory cell"
