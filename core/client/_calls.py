@@ -125,7 +125,7 @@ def _decode_nothing(body: Any) -> None:
     return None
 
 
-def _check_values(name: str, values: Optional[Iterable[Any]], enum: type) -> Optional[list[str]]:
+def _check_values(values: Optional[Iterable[Any]], enum: type) -> Optional[list[str]]:
     """List filters travel as query strings; refuse unknown values before they leave."""
     if values is None:
         return None
@@ -196,8 +196,8 @@ def list_page(*, owner_id: Optional[str] = None, types: Optional[Iterable[str]] 
               cursor: Optional[str] = None) -> Call[ListResponse]:
     query = {
         "owner_id": owner_id,
-        "type": _check_values("type", types, MemoryType),
-        "status": _check_values("status", status, Status),
+        "type": _check_values(types, MemoryType),
+        "status": _check_values(status, Status),
         "session_id": session_id,
         "include_stale": include_stale or None,
         "include_superseded": include_superseded or None,

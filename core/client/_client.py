@@ -67,7 +67,7 @@ class Client(_BaseClient):
         return self._transport.send(call)
 
     def _drive(self, flow: Generator) -> Any:
-        """Run a flow: answer each Call it yields; cells it yields go to the caller."""
+        """Run a flow from `_calls`: send each Call it yields, hand back the result, return its value."""
         try:
             item = next(flow)
             while True:
@@ -113,20 +113,6 @@ class Client(_BaseClient):
                limit: int = 10, **filters: Any) -> list[SearchResult]:
         return self._send(calls.search(query, owner_id=owner_id, types=types, limit=limit, **filters))
 
-    def list(self, *, limit: Optional[int] = None, **filters: Any) -> Iterator[MemoryCell]:
-        """Every matching cell, fetching pages as the iteration goes (`page_size` per request)."""
-        flow = calls.list_flow(filters, limit)
-        try:
-            item = next(flow)
-            while True:
-                if isinstance(item, Call):
-                    item = flow.send(self._send(item))
-                else:
-                    yield item
-                    item = next(flow)
-        except StopIteration:
-            return
-
     def export(self, owner_id: Optional[str] = None) -> list[MemoryCell]:
         return self._send(calls.export(owner_id))
 
@@ -142,6 +128,21 @@ class Client(_BaseClient):
 
     def spec(self) -> dict[str, Any]:
         return self._send(calls.spec())
+
+    # Last in the class body, so that `list[...]` in the annotations above means the builtin.
+    def list(self, *, limit: Optional[int] = None, **filters: Any) -> Iterator[MemoryCell]:
+        """Every matching cell, fetching pages as the iteration goes (`page_size` per request)."""
+        flow = calls.list_flow(filters, limit)
+        try:
+            item = next(flow)
+            while True:
+                if isinstance(item, Call):
+                    item = flow.send(self._send(item))
+                else:
+                    yield item
+                    item = next(flow)
+        except StopIteration:
+            return
 
 
 class AsyncClient(_BaseClient):
@@ -209,20 +210,6 @@ class AsyncClient(_BaseClient):
                      limit: int = 10, **filters: Any) -> list[SearchResult]:
         return await self._send(calls.search(query, owner_id=owner_id, types=types, limit=limit, **filters))
 
-    async def list(self, *, limit: Optional[int] = None, **filters: Any) -> AsyncIterator[MemoryCell]:
-        """Every matching cell, fetching pages as the iteration goes (`async for`)."""
-        flow = calls.list_flow(filters, limit)
-        try:
-            item = next(flow)
-            while True:
-                if isinstance(item, Call):
-                    item = flow.send(await self._send(item))
-                else:
-                    yield item
-                    item = next(flow)
-        except StopIteration:
-            return
-
     async def export(self, owner_id: Optional[str] = None) -> list[MemoryCell]:
         return await self._send(calls.export(owner_id))
 
@@ -238,6 +225,21 @@ class AsyncClient(_BaseClient):
 
     async def spec(self) -> dict[str, Any]:
         return await self._send(calls.spec())
+
+    # Last in the class body, so that `list[...]` in the annotations above means the builtin.
+    async def list(self, *, limit: Optional[int] = None, **filters: Any) -> AsyncIterator[MemoryCell]:
+        """Every matching cell, fetching pages as the iteration goes (`async for`)."""
+        flow = calls.list_flow(filters, limit)
+        try:
+            item = next(flow)
+            while True:
+                if isinstance(item, Call):
+                    item = flow.send(await self._send(item))
+                else:
+                    yield item
+                    item = next(flow)
+        except StopIteration:
+            return
 
 
 def connect(url: Optional[str] = None, *, agent_id: Optional[str] = None, api_key: Optional[str] = None,
