@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, field_validator
 
 AMP_VERSION = "0.1.0"
 CELL_ID_PATTERN = r"^mem_[0-9A-Z]{26}$"
@@ -34,7 +34,9 @@ def _check_glob(value: str) -> str:
 GlobPattern = Annotated[
     str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"), AfterValidator(_check_glob)
 ]
-Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+# Numbers and booleans are strict: "0.5" or "yes" is a 422, as the JSON Schema says, not coerced.
+Unit = Annotated[float, Strict(), Field(ge=0.0, le=1.0)]
+DecayRate = Annotated[float, Strict(), Field(ge=0.0, le=100.0)]
 
 
 def utcnow() -> datetime:
@@ -121,14 +123,14 @@ class Lifecycle(Closed):
 class Scoring(Closed):
     importance: Unit = 0.5
     confidence: Unit = 1.0
-    decay_rate: Annotated[float, Field(ge=0.0, le=100.0)] = 0.01
+    decay_rate: DecayRate = 0.01
     access_count: Annotated[int, Field(ge=0)] = 0
 
 
 class AccessPolicy(Closed):
     readable_by: list[GlobPattern] = Field(default_factory=list, max_length=64)
     writable_by: list[GlobPattern] = Field(default_factory=list, max_length=64)
-    public: bool = False
+    public: StrictBool = False
 
 
 class Provenance(Closed):
@@ -157,7 +159,7 @@ class MemoryCell(Closed):
 class CreateScoring(Closed):
     importance: Unit = 0.5
     confidence: Unit = 1.0
-    decay_rate: Annotated[float, Field(ge=0.0, le=100.0)] = 0.01
+    decay_rate: DecayRate = 0.01
 
 
 class CreateLifecycle(Closed):
@@ -191,13 +193,13 @@ class ContentPatch(Closed):
 class ScoringPatch(Closed):
     importance: Optional[Unit] = None
     confidence: Optional[Unit] = None
-    decay_rate: Optional[Annotated[float, Field(ge=0.0, le=100.0)]] = None
+    decay_rate: Optional[DecayRate] = None
 
 
 class AccessPolicyPatch(Closed):
     readable_by: Optional[list[GlobPattern]] = Field(default=None, max_length=64)
     writable_by: Optional[list[GlobPattern]] = Field(default=None, max_length=64)
-    public: Optional[bool] = None
+    public: Optional[StrictBool] = None
 
 
 class ProvenancePatch(Closed):
@@ -238,12 +240,12 @@ class SearchRequest(Closed):
     owner_id: Optional[IdString] = None
     types: Optional[list[MemoryType]] = Field(default=None, max_length=3)
     status: Optional[list[Status]] = Field(default=None, max_length=4)
-    include_stale: bool = False
-    include_superseded: bool = Field(default=False, description="extension")
+    include_stale: StrictBool = False
+    include_superseded: StrictBool = Field(default=False, description="extension")
     session_id: Optional[IdString] = Field(default=None, description="extension")
     metadata: Optional[dict[str, Any]] = Field(default=None, description="equality filter on content.metadata keys")
-    limit: int = Field(default=10, ge=1, le=MAX_SEARCH_LIMIT)
-    explain: bool = Field(default=False, description="extension: include each result's score breakdown")
+    limit: StrictInt = Field(default=10, ge=1, le=MAX_SEARCH_LIMIT)
+    explain: StrictBool = Field(default=False, description="extension: include each result's score breakdown")
 
     @field_validator("query")
     @classmethod
