@@ -283,3 +283,19 @@ def test_the_python_client_sends_the_key_from_the_environment(auth_server, monke
     with pytest.raises(Forbidden):  # a read-only key passed by argument wins over the env var
         with connect(srv.base_url, api_key=keys["reader"]) as client:
             client.remember("not allowed", owner_id="alice")
+
+
+@pytest.mark.postgres
+def test_keys_and_auth_on_postgresql(pg_url, server_factory):
+    token = ampkit("keys", "create", "--agent", "erin", "--scopes", "read,write", "--store", pg_url).stdout.strip()
+    assert token.startswith("ampk_")
+    srv = server_factory(pg_url, args=["--auth"])
+    with httpx.Client(base_url=srv.base_url) as http:
+        made = http.post("/memories", json={**CELL, "identity": {"owner_id": "erin", "owner_type": "agent"}},
+                         headers=bearer(token))
+        assert made.status_code == 201 and made.json()["identity"]["created_by"] == "erin"
+        assert http.get("/memories", headers=bearer(token, **{"X-AMP-Agent-ID": "frank"})).status_code == 403
+        new = ampkit("keys", "rotate", token, "--overlap", "0s", "--store", pg_url).stdout.strip()
+        assert http.get("/memories", headers=bearer(token)).status_code == 401
+        assert http.get(f"/memories/{made.json()['id']}", headers=bearer(new)).status_code == 200
+        assert '"state": "expired"' in ampkit("keys", "list", "--json", "--store", pg_url).stdout
