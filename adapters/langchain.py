@@ -44,7 +44,7 @@ from pydantic import ConfigDict, PrivateAttr
 
 from ampkit import MemoryCell
 
-from ._mapping import MAX_SEARCH, SCOPE_TAG, Clients, Sharing, call, forget_scope, run_async, run_sync, tags
+from ._mapping import FRAMEWORK_TAG, MAX_SEARCH, SCOPE_TAG, Clients, Sharing, call, forget_scope, run_async, run_sync, tags
 
 FRAMEWORK = "langgraph"
 KEY_TAG = "langgraph_key"
@@ -59,6 +59,18 @@ TEXT_FIELDS = ("text", "content", "memory", "data")
 def namespace_scope(namespace: Sequence[str]) -> str:
     # LangGraph refuses "." inside labels, so the join is reversible.
     return FRAMEWORK + ":" + ".".join(namespace)
+
+
+def prefix_tags(namespace: Sequence[str]) -> dict[str, str]:
+    """`("a", "b")` -> `{"langgraph_ns_1": "a", "langgraph_ns_2": "a.b"}`: one equality tag per
+    prefix, so that the server itself filters a search or a listing by namespace prefix."""
+    return {f"langgraph_ns_{depth}": ".".join(namespace[:depth]) for depth in range(1, len(namespace) + 1)}
+
+
+def prefix_filter(prefix: Sequence[str]) -> dict[str, str]:
+    if not prefix:
+        return {FRAMEWORK_TAG: FRAMEWORK}
+    return {f"langgraph_ns_{len(prefix)}": ".".join(prefix)}
 
 
 def _namespace_of(cell: MemoryCell) -> tuple[str, ...]:
@@ -141,7 +153,8 @@ class AmpkitStore(BaseStore):
             return None
         value = dict(op.value)
         text = item_text(value, op.index or None, op.key)
-        metadata = tags(FRAMEWORK, namespace_scope(op.namespace), **{KEY_TAG: op.key, VALUE_TAG: value})
+        metadata = tags(FRAMEWORK, namespace_scope(op.namespace), **prefix_tags(op.namespace),
+                        **{KEY_TAG: op.key, VALUE_TAG: value})
         if existing is not None:
             yield call("update", existing.id, text=text, metadata=metadata)
         else:
@@ -149,25 +162,25 @@ class AmpkitStore(BaseStore):
         return None
 
     def _search(self, op: SearchOp):
-        framework_only = {"ampkit_framework": FRAMEWORK}
+        in_prefix = prefix_filter(op.namespace_prefix)
         if op.query:
-            hits = yield call("search", op.query, owner_id=self.owner_id, limit=MAX_SEARCH, metadata=framework_only)
+            # The value filter runs here, after ranking: then rank a wider window.
+            window = MAX_SEARCH if op.filter else min(MAX_SEARCH, op.offset + op.limit)
+            hits = yield call("search", op.query, owner_id=self.owner_id, limit=window, metadata=in_prefix)
             scored = [(h.cell, h.score) for h in hits]
         else:
-            cells = yield call("list", owner_id=self.owner_id, metadata=framework_only)
+            cells = yield call("list", owner_id=self.owner_id, metadata=in_prefix)
             cells.sort(key=lambda c: c.lifecycle.last_updated_at or c.lifecycle.created_at, reverse=True)
             scored = [(c, None) for c in cells]
-        prefix = tuple(op.namespace_prefix)
         wanted = [
             _item(cell, score, searched=True)
             for cell, score in scored
-            if _namespace_of(cell)[: len(prefix)] == prefix
-            and all(_compare_values(cell.content.metadata.get(VALUE_TAG, {}).get(k), v) for k, v in (op.filter or {}).items())
+            if all(_compare_values(cell.content.metadata.get(VALUE_TAG, {}).get(k), v) for k, v in (op.filter or {}).items())
         ]
         return wanted[op.offset: op.offset + op.limit]
 
     def _list_namespaces(self, op: ListNamespacesOp):
-        cells = yield call("list", owner_id=self.owner_id, metadata={"ampkit_framework": FRAMEWORK})
+        cells = yield call("list", owner_id=self.owner_id, metadata={FRAMEWORK_TAG: FRAMEWORK})
         namespaces = {_namespace_of(c) for c in cells}
         if op.match_conditions:
             namespaces = {ns for ns in namespaces if all(_does_match(cond, ns) for cond in op.match_conditions)}
