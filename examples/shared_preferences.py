@@ -30,7 +30,7 @@ from llama_index.core.agent.workflow import FunctionAgent  # noqa: E402
 
 import ampkit  # noqa: E402
 from ampkit.adapters import autogen as ag, crewai as crew, langchain as lc, llamaindex as li  # noqa: E402
-from ampkit.adapters._mapping import Sharing  # noqa: E402
+from ampkit.adapters import Sharing  # noqa: E402
 from ampkit.adapters.fakes import AutoGenFakeModel, CrewAIFakeLLM, LangChainFakeModel, LlamaIndexFakeLLM  # noqa: E402
 
 URL = os.environ.get("AMPKIT_URL") or f"sqlite:///{tempfile.mkdtemp(prefix='ampkit-example-')}/memory.db"

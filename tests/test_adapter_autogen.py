@@ -9,7 +9,7 @@ from autogen_agentchat.agents import AssistantAgent
 from autogen_core.memory import MemoryContent, MemoryMimeType
 
 from adapter_support import backend, unique  # noqa: F401  (fixture)
-from ampkit.adapters._mapping import Sharing
+from ampkit.adapters import Sharing
 from ampkit.adapters.autogen import AmpkitMemory
 from ampkit.adapters.fakes import AutoGenFakeModel
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from crewai import Agent, Crew, Process, Task
 
 from adapter_support import backend, unique  # noqa: F401  (fixture)
-from ampkit.adapters._mapping import Sharing
+from ampkit.adapters import Sharing
 from ampkit.adapters.crewai import AmpkitCrewMemory
 from ampkit.adapters.fakes import CrewAIFakeLLM
 

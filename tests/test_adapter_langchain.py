@@ -14,7 +14,7 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langgraph.store.base import ListNamespacesOp, MatchCondition
 
 from adapter_support import backend, unique  # noqa: F401  (fixture)
-from ampkit.adapters._mapping import Sharing
+from ampkit.adapters import Sharing
 from ampkit.adapters.fakes import LangChainFakeModel
 from ampkit.adapters.langchain import AmpkitChatMessageHistory, AmpkitRetriever, AmpkitStore, memory_tools
 

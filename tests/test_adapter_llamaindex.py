@@ -8,7 +8,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
 
 from adapter_support import backend, unique  # noqa: F401  (fixture)
-from ampkit.adapters._mapping import Sharing
+from ampkit.adapters import Sharing
 from ampkit.adapters.fakes import LlamaIndexFakeLLM
 from ampkit.adapters.llamaindex import AmpkitMemory, AmpkitMemoryBlock
 

@@ -18,7 +18,7 @@ from llama_index.core.agent.workflow import FunctionAgent
 import ampkit
 from adapter_support import backend, unique  # noqa: F401  (fixture)
 from ampkit.adapters import autogen as ag, crewai as crew, langchain as lc, llamaindex as li
-from ampkit.adapters._mapping import Sharing
+from ampkit.adapters import Sharing
 from ampkit.adapters.fakes import AutoGenFakeModel, CrewAIFakeLLM, LangChainFakeModel, LlamaIndexFakeLLM
 from support import ROOT
 
