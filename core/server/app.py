@@ -30,7 +30,7 @@ from ..models import (
     SearchRequest,
     SearchResponse,
 )
-from ..service import EXTENSIONS, MemoryService, build_service, spec_document  # noqa: F401 (re-exported)
+from ..service import MemoryService, build_service, spec_document
 from .errors import BodySizeLimit, HeaderSizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 
