@@ -152,7 +152,9 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def _equal(a: Any, b: Any) -> bool:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and not isinstance(b, bool):
+    if isinstance(a, bool) or isinstance(b, bool):  # JSON true is not 1
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return math.isclose(a, b, rel_tol=0, abs_tol=1e-9)
     return a == b
 
