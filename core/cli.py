@@ -51,12 +51,18 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
     try:
         service = build_service(settings)
         service.store.open()  # fail fast with a clear message, before binding the port
-        service.store.close()
+        try:
+            active_keys = _active_keys(service.store) if settings.auth == "required" else None
+        finally:
+            service.store.close()
     except Exception as exc:  # noqa: BLE001
         click.echo(f"ampkit: cannot open store {_shown(settings.store_url())}: {exc}", err=True)
         sys.exit(EXIT_STARTUP_FAILURE)
     click.echo(f"ampkit: store {_shown(settings.store_url())}")
     click.echo(f"ampkit: auth {settings.auth}" + ("" if settings.auth == "required" else " (X-AMP-Agent-ID is trusted)"))
+    if active_keys == 0:
+        click.echo("ampkit: warning: auth is required but this store has no active API key; "
+                   "create one with `ampkit keys create --agent ID`", err=True)
     click.echo(f"ampkit: listening on http://{settings.host}:{settings.port}/amp/v1")
     run(settings)
 
@@ -69,6 +75,12 @@ def _store(url: Optional[str]):
     store = store_from_url(Settings(**({"store": url} if url else {})).store_url())
     store.open()
     return store
+
+
+def _active_keys(store) -> int:
+    from .auth import key_state
+
+    return sum(1 for key in store.list_keys() if key_state(key) == "active")
 
 
 def _key_id(value: str) -> str:

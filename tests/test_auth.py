@@ -263,6 +263,7 @@ def test_auth_servers_limit_by_default_and_zero_turns_it_off(db, server_factory)
     path, _ = db
     default = server_factory(f"sqlite:///{path}", args=["--auth"])
     assert httpx.get(f"{default.base_url}/spec").json()["capabilities"]["auth"]["rate_limit"]["requests_per_second"] == 50
+    assert "no active API key" in default.log_path.read_text()  # this store has no keys yet
     off = server_factory(f"sqlite:///{path}", args=["--auth", "--rate-limit", "0"])
     assert httpx.get(f"{off.base_url}/spec").json()["capabilities"]["auth"]["rate_limit"] is None
 
