@@ -1,6 +1,8 @@
 """Fuzzing: schemathesis drives the checked-in OpenAPI document against a real server
 process, with a bounded number of cases per operation. Whatever it sends, the server must not
 answer 5xx, and every error must be the `{"error": {"code", "message", "details"}}` envelope.
+It runs twice: auth off (X-AMP-Agent-ID) and auth required (a Bearer key with every scope).
+`AMPKIT_FUZZ_EXAMPLES` raises the number of cases per operation for a longer run.
 
 The document is `spec/openapi.json` when it exists (the one clients are told to trust);
 otherwise the app's own `/amp/v1/openapi.json`, generated in-process."""
@@ -17,7 +19,7 @@ from hypothesis import HealthCheck, settings
 
 from support import ROOT, ServerProcess
 
-MAX_EXAMPLES = int(os.environ.get("AMPKIT_FUZZ_EXAMPLES", "15"))
+MAX_EXAMPLES = int(os.environ.get("AMPKIT_FUZZ_EXAMPLES", "10"))
 SPEC = ROOT / "spec" / "openapi.json"
 
 
@@ -33,12 +35,24 @@ def _document() -> dict:
 schema = schemathesis.openapi.from_dict(_document())
 
 
-@pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory):
+@pytest.fixture(scope="module", params=["auth-off", "auth-required"])
+def fuzz_server(request, tmp_path_factory):
+    """A server and the headers that identify the fuzzer to it (an all-scopes key with auth on)."""
     tmp = tmp_path_factory.mktemp("fuzz")
-    with ServerProcess(f"sqlite:///{tmp}/fuzz.db", log_path=tmp / "server.log") as proc:
-        proc.log = tmp / "server.log"
-        yield proc
+    url = f"sqlite:///{tmp}/fuzz.db"
+    headers = {"X-AMP-Agent-ID": "fuzzer"}
+    args: list[str] = []
+    if request.param == "auth-required":
+        from ampkit.auth import create_key
+        from ampkit.store.sqlite import SQLiteStore
+
+        store = SQLiteStore(f"{tmp}/fuzz.db")
+        store.open()
+        headers = {"Authorization": f"Bearer {create_key(store, 'fuzzer', 'read,write,admin').token}"}
+        store.close()
+        args = ["--auth", "--rate-limit", "0"]
+    with ServerProcess(url, args=args, log_path=tmp / "server.log") as proc:
+        yield proc, headers
 
 
 def _origin(base_url: str) -> str:
@@ -63,11 +77,12 @@ def check_error_envelope(ctx, response, case) -> None:
 @settings(max_examples=MAX_EXAMPLES, deadline=None,
           suppress_health_check=list(HealthCheck))
 def test_no_server_errors_and_every_error_in_the_envelope(case, fuzz_server):
-    headers = {"X-AMP-Agent-ID": "fuzzer"}
-    if case.headers and "x-amp-agent-id" in {k.lower() for k in case.headers}:
-        headers = {}  # let the fuzzer's own (maybe hostile) identity header through
+    server, headers = fuzz_server
+    generated = {k.lower() for k in (case.headers or {})}
+    # Let the fuzzer's own (maybe hostile) identity headers through.
+    headers = {k: v for k, v in headers.items() if k.lower() not in generated}
     case.call_and_validate(
-        base_url=_origin(fuzz_server.base_url),
+        base_url=_origin(server.base_url),
         headers=headers,
         checks=[schemathesis.checks.not_a_server_error, check_error_envelope],
         timeout=30,
