@@ -7,6 +7,7 @@ from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
 
+import ampkit
 from adapter_support import backend, unique  # noqa: F401  (fixture)
 from ampkit.adapters import Sharing
 from ampkit.adapters.fakes import LlamaIndexFakeLLM
@@ -70,3 +71,15 @@ async def test_memory_block_inside_llamaindex_memory(backend):
     assert flushed, "Memory flushed old turns into the block"
     assert all(c.content.metadata["ampkit_framework"] == "llamaindex" for c in flushed)
     assert flushed[0].access_policy.readable_by == ["lc-*"]
+
+
+async def test_a_memory_url_store_serves_the_async_agent_through_its_one_sync_client():
+    # memory:// lives inside one client: the adapter must not open a second (empty) store.
+    client = ampkit.connect("memory://", agent_id="li-agent")
+    client.remember("Ada's desk is 4B", owner_id="ada", readable_by=["li-*"])
+    memory = AmpkitMemory(client=client, owner_id="ada", session_id="s")
+    llm = LlamaIndexFakeLLM("Desk 4B.")
+    await agent_with(llm).run(user_msg="Where is my desk?", memory=memory)
+    assert "Ada's desk is 4B" in llm.prompts[0]
+    assert [m.content for m in memory.get_all()] == ["Where is my desk?", "Desk 4B."]
+    client.close()
