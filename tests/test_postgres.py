@@ -291,3 +291,28 @@ def test_copy_sqlite_to_postgres_and_back_keeps_everything(pg_url, tmp_path):
             assert [c.cell_id for c in copy.keyword_candidates("Edinburgh", CellFilter(), 5)] != []
         finally:
             copy.close()
+
+
+def test_keyword_leg_sees_session_neighbours_and_forgets_purged_text(pg_store):
+    """Like SQLite's index: a turn is found by its neighbours' words in the same session
+    (the answer follows the question), and a purged turn's words leave every window."""
+    from datetime import timedelta
+
+    from ampkit.models import utcnow
+
+    service = MemoryService(store=pg_store)
+
+    def turn(text, session="s1"):
+        return service.create("agent_a", CellCreate.model_validate(
+            {"content": {"text": text}, "identity": {"owner_id": "u", "session_id": session}}))
+
+    question = turn("Where did you grow up?")
+    answer = turn("Mostly in Lisbon, near the river.")
+    other = turn("The marmalade recipe needs Seville oranges.", session="s2")
+    found = [c.cell_id for c in pg_store.keyword_candidates("grow up", CellFilter(), 10)]
+    assert set(found) == {question.id, answer.id} and found[0] == question.id  # own words rank first
+    assert other.id not in [c.cell_id for c in pg_store.keyword_candidates("Lisbon", CellFilter(), 10)]
+    service.update("agent_a", question.id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
+    service.delete("agent_a", question.id)
+    assert service.purge("admin", [question.id], as_of=utcnow() + timedelta(days=31)).purged == [question.id]
+    assert pg_store.keyword_candidates("grow up", CellFilter(statuses=("active", "deleted")), 10) == []

@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 # Options ampkit reads from the URL query (everything else goes to libpq untouched).
-POOL_OPTIONS = {"pool_min": int, "pool_max": int, "pool_timeout": float, "ef_search": int}
+POOL_OPTIONS = {"pool_min": int, "pool_max": int, "pool_timeout": float, "ef_search": int, "keyword_ranker": str}
 
 
 def split_url(url: str) -> tuple[str, dict[str, Any]]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Iterator, Optional, Sequence
@@ -117,7 +118,57 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX api_keys_agent ON api_keys (agent_id, created_at);
         """,
     ),
+    (
+        3,
+        "keyword index over same-session turn windows; document lengths for BM25",
+        # As in SQLite's migration 2: a cell is found by its own words and by those of the cells
+        # just before and after it in its owner's session (a question asked in one turn is
+        # answered in the next). `seq` is the insertion order that defines "before" and "after";
+        # the windows themselves are rebuilt in Python (`rebuild_keyword_index`), because the
+        # CJK bigrams come from ampkit.textindex.
+        """
+        ALTER TABLE cells ADD COLUMN seq BIGINT GENERATED ALWAYS AS IDENTITY;
+        CREATE INDEX cells_session_seq ON cells (owner_id, session_id, seq) WHERE session_id IS NOT NULL;
+        ALTER TABLE cell_search ADD COLUMN len INTEGER NOT NULL DEFAULT 0;
+        """,
+    ),
 ]
+
+KEYWORD_RANKERS = ("bm25", "ts_rank_cd")
+STATS_TTL_SECONDS = 10.0
+BM25_K1, BM25_B = 1.2, 0.75  # FTS5's defaults
+
+# The query's words go through the same parser as the indexed text (stemming, stop words);
+# the resulting lexemes are OR-ed, as the FTS5 query is. Placeholders: config, query text,
+# then the filter's, then k.
+_TS_RANK_CD = """
+WITH q AS (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS tsq
+           FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS lexeme)
+SELECT s.cell_id, ts_rank_cd(s.tsv, q.tsq, 1) AS score
+FROM q, cell_search s JOIN cells c ON c.id = s.cell_id
+WHERE s.tsv @@ q.tsq AND {where} ORDER BY score DESC, s.cell_id LIMIT %s
+"""
+
+# Okapi BM25 in SQL: IDF from the GIN index (one count per query term, over the whole corpus
+# as FTS5 does), term frequency from the tsvector's positions, document length from
+# cell_search.len. Placeholders: config, query text, corpus size, the filter's, mean length, k.
+_BM25 = f"""
+WITH terms AS MATERIALIZED (
+    SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS tq
+    FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS lexeme),
+weights AS MATERIALIZED (  -- one COUNT per term, not one per matching row
+    SELECT t.lexeme, ln(1 + (GREATEST(%s, d.df) - d.df + 0.5) / (d.df + 0.5)) AS idf
+    FROM terms t CROSS JOIN LATERAL (SELECT COUNT(*)::float8 AS df FROM cell_search x WHERE x.tsv @@ t.tq) d),
+matches AS (  -- each match's tsvector cut down to the query's lexemes (setweight marks them, ts_filter keeps them)
+    SELECT s.cell_id, ts_filter(setweight(s.tsv, 'A', (SELECT array_agg(lexeme) FROM terms)), '{{{{a}}}}') AS hits, s.len
+    FROM cell_search s JOIN cells c ON c.id = s.cell_id
+    WHERE s.tsv @@ (SELECT string_agg(tq::text, ' | ')::tsquery FROM terms) AND {{where}})
+SELECT m.cell_id,
+       SUM(w.idf * cardinality(u.positions) * {BM25_K1 + 1}
+           / (cardinality(u.positions) + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * m.len / %s::float8))) AS score
+FROM matches m CROSS JOIN LATERAL unnest(m.hits) AS u JOIN weights w ON w.lexeme = u.lexeme
+GROUP BY m.cell_id ORDER BY score DESC, m.cell_id LIMIT %s
+"""
 
 _CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 
@@ -215,6 +266,60 @@ def _vector_index_name(model: str, dim: int) -> str:
     return "cell_vectors_hnsw_" + hashlib.sha1(f"{model}\0{dim}".encode()).hexdigest()[:16]
 
 
+_NEIGHBOURS = """
+SELECT x.id FROM cells c CROSS JOIN LATERAL (
+    (SELECT p.id FROM cells p WHERE p.owner_id = c.owner_id AND p.session_id = c.session_id AND p.seq < c.seq
+     ORDER BY p.seq DESC LIMIT 1)
+    UNION ALL
+    (SELECT n.id FROM cells n WHERE n.owner_id = c.owner_id AND n.session_id = c.session_id AND n.seq > c.seq
+     ORDER BY n.seq LIMIT 1)) x
+WHERE c.id = %s AND c.session_id IS NOT NULL
+"""
+
+_WINDOWS = """
+SELECT c.id, concat_ws(E'\\n',
+    (SELECT p.text FROM cells p WHERE p.owner_id = c.owner_id AND p.session_id = c.session_id AND p.seq < c.seq
+     ORDER BY p.seq DESC LIMIT 1),
+    c.text,
+    (SELECT n.text FROM cells n WHERE n.owner_id = c.owner_id AND n.session_id = c.session_id AND n.seq > c.seq
+     ORDER BY n.seq LIMIT 1))
+FROM cells c WHERE c.id = ANY(%s)
+"""
+
+
+def refresh_windows(conn: psycopg.Connection, cell_ids: Sequence[str]) -> None:
+    """Rewrite the keyword-index rows (window text, tsvector, length) of these cells; ids in
+    sorted order, so two transactions lock shared neighbours in the same order."""
+    ids = sorted(set(cell_ids))
+    if not ids:
+        return
+    windows = conn.execute(_WINDOWS, (ids,)).fetchall()
+    if windows:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO cell_search (cell_id, tsv, len) "
+                "SELECT %s, v, (SELECT COALESCE(SUM(cardinality(u.positions)), 0) FROM unnest(v) u) "
+                "FROM to_tsvector(%s::regconfig, %s) AS v "
+                "ON CONFLICT (cell_id) DO UPDATE SET tsv = EXCLUDED.tsv, len = EXCLUDED.len",
+                [(cid, TEXT_CONFIG, search_text(window)) for cid, window in sorted(windows)],
+            )
+
+
+def rebuild_keyword_index(conn: psycopg.Connection, batch_size: int = 1000) -> None:
+    """Every cell's window again (migration 3)."""
+    after = ""
+    while True:
+        ids = [r[0] for r in conn.execute("SELECT id FROM cells WHERE id > %s ORDER BY id LIMIT %s", (after, batch_size))]
+        if not ids:
+            return
+        refresh_windows(conn, ids)
+        after = ids[-1]
+
+
+# Python steps that run inside a migration's transaction, after its SQL.
+MIGRATION_STEPS = {3: rebuild_keyword_index}
+
+
 class _PostgresWriteTx(WriteTx):
     def __init__(self, conn: psycopg.Connection, store: "PostgresStore"):
         self.conn = conn
@@ -237,6 +342,14 @@ class _PostgresWriteTx(WriteTx):
             (cell_id, vector.model, dim, vector_literal(vector.vector)),
         )
 
+    def _session_neighbours(self, cell_id: str) -> list[str]:
+        """Ids of the cells just before and after this one in its owner's session."""
+        rows = self.conn.execute(_NEIGHBOURS, (cell_id,)).fetchall()
+        return [r[0] for r in rows]
+
+    def _refresh_windows(self, cell_ids: Sequence[str]) -> None:
+        refresh_windows(self.conn, cell_ids)
+
     def insert(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
         row = cell_to_row(cell)
         self.conn.execute(
@@ -245,10 +358,7 @@ class _PostgresWriteTx(WriteTx):
             ),
             list(row.values()),
         )
-        self.conn.execute(
-            "INSERT INTO cell_search (cell_id, tsv) VALUES (%s, to_tsvector(%s::regconfig, %s))",
-            (cell.id, TEXT_CONFIG, search_text(row["text"])),
-        )
+        self._refresh_windows([cell.id, *self._session_neighbours(cell.id)])
         self._write_vector(cell.id, vector)
 
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
@@ -263,10 +373,7 @@ class _PostgresWriteTx(WriteTx):
             [cell.id, *(row[k] for k in cols), cell.id],
         ).fetchone()
         if changed is not None and changed[0]:
-            self.conn.execute(
-                "UPDATE cell_search SET tsv = to_tsvector(%s::regconfig, %s) WHERE cell_id = %s",
-                (TEXT_CONFIG, search_text(row["text"]), cell.id),
-            )
+            self._refresh_windows([cell.id, *self._session_neighbours(cell.id)])  # its window and its neighbours'
         self._write_vector(cell.id, vector)
 
     def add_history(self, record: HistoryRecord) -> None:
@@ -282,24 +389,31 @@ class _PostgresWriteTx(WriteTx):
         )
 
     def purge(self, cell_id: str) -> None:
+        neighbours = self._session_neighbours(cell_id)
         self.conn.execute("DELETE FROM cells WHERE id = %s", (cell_id,))  # cascades to search and vectors
+        self._refresh_windows(neighbours)  # erasure: its text leaves its neighbours' windows too
         # Erasure: the history keeps who did what and when, never the old values.
         self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = %s", (cell_id,))
 
 
 class PostgresStore(Store):
     backend = "postgresql"
+    KEYWORD_RANKERS = KEYWORD_RANKERS
 
     def __init__(self, url: str, *, pool_min: int = 1, pool_max: int = 10, pool_timeout: float = 5.0,
-                 ef_search: int = 100):
+                 ef_search: int = 100, keyword_ranker: str = "bm25"):
         self.conninfo, from_url = split_url(url)
         self.display_url = redact(self.conninfo)
         self.pool_min = from_url.get("pool_min", pool_min)
         self.pool_max = from_url.get("pool_max", pool_max)
         self.pool_timeout = from_url.get("pool_timeout", pool_timeout)
         self.ef_search = from_url.get("ef_search", ef_search)
+        self.keyword_ranker = from_url.get("keyword_ranker", keyword_ranker)
+        if self.keyword_ranker not in KEYWORD_RANKERS:
+            raise ValueError(f"keyword_ranker must be one of {', '.join(KEYWORD_RANKERS)}")
         self._pool: Optional[ConnectionPool] = None
         self._vector_indexes: set[str] = set()
+        self._stats: Optional[tuple[float, float, float]] = None
 
     # ------------------------------------------------------------ connections
     @staticmethod
@@ -381,6 +495,8 @@ class PostgresStore(Store):
                         continue
                     with conn.transaction():
                         conn.execute(script)
+                        if version in MIGRATION_STEPS:
+                            MIGRATION_STEPS[version](conn)
                         conn.execute(
                             "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, now())",
                             (version, name),
@@ -446,19 +562,22 @@ class PostgresStore(Store):
         if not terms:
             return []
         where, params = filter_sql(flt)
-        # The query's words go through the same parser as the indexed text (stemming, stop
-        # words); the resulting lexemes are OR-ed, as the FTS5 query is.
-        rows = self._query(
-            sql.SQL(
-                "WITH q AS (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery AS tsq "
-                "           FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS lexeme) "
-                "SELECT s.cell_id, ts_rank_cd(s.tsv, q.tsq, 1) AS score "
-                "FROM q, cell_search s JOIN cells c ON c.id = s.cell_id "
-                "WHERE s.tsv @@ q.tsq AND {} ORDER BY score DESC, s.cell_id LIMIT %s"
-            ).format(where),
-            [TEXT_CONFIG, " ".join(terms), *params, k],
-        )
+        if self.keyword_ranker == "ts_rank_cd":
+            query_sql, args = _TS_RANK_CD, [TEXT_CONFIG, " ".join(terms), *params, k]
+        else:
+            n, avgdl = self._corpus_stats()
+            query_sql, args = _BM25, [TEXT_CONFIG, " ".join(terms), n, *params, avgdl, k]
+        rows = self._query(sql.SQL(query_sql).format(where=where), args)
         return [Candidate(cid, float(score)) for cid, score in rows]
+
+    def _corpus_stats(self) -> tuple[float, float]:
+        """(documents, mean length) for BM25, cached for a few seconds: a full count costs
+        ~10 ms at 100k cells, and IDF barely moves between two queries."""
+        now = time.monotonic()
+        if self._stats is None or now - self._stats[2] > STATS_TTL_SECONDS:
+            n, avgdl = self._query("SELECT COUNT(*), COALESCE(AVG(len), 1) FROM cell_search")[0]
+            self._stats = (float(n), max(float(avgdl), 1.0), now)
+        return self._stats[0], self._stats[1]
 
     def vector_query(self, vector: Any, model: str, flt: CellFilter, k: int) -> tuple[sql.Composable, list[Any]]:
         """The dense leg's SQL (public so tests and operators can EXPLAIN it)."""
