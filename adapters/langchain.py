@@ -18,7 +18,6 @@ the session. `delete`/`clear` forget only cells this agent created in that scope
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from typing import Any, Iterable, Optional, Sequence
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -89,19 +88,14 @@ def item_text(value: dict[str, Any], index: Optional[Sequence[str]], key: str) -
     return text if text.strip() else key
 
 
-def _aware(value: Optional[datetime], fallback: datetime) -> datetime:
-    value = value or fallback
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
 def _item(cell: MemoryCell, score: Optional[float] = None, searched: bool = False) -> Item:
     meta = cell.content.metadata
     fields = dict(
         value=meta.get(VALUE_TAG, {"text": cell.content.text}),
         key=meta.get(KEY_TAG, cell.id),
         namespace=_namespace_of(cell),
-        created_at=_aware(cell.lifecycle.created_at, cell.lifecycle.created_at),
-        updated_at=_aware(cell.lifecycle.last_updated_at, cell.lifecycle.created_at),
+        created_at=cell.lifecycle.created_at,
+        updated_at=cell.lifecycle.last_updated_at or cell.lifecycle.created_at,
     )
     return SearchItem(**fields, score=score) if searched else Item(**fields)
 
@@ -112,8 +106,9 @@ class AmpkitStore(BaseStore):
     `owner_id` is whose memory this is (a user id, usually); it defaults to the client's
     agent id. `sharing` sets the access policy of the cells the store writes. Search is the
     server's ranked search (keyword, plus dense vectors if the server has them) over the
-    owner's readable cells; the namespace prefix and the value `filter` are applied to the
-    best `MAX_SEARCH` hits. `batch` runs on the sync client and `abatch` on the async one."""
+    owner's readable items under the namespace prefix (filtered by the server); a value
+    `filter` is applied here, to the best `MAX_SEARCH` hits. `batch` runs on the sync client
+    and `abatch` on the async one. TTLs are not supported."""
 
     supports_ttl = False
 
