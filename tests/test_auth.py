@@ -300,3 +300,17 @@ def test_keys_and_auth_on_postgresql(pg_url, server_factory):
         assert http.get("/memories", headers=bearer(token)).status_code == 401
         assert http.get(f"/memories/{made.json()['id']}", headers=bearer(new)).status_code == 200
         assert '"state": "expired"' in ampkit("keys", "list", "--json", "--store", pg_url).stdout
+
+
+def test_the_python_client_waits_out_a_real_rate_limit(server_factory):
+    from ampkit.client import connect
+
+    srv = server_factory(args=["--rate-limit", "4"])  # burst 8
+    started = time.monotonic()
+    with connect(srv.base_url, agent_id="patient", retries=5) as client:
+        made = [client.remember(f"note {i}", owner_id="patient") for i in range(12)]
+    assert len({c.id for c in made}) == 12  # no call failed ...
+    assert time.monotonic() - started >= 0.9  # ... because the client honoured Retry-After
+    time.sleep(1)
+    listed = httpx.get(f"{srv.base_url}/memories", params={"limit": 100}, headers={"X-AMP-Agent-ID": "patient"}).json()
+    assert listed["total"] == 12  # and a refused (429) create was never stored twice
