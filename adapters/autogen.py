@@ -15,7 +15,7 @@ the api key is not part of it, pass `api_key=` or rely on the client's own defau
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from autogen_core import CancellationToken, Component
 from autogen_core.memory import Memory, MemoryContent, MemoryMimeType, MemoryQueryResult, UpdateContextResult
@@ -64,9 +64,9 @@ class AmpkitMemory(Memory, Component[AmpkitMemoryConfig]):
     component_provider_override = "ampkit.adapters.autogen.AmpkitMemory"
 
     def __init__(self, client: Any, *, owner_id: str, name: str = "default", session_id: Optional[str] = None,
-                 k: int = 5, types: Optional[list[str]] = ("semantic", "procedural"), memory_type: str = "semantic",
-                 sharing: Sharing = Sharing(), _owns_client: bool = False):
-        self._clients = Clients(client, owned=_owns_client)
+                 k: int = 5, types: Optional[Sequence[str]] = ("semantic", "procedural"), memory_type: str = "semantic",
+                 sharing: Sharing = Sharing()):
+        self._clients = Clients(client)
         self._config = AmpkitMemoryConfig(
             url=client.url, agent_id=client.agent_id, owner_id=owner_id, name=name, session_id=session_id, k=k,
             types=None if types is None else list(types), memory_type=memory_type, **sharing.fields(),
@@ -125,7 +125,9 @@ class AmpkitMemory(Memory, Component[AmpkitMemoryConfig]):
     def _from_config(cls, config: AmpkitMemoryConfig) -> "AmpkitMemory":
         import ampkit
 
-        client = ampkit.aconnect(config.url, agent_id=config.agent_id)
-        memory = cls(client, owner_id=config.owner_id, _owns_client=True)
-        memory._config = config.model_copy()
+        c = config
+        memory = cls(ampkit.aconnect(c.url, agent_id=c.agent_id), owner_id=c.owner_id, name=c.name,
+                     session_id=c.session_id, k=c.k, types=c.types, memory_type=c.memory_type,
+                     sharing=Sharing(readable_by=c.readable_by, writable_by=c.writable_by, public=c.public))
+        memory._clients.owned = True  # it opened the client, so close() closes it
         return memory
