@@ -7,7 +7,18 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 # Options ampkit reads from the URL query (everything else goes to libpq untouched).
-POOL_OPTIONS = {"pool_min": int, "pool_max": int, "pool_timeout": float, "ef_search": int, "keyword_ranker": str}
+def _threshold(value: str) -> "int | None":
+    return None if value.lower() in ("none", "off", "") else int(value)
+
+
+POOL_OPTIONS = {
+    "pool_min": int,
+    "pool_max": int,
+    "pool_timeout": float,
+    "ef_search": int,
+    "keyword_ranker": str,
+    "prepare_threshold": _threshold,  # psycopg's auto-prepare; "none" behind an old pgbouncer
+}
 
 
 def split_url(url: str) -> tuple[str, dict[str, Any]]:
