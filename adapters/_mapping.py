@@ -133,8 +133,17 @@ class _ThreadedAsync:
         return None
 
 
+# Metadata keys the adapters write for their own bookkeeping; never shown to a model.
+ADAPTER_KEY_PREFIXES = ("ampkit_", "langgraph_", "langchain_", "llamaindex_", "crewai_", "autogen_")
+
+
 def tags(framework: str, scope: str, **extra: Any) -> dict[str, Any]:
     return {FRAMEWORK_TAG: framework, SCOPE_TAG: scope, **extra}
+
+
+def user_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A cell's metadata without any adapter's bookkeeping keys."""
+    return {k: v for k, v in metadata.items() if not k.startswith(ADAPTER_KEY_PREFIXES)}
 
 
 def owned_by_scope(cells: Iterable[MemoryCell], agent_id: str) -> list[str]:

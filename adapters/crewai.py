@@ -26,13 +26,12 @@ from pydantic import Field, PrivateAttr
 
 from ampkit import MemoryCell
 
-from ._mapping import FRAMEWORK_TAG, MAX_SEARCH, SCOPE_TAG, Clients, Sharing, owned_by_scope, tags
+from ._mapping import MAX_SEARCH, SCOPE_TAG, Clients, Sharing, owned_by_scope, tags, user_metadata
 
 FRAMEWORK = "crewai"
 CREW_SCOPE_TAG = "crewai_scope"
 CATEGORIES_TAG = "crewai_categories"
 ROLE_TAG = "crewai_agent_role"
-HIDDEN_TAGS = {FRAMEWORK_TAG, SCOPE_TAG, CREW_SCOPE_TAG, CATEGORIES_TAG, ROLE_TAG}
 
 
 def _join(root: Optional[str], scope: Optional[str]) -> str:
@@ -47,7 +46,7 @@ def _record(cell: MemoryCell) -> MemoryRecord:
         content=cell.content.text,
         scope=meta.get(CREW_SCOPE_TAG, "/"),
         categories=list(meta.get(CATEGORIES_TAG, [])),
-        metadata={k: v for k, v in meta.items() if k not in HIDDEN_TAGS},
+        metadata=user_metadata(meta),
         importance=cell.scoring.importance,
         created_at=cell.lifecycle.created_at,
         last_accessed=cell.lifecycle.last_accessed_at or cell.lifecycle.created_at,

@@ -30,6 +30,7 @@ def test_crew_memory_recalls_into_the_prompt_and_remembers_the_result(backend):
 
     assert "bullet" in result.raw
     assert "Ada wants the summary format as bullet points" in llm.prompts[0]
+    assert "ampkit_scope" not in llm.prompts[0]  # bookkeeping tags stay out of the prompt
     saved = [c for c in backend.cells(user) if c.identity.created_by == agent_id]
     assert len(saved) == 1 and "- bullet one" in saved[0].content.text
     assert saved[0].content.metadata["crewai_agent_role"] == "Writer"
