@@ -316,3 +316,18 @@ def test_keyword_leg_sees_session_neighbours_and_forgets_purged_text(pg_store):
     service.delete("agent_a", question.id)
     assert service.purge("admin", [question.id], as_of=utcnow() + timedelta(days=31)).purged == [question.id]
     assert pg_store.keyword_candidates("grow up", CellFilter(statuses=("active", "deleted")), 10) == []
+
+
+def test_scheduled_lifecycle_is_claimed_once_per_interval(pg_url):
+    a, b = PostgresStore(pg_url), PostgresStore(pg_url)
+    a.open()
+    b.open()
+    try:
+        assert a.claim_scheduled_lifecycle(3600)  # the first server whose timer fires runs it
+        assert not b.claim_scheduled_lifecycle(3600)  # the other skips this interval
+        assert not a.claim_scheduled_lifecycle(3600)
+        time.sleep(0.25)
+        assert b.claim_scheduled_lifecycle(0.2)  # next interval: whoever comes first
+    finally:
+        a.close()
+        b.close()

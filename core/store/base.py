@@ -172,6 +172,13 @@ class Store(ABC):
 
         return nullcontext(True)
 
+    def claim_scheduled_lifecycle(self, interval_seconds: float) -> bool:
+        """For the server's scheduler: True when this process should run the scheduled
+        lifecycle now, False when another server sharing the store already ran it within the
+        interval (so N servers run it once per interval, not N times). Manual runs never ask.
+        Default: True (a store that one process owns)."""
+        return True
+
     def stats(self) -> dict[str, Any]:
         return {}
     # ------------------------------------------------------------ API keys (ampkit.auth)

@@ -136,6 +136,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE cell_search ADD COLUMN len INTEGER NOT NULL DEFAULT 0;
         """,
     ),
+    (
+        4,
+        "when the scheduled lifecycle last ran",
+        """
+        CREATE TABLE lifecycle_schedule (name TEXT PRIMARY KEY, last_run TIMESTAMPTZ NOT NULL);
+        """,
+    ),
 ]
 
 KEYWORD_RANKERS = ("bm25", "ts_rank_cd")
@@ -648,6 +655,18 @@ class PostgresStore(Store):
             finally:
                 if got:
                     conn.execute("SELECT pg_advisory_unlock(%s)", (LIFECYCLE_LOCK,))
+
+    def claim_scheduled_lifecycle(self, interval_seconds: float) -> bool:
+        """One atomic upsert: the first server whose timer fires in an interval claims it; the
+        others see a recent `last_run` and skip. (A tenth of the interval is allowed for
+        timers that drift.) The run itself still takes `try_lifecycle_lock`."""
+        rows = self._query(
+            "INSERT INTO lifecycle_schedule (name, last_run) VALUES ('scheduled', now()) "
+            "ON CONFLICT (name) DO UPDATE SET last_run = now() "
+            "WHERE lifecycle_schedule.last_run <= now() - make_interval(secs => %s) RETURNING 1",
+            (0.9 * interval_seconds,),
+        )
+        return bool(rows)
 
     # ------------------------------------------------------------ API keys
     _KEY_COLUMNS = "key_id, agent_id, scopes, secret_hash, created_at, expires_at, revoked_at, replaced_by"
