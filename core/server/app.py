@@ -61,6 +61,9 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         while True:
             await asyncio.sleep(interval)
             try:
+                # Servers sharing one database take turns: one run per interval in all.
+                if not await run_in_threadpool(service.store.claim_scheduled_lifecycle, interval):
+                    continue
                 result = await run_in_threadpool(service.run_lifecycle)
                 log.info("lifecycle run: %s", result.model_dump(exclude={"ran_at"}))
             except Exception:  # noqa: BLE001 - keep the scheduler alive; the next run retries
