@@ -21,7 +21,8 @@ def one_task_crew(llm: CrewAIFakeLLM, memory=None, agent_memory=None) -> Crew:
 def test_crew_memory_recalls_into_the_prompt_and_remembers_the_result(backend):
     user = unique("user")
     backend.connect(unique("lc-agent")).remember("Ada wants the summary format as bullet points", owner_id=user,
-                                                  readable_by=["crew-*"])
+                                                  readable_by=["crew-*"],
+                                                  metadata={"topic": "formatting", "ampkit_scope": "langchain.tools:x"})
     agent_id = unique("crew-agent")
     memory = AmpkitCrewMemory(client=backend.connect(agent_id), owner_id=user, sharing=Sharing(readable_by=["lc-*"]))
     llm = CrewAIFakeLLM(answer="- bullet one\n- bullet two")
@@ -30,7 +31,7 @@ def test_crew_memory_recalls_into_the_prompt_and_remembers_the_result(backend):
 
     assert "bullet" in result.raw
     assert "Ada wants the summary format as bullet points" in llm.prompts[0]
-    assert "ampkit_scope" not in llm.prompts[0]  # bookkeeping tags stay out of the prompt
+    assert "topic: formatting" in llm.prompts[0] and "ampkit_scope" not in llm.prompts[0]  # no bookkeeping tags
     saved = [c for c in backend.cells(user) if c.identity.created_by == agent_id]
     assert len(saved) == 1 and "- bullet one" in saved[0].content.text
     assert saved[0].content.metadata["crewai_agent_role"] == "Writer"
