@@ -207,7 +207,11 @@ class MemoryService:
         )
         return cell.model_copy(update={"lifecycle": lifecycle})
 
-    def update(self, agent: str, cell_id: str, patch: CellPatch, *, expected_version: Optional[int] = None) -> MemoryCell:
+    def update(
+        self, agent: str, cell_id: str, patch: CellPatch, *, expected_version: Optional[int] = None
+    ) -> Optional[MemoryCell]:
+        """Merge a PATCH. Returns the updated cell, or None when the caller may write but not
+        read it: being writable never makes a cell readable, not even through the answer."""
         now = self.clock()
         changes_in = patch.model_dump(mode="json", exclude_unset=True)
         with self.store.write() as tx:
@@ -228,7 +232,7 @@ class MemoryService:
                 check_patch_transition(cell.lifecycle.status, requested)
             diff = _diff(before, merged)
             if not diff:
-                return cell
+                return cell if can_read(cell, agent) else None
             merged["lifecycle"]["last_updated_at"] = now
             merged["lifecycle"]["version"] = cell.lifecycle.version + 1
             try:
@@ -242,7 +246,7 @@ class MemoryService:
             tx.update(updated, vector)
             action = "status" if set(diff) == {"lifecycle.status"} else "update"
             tx.add_history(HistoryRecord(cell_id, now, agent, action, diff))
-        return updated
+        return updated if can_read(updated, agent) else None
 
     def delete(self, agent: str, cell_id: str) -> None:
         now = self.clock()

@@ -166,11 +166,16 @@ def get(cell_id: str) -> Call[MemoryCell]:
     return Call("get", "GET", _cell_path(cell_id), _decode_cell, cell_id=cell_id)
 
 
-def update(cell_id: str, *, expected_version: Optional[int] = None, **changes: Any) -> Call[MemoryCell]:
-    """PATCH; with `expected_version` it is conditional (If-Match) and therefore safe to resend."""
+def _decode_optional_cell(body: Any) -> Optional[MemoryCell]:
+    return None if body is None else MemoryCell.model_validate(body)
+
+
+def update(cell_id: str, *, expected_version: Optional[int] = None, **changes: Any) -> Call[Optional[MemoryCell]]:
+    """PATCH; with `expected_version` it is conditional (If-Match) and therefore safe to resend.
+    Decodes to None when the caller may write but not read the cell (the server answers 204)."""
     headers = {} if expected_version is None else {"If-Match": str(expected_version)}
     body = nest(changes, allowed=set(CELL_FIELDS) - {"type", "supersedes"})
-    return Call("update", "PATCH", _cell_path(cell_id), _decode_cell, body=body, headers=headers,
+    return Call("update", "PATCH", _cell_path(cell_id), _decode_optional_cell, body=body, headers=headers,
                 cell_id=cell_id, idempotent=expected_version is not None)
 
 

@@ -96,7 +96,7 @@ class Client(_BaseClient):
     def get(self, id: str) -> MemoryCell:
         return self._send(calls.get(id))
 
-    def update(self, id: str, *, expected_version: Optional[int] = None, **changes: Any) -> MemoryCell:
+    def update(self, id: str, *, expected_version: Optional[int] = None, **changes: Any) -> Optional[MemoryCell]:
         return self._send(calls.update(id, expected_version=expected_version, **changes))
 
     def supersede(self, old_id: str, text: str, **cell_fields: Any) -> MemoryCell:
@@ -193,7 +193,7 @@ class AsyncClient(_BaseClient):
     async def get(self, id: str) -> MemoryCell:
         return await self._send(calls.get(id))
 
-    async def update(self, id: str, *, expected_version: Optional[int] = None, **changes: Any) -> MemoryCell:
+    async def update(self, id: str, *, expected_version: Optional[int] = None, **changes: Any) -> Optional[MemoryCell]:
         return await self._send(calls.update(id, expected_version=expected_version, **changes))
 
     async def supersede(self, old_id: str, text: str, **cell_fields: Any) -> MemoryCell:

@@ -163,14 +163,16 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         return service.get(caller.read(), memory_id)
 
     @router.patch("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"],
-                  dependencies=[Depends(require_json)])
+                  dependencies=[Depends(require_json)],
+                  responses={204: {"description": "applied; the caller may write but not read this cell"}})
     def patch_memory(
         memory_id: str,
         body: CellPatch,
         caller: CallerDep,
         if_match: Annotated[Optional[int], Header(description="extension: expected lifecycle.version")] = None,
-    ) -> MemoryCell:
-        return service.update(caller.write(), memory_id, body, expected_version=if_match)
+    ) -> Any:
+        updated = service.update(caller.write(), memory_id, body, expected_version=if_match)
+        return Response(status_code=204) if updated is None else updated
 
     @router.delete("/memories/{memory_id}", status_code=204, tags=["memories"])
     def delete_memory(memory_id: str, caller: CallerDep) -> Response:
