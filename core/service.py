@@ -227,7 +227,7 @@ class MemoryService:
                 if values is None:
                     continue
                 merged[section].update(values)
-            requested = changes_in.get("lifecycle", {}).get("status")
+            requested = (changes_in.get("lifecycle") or {}).get("status")
             if requested is not None:
                 check_patch_transition(cell.lifecycle.status, requested)
             diff = _diff(before, merged)
