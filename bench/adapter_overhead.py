@@ -7,9 +7,10 @@ another temp SQLite file. Async adapters are compared with the async client.
 
     .venv/bin/python bench/adapter_overhead.py [--n 200] [--warmup 20] [--json results.json]
 
-Some adapter operations make more than one request by design (`calls` column): the LangGraph
+Some adapter operations make more than one request by design (`reqs` column): the LangGraph
 store's put looks its key up first; LlamaIndex's `AmpkitMemory.aget` reads the session
-history and searches shared memory.
+history (here SESSION_TURNS messages; its cost grows with the session) and searches shared
+memory.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from support import ServerProcess  # noqa: E402
 OWNER = "ada"
 QUERY = "which tea does Ada like for the budget meeting"
 CORPUS = 200
+SESSION_TURNS = 20
 WORDS = "tea coffee cat dog garden deploy runbook wiki budget travel paris berlin piano chess".split()
 
 
@@ -91,7 +93,10 @@ def measure(url: str, n: int, warmup: int) -> list[dict]:
     li_memory = li.AmpkitMemory(client=aclient, owner_id=OWNER, session_id="bench")
     li_block = li.AmpkitMemoryBlock(client=aclient, owner_id=OWNER)
     ag_memory = ag.AmpkitMemory(aclient, owner_id=OWNER, types=None)
-    loop.run_until_complete(li_memory.aput(ChatMessage(role="user", content=QUERY)))
+    # A session of SESSION_TURNS messages: aget reads the whole session on every call.
+    loop.run_until_complete(li_memory.aput_messages(
+        [ChatMessage(role="user" if i % 2 else "assistant", content=sentence(i)) for i in range(SESSION_TURNS - 1)]
+        + [ChatMessage(role="user", content=QUERY)]))
     message = [ChatMessage(role="user", content=QUERY)]
 
     def search(i: int):
@@ -114,9 +119,8 @@ def measure(url: str, n: int, warmup: int) -> list[dict]:
         ("crewai Memory.recall", 1, search, lambda i: crew_memory.recall(QUERY, limit=5), n),
         ("crewai Memory.remember", 1, remember, lambda i: crew_memory.remember(sentence(i)), n),
         ("llamaindex block.aget", 1, asearch, lambda i: li_block.aget(message), n),
+        ("llamaindex memory.aget", 2, asearch, lambda i: li_memory.aget(), n),
         ("llamaindex memory.aput", 1, aremember, lambda i: li_memory.aput(ChatMessage(role="assistant", content=sentence(i))), n),
-        # aget reads the whole session history, which the aput case above grew: fewer rounds.
-        ("llamaindex memory.aget", 2, asearch, lambda i: li_memory.aget(), min(n, 30)),
         ("autogen Memory.query", 1, asearch, lambda i: ag_memory.query(QUERY), n),
         ("autogen Memory.add", 1, aremember,
          lambda i: ag_memory.add(MemoryContent(content=sentence(i), mime_type="text/plain")), n),
