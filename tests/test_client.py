@@ -279,6 +279,19 @@ def test_access_rules_hold_for_other_agents(connect_as, owner):
         mine.get(shared.id)
 
 
+def test_writer_only_agent_can_change_but_not_see_a_cell(connect_as, owner):
+    mine = connect_as("alice-" + owner)
+    writer = connect_as("scribe-" + owner)
+    cell = mine.remember("append-only log", owner_id=owner, writable_by=["scribe-*"])
+    assert writer.update(cell.id, importance=0.9) is None  # 204: the write happened, the cell stays unseen
+    with pytest.raises(AccessDenied):
+        writer.get(cell.id)
+    assert mine.get(cell.id).scoring.importance == 0.9
+    writer.forget(cell.id)
+    with pytest.raises(AccessDenied):
+        mine.get(cell.id)
+
+
 # ---------------------------------------------------------------- errors, per backend
 
 ERROR_CASES = {
