@@ -52,6 +52,7 @@ from ..models import HistoryEntry, MemoryCell
 from ..textindex import index_text, query_terms
 from ._pg_url import redact, split_url
 from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx
+from .sqlite import CONTEXT_RADIUS  # the same keyword windows as the embedded store
 
 # Advisory lock keys (any fixed bigints; they only need to be distinct within the database).
 MIGRATION_LOCK = 0x616D706B_0001  # "ampk" + 1
@@ -126,8 +127,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         3,
         "keyword index over same-session turn windows; document lengths for BM25",
         # As in SQLite's migration 2: a cell is found by its own words and by those of the cells
-        # just before and after it in its owner's session (a question asked in one turn is
-        # answered in the next). `seq` is the insertion order that defines "before" and "after";
+        # around it in its owner's session (CONTEXT_RADIUS each side; a question asked in one
+        # turn is answered in the next). `seq` is the insertion order that defines "before" and "after";
         # the windows themselves are rebuilt in Python (`rebuild_keyword_index`), because the
         # CJK bigrams come from ampkit.textindex.
         """
@@ -268,23 +269,24 @@ def _vector_index_name(model: str, dim: int) -> str:
     return "cell_vectors_hnsw_" + hashlib.sha1(f"{model}\0{dim}".encode()).hexdigest()[:16]
 
 
-_NEIGHBOURS = """
+# A cell's window: up to CONTEXT_RADIUS same-session cells each side (insertion order), as
+# in SQLite. The first placeholder of each query is the radius.
+_SAME_SESSION = "p.owner_id = c.owner_id AND p.session_id = c.session_id"
+_NEIGHBOURS = f"""
 SELECT x.id FROM cells c CROSS JOIN LATERAL (
-    (SELECT p.id FROM cells p WHERE p.owner_id = c.owner_id AND p.session_id = c.session_id AND p.seq < c.seq
-     ORDER BY p.seq DESC LIMIT 1)
+    (SELECT p.id FROM cells p WHERE {_SAME_SESSION} AND p.seq < c.seq ORDER BY p.seq DESC LIMIT %s)
     UNION ALL
-    (SELECT n.id FROM cells n WHERE n.owner_id = c.owner_id AND n.session_id = c.session_id AND n.seq > c.seq
-     ORDER BY n.seq LIMIT 1)) x
+    (SELECT p.id FROM cells p WHERE {_SAME_SESSION} AND p.seq > c.seq ORDER BY p.seq LIMIT %s)) x
 WHERE c.id = %s AND c.session_id IS NOT NULL
 """
 
-_WINDOWS = """
-SELECT c.id, concat_ws(E'\\n',
-    (SELECT p.text FROM cells p WHERE p.owner_id = c.owner_id AND p.session_id = c.session_id AND p.seq < c.seq
-     ORDER BY p.seq DESC LIMIT 1),
-    c.text,
-    (SELECT n.text FROM cells n WHERE n.owner_id = c.owner_id AND n.session_id = c.session_id AND n.seq > c.seq
-     ORDER BY n.seq LIMIT 1))
+_WINDOWS = f"""
+SELECT c.id, array_to_string(
+    ARRAY(SELECT b.text FROM (SELECT p.text, p.seq FROM cells p WHERE {_SAME_SESSION} AND p.seq < c.seq
+                              ORDER BY p.seq DESC LIMIT %s) b ORDER BY b.seq)
+    || c.text
+    || ARRAY(SELECT p.text FROM cells p WHERE {_SAME_SESSION} AND p.seq > c.seq ORDER BY p.seq LIMIT %s),
+    E'\\n')
 FROM cells c WHERE c.id = ANY(%s)
 """
 
@@ -295,7 +297,7 @@ def refresh_windows(conn: psycopg.Connection, cell_ids: Sequence[str]) -> None:
     ids = sorted(set(cell_ids))
     if not ids:
         return
-    windows = conn.execute(_WINDOWS, (ids,)).fetchall()
+    windows = conn.execute(_WINDOWS, (CONTEXT_RADIUS, CONTEXT_RADIUS, ids)).fetchall()
     if windows:
         with conn.cursor() as cur:
             cur.executemany(
@@ -326,6 +328,7 @@ class _PostgresWriteTx(WriteTx):
     def __init__(self, conn: psycopg.Connection, store: "PostgresStore"):
         self.conn = conn
         self.store = store
+        self._dirty_windows: set[str] = set()
 
     def get(self, cell_id: str) -> Optional[MemoryCell]:
         # FOR UPDATE: the row stays locked until this transaction ends, so a concurrent
@@ -344,13 +347,16 @@ class _PostgresWriteTx(WriteTx):
             (cell_id, vector.model, dim, vector_literal(vector.vector)),
         )
 
-    def _session_neighbours(self, cell_id: str) -> list[str]:
-        """Ids of the cells just before and after this one in its owner's session."""
-        rows = self.conn.execute(_NEIGHBOURS, (cell_id,)).fetchall()
-        return [r[0] for r in rows]
+    def _touch(self, cell_id: str) -> None:
+        """Mark this cell's keyword window, and its session neighbours' windows, for rewriting."""
+        neighbours = self.conn.execute(_NEIGHBOURS, (CONTEXT_RADIUS, CONTEXT_RADIUS, cell_id)).fetchall()
+        self._dirty_windows.update([cell_id, *(r[0] for r in neighbours)])
 
-    def _refresh_windows(self, cell_ids: Sequence[str]) -> None:
-        refresh_windows(self.conn, cell_ids)
+    def flush(self) -> None:
+        """Rewrite the marked windows once, just before COMMIT (a batch of turns of one
+        session rewrites each window once, not once per turn)."""
+        refresh_windows(self.conn, self._dirty_windows)
+        self._dirty_windows.clear()
 
     def insert(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
         row = cell_to_row(cell)
@@ -360,7 +366,7 @@ class _PostgresWriteTx(WriteTx):
             ),
             list(row.values()),
         )
-        self._refresh_windows([cell.id, *self._session_neighbours(cell.id)])
+        self._touch(cell.id)
         self._write_vector(cell.id, vector)
 
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
@@ -375,7 +381,7 @@ class _PostgresWriteTx(WriteTx):
             [cell.id, *(row[k] for k in cols), cell.id],
         ).fetchone()
         if changed is not None and changed[0]:
-            self._refresh_windows([cell.id, *self._session_neighbours(cell.id)])  # its window and its neighbours'
+            self._touch(cell.id)
         self._write_vector(cell.id, vector)
 
     def add_history(self, record: HistoryRecord) -> None:
@@ -391,9 +397,8 @@ class _PostgresWriteTx(WriteTx):
         )
 
     def purge(self, cell_id: str) -> None:
-        neighbours = self._session_neighbours(cell_id)
+        self._touch(cell_id)  # erasure: its text leaves its neighbours' windows too
         self.conn.execute("DELETE FROM cells WHERE id = %s", (cell_id,))  # cascades to search and vectors
-        self._refresh_windows(neighbours)  # erasure: its text leaves its neighbours' windows too
         # Erasure: the history keeps who did what and when, never the old values.
         self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = %s", (cell_id,))
 
@@ -532,7 +537,9 @@ class PostgresStore(Store):
     def write(self) -> Iterator[WriteTx]:
         with self._connection("write") as conn:
             with conn.transaction():
-                yield _PostgresWriteTx(conn, self)
+                tx = _PostgresWriteTx(conn, self)
+                yield tx
+                tx.flush()
 
     # ------------------------------------------------------------ reads
     def get(self, cell_id: str) -> Optional[MemoryCell]:
