@@ -11,6 +11,7 @@ The store registers `index_text` as an SQL function so its FTS triggers can call
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Optional
 
@@ -78,3 +79,9 @@ def fts_match(text: str) -> Optional[str]:
     if not terms:
         return None
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def owner_token(owner_id: str) -> str:
+    """A single index token standing for an owner, so an owner's keyword search is an FTS
+    AND over its own cells instead of a scan of every owner's matches."""
+    return "o" + hashlib.blake2b(owner_id.encode("utf-8"), digest_size=8).hexdigest()

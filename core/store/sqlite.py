@@ -27,7 +27,7 @@ import numpy as np
 from ..access import glob_to_sql_glob
 from ..errors import Unavailable
 from ..models import HistoryEntry, MemoryCell
-from ..textindex import fts_match, index_text
+from ..textindex import fts_match, index_text, owner_token
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
 from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx
 
@@ -90,24 +90,26 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # is answered in the next), extended with CJK bigrams (ampkit.textindex). The window
         # text lives in `cell_context` (rowid = cells.rowid), maintained by the write
         # transaction; `cells_fts` is an external-content index over it, kept by triggers.
+        # Its `owner` column holds one token per owner (ampkit.textindex.owner_token), so an
+        # owner's search is an indexed AND (ranked with that column's weight at 0).
         """
         DROP TRIGGER cells_fts_ai;
         DROP TRIGGER cells_fts_ad;
         DROP TRIGGER cells_fts_au;
         DROP TABLE cells_fts;
         CREATE INDEX cells_session ON cells(owner_id, session_id) WHERE session_id IS NOT NULL;
-        CREATE TABLE cell_context (rowid INTEGER PRIMARY KEY, text TEXT NOT NULL);
+        CREATE TABLE cell_context (rowid INTEGER PRIMARY KEY, text TEXT NOT NULL, owner TEXT NOT NULL);
         CREATE VIRTUAL TABLE cells_fts USING fts5(
-            text, content='cell_context', content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2'
+            text, owner, content='cell_context', content_rowid='rowid', tokenize='porter unicode61 remove_diacritics 2'
         );
         CREATE TRIGGER cell_context_ai AFTER INSERT ON cell_context BEGIN
-            INSERT INTO cells_fts(rowid, text) VALUES (new.rowid, new.text);
+            INSERT INTO cells_fts(rowid, text, owner) VALUES (new.rowid, new.text, new.owner);
         END;
         CREATE TRIGGER cell_context_ad AFTER DELETE ON cell_context BEGIN
-            INSERT INTO cells_fts(cells_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+            INSERT INTO cells_fts(cells_fts, rowid, text, owner) VALUES ('delete', old.rowid, old.text, old.owner);
         END;
-        INSERT INTO cell_context(rowid, text)
-            SELECT rid, ampkit_index_text(CASE WHEN session_id IS NULL THEN text ELSE
+        INSERT INTO cell_context(rowid, owner, text)
+            SELECT rid, ampkit_owner_token(owner_id), ampkit_index_text(CASE WHEN session_id IS NULL THEN text ELSE
                 coalesce(lag(text, 2) OVER w || char(10), '') || coalesce(lag(text, 1) OVER w || char(10), '') || text
                 || coalesce(char(10) || lead(text, 1) OVER w, '') || coalesce(char(10) || lead(text, 2) OVER w, '') END)
             FROM (SELECT rowid AS rid, owner_id, session_id, text FROM cells)
@@ -248,16 +250,18 @@ class _SQLiteWriteTx(WriteTx):
             [(cell.id, glob_to_sql_glob(p)) for p in cell.access_policy.readable_by],
         )
 
-    def _window(self, rowid: int) -> tuple[list[tuple[int, str]], Optional[str], list[tuple[int, str]]]:
-        """(cells before, own text, cells after): up to CONTEXT_RADIUS same-session neighbours
-        each side, in insertion order. A cell without a session has no neighbours."""
+    def _window(self, rowid: int) -> tuple[list[tuple[int, str]], Optional[tuple[str, str]], list[tuple[int, str]]]:
+        """(cells before, (owner, own text), cells after): up to CONTEXT_RADIUS same-session
+        neighbours each side, in insertion order. A cell without a session has no neighbours."""
         row = self.conn.execute("SELECT owner_id, session_id, text FROM cells WHERE rowid = ?", (rowid,)).fetchone()
-        if row is None or row[1] is None:
-            return [], (row[2] if row else None), []
+        if row is None:
+            return [], None, []
+        if row[1] is None:
+            return [], (row[0], row[2]), []
         sql = "SELECT rowid, text FROM cells WHERE owner_id = ? AND session_id = ? AND rowid {} ? ORDER BY rowid {} LIMIT ?"
         before = self.conn.execute(sql.format("<", "DESC"), (row[0], row[1], rowid, CONTEXT_RADIUS)).fetchall()
         after = self.conn.execute(sql.format(">", "ASC"), (row[0], row[1], rowid, CONTEXT_RADIUS)).fetchall()
-        return before[::-1], row[2], after
+        return before[::-1], (row[0], row[2]), after
 
     def _touch(self, rowid: int) -> None:
         """Mark this row's keyword window, and its neighbours' windows, for rewriting."""
@@ -271,8 +275,12 @@ class _SQLiteWriteTx(WriteTx):
             self.conn.execute("DELETE FROM cell_context WHERE rowid = ?", (rowid,))
             before, own, after = self._window(rowid)
             if own is not None:
-                window = "\n".join([*(t for _, t in before), own, *(t for _, t in after)])
-                self.conn.execute("INSERT INTO cell_context(rowid, text) VALUES (?, ?)", (rowid, index_text(window)))
+                owner, text = own
+                window = "\n".join([*(t for _, t in before), text, *(t for _, t in after)])
+                self.conn.execute(
+                    "INSERT INTO cell_context(rowid, text, owner) VALUES (?, ?, ?)",
+                    (rowid, index_text(window), owner_token(owner)),
+                )
         self._dirty_windows.clear()
 
     def _rowid(self, cell_id: str) -> Optional[int]:
@@ -355,6 +363,7 @@ class SQLiteStore(Store):
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         conn.create_function("ampkit_index_text", 1, index_text, deterministic=True)  # migration 2
+        conn.create_function("ampkit_owner_token", 1, owner_token, deterministic=True)
         return conn
 
     def open(self) -> None:
@@ -489,10 +498,13 @@ class SQLiteStore(Store):
         match = fts_match(query)
         if match is None:
             return []
+        match = f"text : ({match})"
+        if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
+            match += f' AND owner : "{owner_token(flt.owner_id)}"'
         where, params = filter_sql(flt)
         rows = self._query(
-            "SELECT c.id, bm25(cells_fts) FROM cells_fts JOIN cells c ON c.rowid = cells_fts.rowid "
-            f"WHERE cells_fts MATCH ? AND {where} ORDER BY bm25(cells_fts) LIMIT ?",
+            "SELECT c.id, bm25(cells_fts, 1.0, 0.0) FROM cells_fts JOIN cells c ON c.rowid = cells_fts.rowid "
+            f"WHERE cells_fts MATCH ? AND {where} ORDER BY bm25(cells_fts, 1.0, 0.0) LIMIT ?",
             [match, *params, k],
         )
         return [Candidate(cid, -float(score)) for cid, score in rows]
