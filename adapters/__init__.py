@@ -2,7 +2,8 @@
 shared ampkit memory. Each framework has its own module, importable once its extra is
 installed (`pip install 'ampkit[langchain]'`, `[llamaindex]`, `[crewai]`, `[autogen]`):
 
-    ampkit.adapters.langchain   AmpkitStore, AmpkitChatMessageHistory, AmpkitRetriever, memory_tools
+    ampkit.adapters.langchain   AmpkitStore, SharedMemoryMiddleware, AmpkitChatMessageHistory,
+                                AmpkitRetriever, memory_tools
     ampkit.adapters.llamaindex  AmpkitMemory, AmpkitMemoryBlock
     ampkit.adapters.crewai      AmpkitCrewMemory
     ampkit.adapters.autogen     AmpkitMemory

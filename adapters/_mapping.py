@@ -26,6 +26,8 @@ SCOPE_TAG = "ampkit_scope"
 FRAMEWORK_TAG = "ampkit_framework"
 # One search request returns at most this many hits (the server's MAX_SEARCH_LIMIT).
 MAX_SEARCH = 100
+# What recall puts into prompts by default: durable facts and procedures, not chat logs.
+LONG_TERM_TYPES = ("semantic", "procedural")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import SystemMessage
 from pydantic import BaseModel, Field
 
-from ._mapping import Clients, Sharing, forget_scope, render, run_async, search_text, tags
+from ._mapping import LONG_TERM_TYPES, Clients, Sharing, forget_scope, render, run_async, search_text, tags
 
 FRAMEWORK = "autogen"
 MIME_TAG = "autogen_mime_type"
@@ -38,7 +38,7 @@ class AmpkitMemoryConfig(BaseModel):
     name: str = "default"
     session_id: Optional[str] = None
     k: int = 5
-    types: Optional[list[str]] = Field(default_factory=lambda: ["semantic", "procedural"])
+    types: Optional[list[str]] = Field(default_factory=lambda: list(LONG_TERM_TYPES))
     memory_type: str = "semantic"
     readable_by: list[str] = Field(default_factory=list)
     writable_by: list[str] = Field(default_factory=list)
@@ -64,7 +64,7 @@ class AmpkitMemory(Memory, Component[AmpkitMemoryConfig]):
     component_provider_override = "ampkit.adapters.autogen.AmpkitMemory"
 
     def __init__(self, client: Any, *, owner_id: str, name: str = "default", session_id: Optional[str] = None,
-                 k: int = 5, types: Optional[Sequence[str]] = ("semantic", "procedural"), memory_type: str = "semantic",
+                 k: int = 5, types: Optional[Sequence[str]] = LONG_TERM_TYPES, memory_type: str = "semantic",
                  sharing: Sharing = Sharing()):
         self._clients = Clients(client)
         self._config = AmpkitMemoryConfig(

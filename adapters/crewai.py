@@ -26,7 +26,7 @@ from pydantic import Field, PrivateAttr
 
 from ampkit import MemoryCell
 
-from ._mapping import MAX_SEARCH, SCOPE_TAG, Clients, Sharing, owned_by_scope, tags, user_metadata
+from ._mapping import LONG_TERM_TYPES, MAX_SEARCH, SCOPE_TAG, Clients, Sharing, owned_by_scope, tags, user_metadata
 
 FRAMEWORK = "crewai"
 CREW_SCOPE_TAG = "crewai_scope"
@@ -64,7 +64,7 @@ class AmpkitCrewMemory(Memory):
     owner_id: str
     name: str = "crew"
     memory_type: Literal["semantic", "episodic", "procedural"] = "semantic"
-    recall_types: Optional[list[str]] = Field(default_factory=lambda: ["semantic", "procedural"])
+    recall_types: Optional[list[str]] = Field(default_factory=lambda: list(LONG_TERM_TYPES))
     sharing: Sharing = Sharing()
     storage: Any = "ampkit"  # never opened: every method that would use CrewAI storage is overridden
     _clients: Clients = PrivateAttr()

@@ -1,11 +1,13 @@
-"""LangChain / LangGraph adapters: a LangGraph `BaseStore`, a chat message history, a
-retriever, and remember/recall tools, all on one ampkit client.
+"""LangChain / LangGraph adapters: a LangGraph `BaseStore`, a middleware that brings shared
+memory into every model call, a chat message history, a retriever, and remember/recall
+tools, all on one ampkit client.
 
     import ampkit
-    from ampkit.adapters.langchain import AmpkitStore, memory_tools
+    from ampkit.adapters.langchain import AmpkitStore, SharedMemoryMiddleware, memory_tools
 
     client = ampkit.connect("http://127.0.0.1:8765/amp/v1", agent_id="lc-agent")
     agent = create_agent(model, tools=memory_tools(client, owner_id="ada"),
+                         middleware=[SharedMemoryMiddleware(client, owner_id="ada")],
                          store=AmpkitStore(client, owner_id="ada"))
 
 Mapping (see docs/adapters.md): a store item `(namespace, key) -> value` is one semantic
@@ -18,12 +20,13 @@ the session. `delete`/`clear` forget only cells this agent created in that scope
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
+from langchain.agents.middleware import AgentMiddleware, ModelRequest
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.documents import Document
-from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, message_to_dict, messages_from_dict
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.store.base import (
@@ -43,7 +46,21 @@ from pydantic import ConfigDict, PrivateAttr
 
 from ampkit import MemoryCell
 
-from ._mapping import FRAMEWORK_TAG, MAX_SEARCH, SCOPE_TAG, Clients, Sharing, call, forget_scope, run_async, run_sync, tags
+from ._mapping import (
+    FRAMEWORK_TAG,
+    LONG_TERM_TYPES,
+    MAX_SEARCH,
+    SCOPE_TAG,
+    Clients,
+    Sharing,
+    call,
+    forget_scope,
+    render,
+    run_async,
+    run_sync,
+    search_text,
+    tags,
+)
 
 FRAMEWORK = "langgraph"
 KEY_TAG = "langgraph_key"
@@ -268,6 +285,44 @@ class AmpkitRetriever(BaseRetriever):
     async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun) -> list[Document]:
         hits = await self._clients.aio.search(query, owner_id=self.owner_id, types=self.types, limit=self.k)
         return [_document(h) for h in hits]
+
+
+# ---------------------------------------------------------------- middleware
+
+
+class SharedMemoryMiddleware(AgentMiddleware):
+    """For `create_agent(..., middleware=[...])`: before every model call, search the owner's
+    shared long-term memories (any framework's) with the latest human message and add the
+    hits to the system message of that call. Nothing is added to the agent's saved state."""
+
+    def __init__(self, client: Any, *, owner_id: str, k: int = 5, types: Optional[Sequence[str]] = LONG_TERM_TYPES):
+        super().__init__()
+        self.clients = Clients(client)
+        self.owner_id = owner_id
+        self.k = k
+        self.types = None if types is None else list(types)
+
+    @staticmethod
+    def _query(request: ModelRequest) -> str:
+        return search_text([m.text for m in request.messages if isinstance(m, HumanMessage)][-1:])
+
+    @staticmethod
+    def _with_memories(request: ModelRequest, hits: list) -> ModelRequest:
+        recalled = render(h.cell.content.text for h in hits)
+        if not recalled:
+            return request
+        system = request.system_message.text + "\n\n" if request.system_message else ""
+        return request.override(system_message=SystemMessage(system + recalled))
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable) -> Any:
+        query = self._query(request)
+        hits = self.clients.sync.search(query, owner_id=self.owner_id, types=self.types, limit=self.k) if query else []
+        return handler(self._with_memories(request, hits))
+
+    async def awrap_model_call(self, request: ModelRequest, handler: Callable) -> Any:
+        query = self._query(request)
+        hits = await self.clients.aio.search(query, owner_id=self.owner_id, types=self.types, limit=self.k) if query else []
+        return await handler(self._with_memories(request, hits))
 
 
 # ---------------------------------------------------------------- tools

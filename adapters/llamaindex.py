@@ -21,11 +21,10 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.memory import BaseMemory, BaseMemoryBlock
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from ._mapping import Clients, Sharing, call, forget_scope, render, run_async, run_sync, search_text, tags
+from ._mapping import LONG_TERM_TYPES, Clients, Sharing, call, forget_scope, render, run_async, run_sync, search_text, tags
 
 FRAMEWORK = "llamaindex"
 MESSAGE_TAG = "llamaindex_message"
-LONG_TERM_TYPES = ["semantic", "procedural"]
 
 
 def _message_text(message: ChatMessage) -> str:

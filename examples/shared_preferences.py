@@ -51,9 +51,10 @@ def langchain_turn() -> str:
     remember = AIMessage("", tool_calls=[{"name": "remember", "args": {"fact": "the user prefers bullet-point summaries"}, "id": "1"}])
     create_agent(LangChainFakeModel([remember, "Noted."]), tools=tools).invoke(
         {"messages": [HumanMessage("Please always give me bullet-point summaries.")]})
-    recall = AIMessage("", tool_calls=[{"name": "recall", "args": {"query": TASK}, "id": "2"}])
-    model = LangChainFakeModel([recall, "- decisions\n- owners"])
-    create_agent(model, tools=tools).invoke({"messages": [HumanMessage(TASK)]})
+    # Next turn: the middleware puts what shared memory knows into the model call.
+    model = LangChainFakeModel(["- decisions\n- owners"])
+    create_agent(model, middleware=[lc.SharedMemoryMiddleware(client, owner_id=USER)]).invoke(
+        {"messages": [HumanMessage(TASK)]})
     client.close()
     return seen(model.prompts[-1])
 

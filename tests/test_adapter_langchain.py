@@ -16,7 +16,13 @@ from langgraph.store.base import ListNamespacesOp, MatchCondition
 from adapter_support import backend, unique  # noqa: F401  (fixture)
 from ampkit.adapters import Sharing
 from ampkit.adapters.fakes import LangChainFakeModel
-from ampkit.adapters.langchain import AmpkitChatMessageHistory, AmpkitRetriever, AmpkitStore, memory_tools
+from ampkit.adapters.langchain import (
+    AmpkitChatMessageHistory,
+    AmpkitRetriever,
+    AmpkitStore,
+    SharedMemoryMiddleware,
+    memory_tools,
+)
 
 PREFERENCE = "the user prefers bullet-point summaries"
 
@@ -41,6 +47,20 @@ def test_agent_remembers_with_a_tool_and_recalls_into_its_prompt(backend):
     create_agent(reader, tools=tools).invoke({"messages": [HumanMessage("Summarise the report.")]})
     assert PREFERENCE not in reader.prompts[0]
     assert PREFERENCE in reader.prompts[1]  # the tool result went into the next model call
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_middleware_puts_shared_memory_into_every_model_call(backend, mode):
+    user = unique("user")
+    backend.connect(unique("li-agent")).remember(PREFERENCE, owner_id=user, readable_by=["lc-*"])
+    middleware = SharedMemoryMiddleware(backend.connect(unique("lc-agent")), owner_id=user)
+    model = LangChainFakeModel(["- point one"])
+    agent = create_agent(model, system_prompt="Be brief.", middleware=[middleware])
+    question = {"messages": [HumanMessage("Write the summaries of the meeting.")]}
+    state = agent.invoke(question) if mode == "sync" else await agent.ainvoke(question)
+
+    assert "Be brief." in model.prompts[0] and PREFERENCE in model.prompts[0]
+    assert all(PREFERENCE not in m.text for m in state["messages"])  # not saved into the thread
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
