@@ -113,6 +113,30 @@ def test_search_through_the_service_uses_both_legs(pg_store):
     assert {"keyword", "dense"} <= set(result.results[0].explain)
 
 
+def test_reindex_fills_the_dense_leg_once(pg_store):
+    """`ampkit reindex` on PostgreSQL: cells written without an embedder get vectors; a second
+    pass finds nothing left to do (vector_models reports the model per cell)."""
+    from ampkit.embeddings import reindex
+    from ampkit.retrieval import Retriever
+
+    class Hashed:
+        name, dim = "hashed-16", 16
+
+        def embed(self, texts):
+            rng = [np.random.default_rng(abs(hash(t)) % 2**32) for t in texts]
+            return np.stack([unit(r, 16) for r in rng])
+
+    service = MemoryService(store=pg_store)
+    ids = [service.create("agent_a", CellCreate.model_validate(
+        {"content": {"text": f"note {i}"}, "identity": {"owner_id": "u"}})).id for i in range(5)]
+    retriever = Retriever(embedder=Hashed())
+    assert reindex(pg_store, retriever) == 5
+    assert pg_store.vector_models(ids) == {cid: "hashed-16" for cid in ids}
+    assert reindex(pg_store, retriever) == 0
+    query = Hashed().embed(["note 3"])[0]
+    assert pg_store.vector_candidates(query, "hashed-16", CellFilter(), 1)[0].cell_id == ids[3]
+
+
 def test_servers_starting_together_apply_each_migration_once(pg_url):
     stores = [PostgresStore(pg_url) for _ in range(4)]
     errors: list[BaseException] = []
