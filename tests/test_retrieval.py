@@ -168,11 +168,13 @@ def test_reindex_after_a_model_change(tmp_path, server_factory):
 
 
 def _exact(store: SQLiteStore, q: np.ndarray, model: str, flt: CellFilter, k: int) -> list[str]:
-    from ampkit.store.sqlite import filter_sql
+    from ampkit.store.sqlite import decode_vector, filter_sql
 
     where, params = filter_sql(flt)
-    rows = store._query(f"SELECT c.id, c.embedding FROM cells c WHERE {where} AND c.embed_model = ?", [*params, model])
-    scored = sorted(((float(np.frombuffer(b, dtype=np.float32) @ q), cid) for cid, b in rows), reverse=True)
+    rows = store._query(
+        f"SELECT c.id, c.embedding, c.embed_dim FROM cells c WHERE {where} AND c.embed_model = ?", [*params, model]
+    )
+    scored = sorted(((float(decode_vector(b, dim) @ q), cid) for cid, b, dim in rows), reverse=True)
     return [cid for _, cid in scored[:k]]
 
 

@@ -229,19 +229,23 @@ class _SQLiteWriteTx(WriteTx):
         row = self.conn.execute("SELECT text, body FROM cells WHERE id = ?", (cell_id,)).fetchone()
         return None if row is None else row_to_cell(*row)
 
+    def _vector_columns(self, vector: StoredVector) -> dict[str, Any]:
+        """A vector as stored: float16 (half the bytes; cosine ranking is unchanged to ~1e-3)
+        and a vec_seq that orders vector changes, so every process's index can catch up."""
+        vec = np.asarray(vector.vector, dtype=np.float32).ravel()
+        if self._vec_seq is None:  # writes are serialised, so one read per transaction
+            self._vec_seq = self.conn.execute(
+                "SELECT COALESCE(MAX(vec_seq), 0) FROM cells WHERE vec_seq IS NOT NULL"
+            ).fetchone()[0]
+        self._vec_seq += 1
+        return {"embed_model": vector.model, "embed_dim": int(vec.size),
+                "embedding": vec.astype(np.float16).tobytes(), "vec_seq": self._vec_seq}
+
     def _write_vector(self, cell_id: str, vector: Optional[StoredVector]) -> None:
         if vector is not None:
-            vec = np.asarray(vector.vector, dtype=np.float32)
-            # vec_seq orders vector changes, so every process's in-memory index can catch up.
-            if self._vec_seq is None:  # writes are serialised, so one read per transaction
-                self._vec_seq = self.conn.execute(
-                    "SELECT COALESCE(MAX(vec_seq), 0) FROM cells WHERE vec_seq IS NOT NULL"
-                ).fetchone()[0]
-            self._vec_seq += 1
-            self.conn.execute(
-                "UPDATE cells SET embed_model = ?, embed_dim = ?, embedding = ?, vec_seq = ? WHERE id = ?",
-                (vector.model, int(vec.shape[-1]), vec.tobytes(), self._vec_seq, cell_id),
-            )
+            cols = self._vector_columns(vector)
+            sets = ", ".join(f"{k} = ?" for k in cols)
+            self.conn.execute(f"UPDATE cells SET {sets} WHERE id = ?", [*cols.values(), cell_id])
 
     def _write_readers(self, cell: MemoryCell) -> None:
         self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell.id,))
@@ -289,11 +293,12 @@ class _SQLiteWriteTx(WriteTx):
 
     def insert(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
         row = cell_to_row(cell)
+        if vector is not None:
+            row.update(self._vector_columns(vector))
         cols = ",".join(row)
         cur = self.conn.execute(f"INSERT INTO cells({cols}) VALUES ({','.join('?' * len(row))})", list(row.values()))
         self._touch(cur.lastrowid)
         self._write_readers(cell)
-        self._write_vector(cell.id, vector)
 
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
         row = cell_to_row(cell)
@@ -514,19 +519,22 @@ class SQLiteStore(Store):
         with self._vectors_lock:
             while True:
                 rows = self._query(
-                    "SELECT rowid, embed_model, embedding, vec_seq FROM cells "
+                    "SELECT rowid, embed_model, embedding, vec_seq, embed_dim FROM cells "
                     "WHERE vec_seq > ? AND embedding IS NOT NULL ORDER BY vec_seq LIMIT 20000",
                     (self._vectors_seq,),
                 )
                 if not rows:
                     return
                 by_model: dict[str, tuple[list[int], list[bytes]]] = {}
-                for rowid, model, blob, _ in rows:
-                    ids, blobs = by_model.setdefault(model, ([], []))
+                for rowid, model, blob, _, dim in rows:
+                    ids, vecs = by_model.setdefault(model, ([], []))
                     ids.append(rowid)
-                    blobs.append(blob)
-                for model, (ids, blobs) in by_model.items():
-                    matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
+                    vecs.append(decode_vector(blob, dim))
+                for model, (ids, vecs) in by_model.items():
+                    if len({v.size for v in vecs}) > 1:  # one model, several sizes: keep the latest
+                        keep = [i for i, v in enumerate(vecs) if v.size == vecs[-1].size]
+                        ids, vecs = [ids[i] for i in keep], [vecs[i] for i in keep]
+                    matrix = np.stack(vecs)
                     index = self._vectors.get(model)
                     if index is None or index.dim != matrix.shape[1]:
                         index = self._vectors[model] = VectorIndex(matrix.shape[1], self.ann_threshold)
@@ -643,6 +651,12 @@ def _row_to_key(row: tuple) -> ApiKeyRecord:
     parse = lambda v: None if v is None else datetime.fromisoformat(v)  # noqa: E731
     return ApiKeyRecord(key_id, agent_id, tuple(s for s in scopes.split(",") if s), secret_hash,
                         datetime.fromisoformat(created), parse(expires), parse(revoked), replaced_by)
+
+
+def decode_vector(blob: bytes, dim: Optional[int]) -> np.ndarray:
+    """A stored embedding as float32: float16 since migration 2, float32 before it."""
+    dtype = np.float16 if dim and len(blob) == 2 * dim else np.float32
+    return np.frombuffer(blob, dtype=dtype).astype(np.float32)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
