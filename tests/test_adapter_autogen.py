@@ -38,12 +38,14 @@ async def test_query_json_content_and_clear_only_own_cells(backend):
     memory = AmpkitMemory(backend.connect(unique("ag-agent")), owner_id=user, name="notes")
     await memory.add(MemoryContent(content={"drink": "tea", "who": "Ada"}, mime_type=MemoryMimeType.JSON))
     backend.connect(user).remember("user's own tea note", owner_id=user)
-
     found = await memory.query("tea")  # the user's note is not shared with this agent
     assert [json.loads(r.content) for r in found.results] == [{"drink": "tea", "who": "Ada"}]
 
-    await memory.clear()
-    assert backend.texts(user) == ["user's own tea note"]
+    colleague = AmpkitMemory(backend.connect(unique("ag-agent")), owner_id=user, name="notes",
+                             sharing=Sharing(readable_by=["ag-*"], writable_by=["ag-*"]))
+    await colleague.add(MemoryContent(content="colleague's tea note", mime_type="text/plain"))
+    await memory.clear()  # same name, and it may write the colleague's cell: still only its own goes
+    assert sorted(backend.texts(user)) == ["colleague's tea note", "user's own tea note"]
     await memory.close()
 
 
