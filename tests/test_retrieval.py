@@ -238,3 +238,64 @@ def test_keyword_window_follows_updates_and_purges(store):
     with store.write() as tx:
         tx.purge(ask.id)
     assert store.keyword_candidates("live", CellFilter(reader="kim"), 10) == []
+
+
+def test_entity_boost_prefers_the_cell_naming_the_query_names(store):
+    from ampkit.retrieval import query_names
+
+    assert query_names("What did Caroline's sister buy in Lisbon?") == ["caroline", "lisbon"]
+    assert query_names("Caroline went where?") == []  # the first word is capitalised anyway
+    service = MemoryService(store=store)
+    other, named = service.create_many("alice", [
+        cell("my sister bought shoes, a lovely pair of shoes"),
+        cell("Caroline: my sister bought shoes"),
+    ])
+    hits = service.search("alice", SearchRequest(query="What shoes did Caroline's sister buy?", explain=True)).results
+    assert hits[0].id == named.id and hits[0].explain["entity"] == 1.0
+    assert next(h for h in hits if h.id == other.id).explain["entity"] == 0.0
+
+
+@pytest.fixture
+def fake_openai_endpoint():
+    """A tiny local OpenAI-compatible /v1/embeddings endpoint backed by ConceptEmbedder."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    calls = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            calls.append((self.path, body["model"], self.headers.get("Authorization")))
+            vectors = ConceptEmbedder().embed(body["input"])
+            data = [{"index": i, "embedding": v.tolist(), "object": "embedding"} for i, v in enumerate(vectors)]
+            out = json.dumps({"data": data[::-1], "model": body["model"]}).encode()  # any order
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", calls
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_openai_compatible_embedder_through_a_real_server(server_factory, fake_openai_endpoint):
+    url, calls = fake_openai_endpoint
+    srv = server_factory(env={"AMPKIT_EMBEDDER": f"openai:{url}?model=fake-embed", "AMPKIT_EMBEDDER_API_KEY": "k1"})
+    with httpx.Client(base_url=srv.base_url, headers={"X-AMP-Agent-ID": "ana"}, timeout=30) as http:
+        assert http.post("/memories/batch", json={"cells": [
+            {"content": {"text": t}, "identity": {"owner_id": "ana"}} for t in ("the kitten sleeps", "invoice paid")
+        ]}).status_code == 201
+        hits = http.post("/memories/search", json={"query": "my cat", "explain": True}).json()["results"]
+    assert hits[0]["content"]["text"] == "the kitten sleeps" and "keyword" not in hits[0]["explain"]
+    assert calls[0] == ("/v1/embeddings", "fake-embed", "Bearer k1")
+    assert len(calls) == 2  # one call for the whole batch, one for the query
