@@ -211,6 +211,16 @@ def test_unreachable_database_at_startup_is_a_clear_message(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_missing_right_to_create_pgvector_is_explained(pg_server):
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        conn.execute("CREATE ROLE ampkit_plain LOGIN")
+        conn.execute("CREATE DATABASE ampkit_plain OWNER ampkit_plain")  # from template1: no pgvector
+    url = pg_server.url("ampkit_plain").replace("postgres@", "ampkit_plain@")
+    with pytest.raises(Exception) as raised:
+        PostgresStore(url).open()
+    assert "CREATE EXTENSION vector" in str(raised.value) and "permission denied" in str(raised.value)
+
+
 def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
     root = Path(tempfile.mkdtemp(prefix="ampkit-pg-outage-", dir="/tmp"))
     pg = EmbeddedPostgres(root / "data", root / "sock").start()

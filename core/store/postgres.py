@@ -9,8 +9,8 @@ Several stateless `ampkit serve` processes can share one database. Layout (see M
   rewritten often; the search structures therefore live in side tables that change only when
   the text or the vector does:
 - `cell_search`: the keyword leg, a `tsvector` per cell with a GIN index, ranked by Okapi
-  BM25 computed in SQL (PostgreSQL's own `ts_rank_cd` has no IDF and scores 0.50 against
-  BM25's 0.70 recall@10 on LoCoMo, see bench/keyword_legs.py). As in SQLite, a cell's entry
+  BM25 computed in SQL (PostgreSQL's own `ts_rank_cd` has no IDF and scores 0.54 against
+  BM25's 0.72 recall@10 on LoCoMo, see bench/keyword_legs.py). As in SQLite, a cell's entry
   covers a window: its text plus its session neighbours' (insertion order, `cells.seq`);
 - `cell_vectors`: one untyped `vector` per cell plus its model name and dimension. Each
   (model, dimension) gets its own partial HNSW cosine index over `embedding::vector(dim)`,
@@ -505,14 +505,20 @@ class PostgresStore(Store):
                 for version, name, script in MIGRATIONS:
                     if version in done:
                         continue
-                    with conn.transaction():
-                        conn.execute(script)
-                        if version in MIGRATION_STEPS:
-                            MIGRATION_STEPS[version](conn)
-                        conn.execute(
-                            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, now())",
-                            (version, name),
-                        )
+                    try:
+                        with conn.transaction():
+                            conn.execute(script)
+                            if version in MIGRATION_STEPS:
+                                MIGRATION_STEPS[version](conn)
+                            conn.execute(
+                                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, now())",
+                                (version, name),
+                            )
+                    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.FeatureNotSupported) as exc:
+                        raise Unavailable(
+                            f"migration {version} ({name}) failed: {_first_line(exc).rstrip('.')}. ampkit needs pgvector >= 0.8 "
+                            "and the right to CREATE EXTENSION vector once (or an administrator runs it first)"
+                        ) from exc
                     applied.append(version)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
