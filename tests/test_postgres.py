@@ -76,6 +76,19 @@ def test_dense_leg_filters_inside_the_hnsw_scan(pg_store):
     expected = sorted(mine, key=lambda cid: -float(vectors[cid] @ query))
     assert [h.cell_id for h in hits] == expected
     assert all(abs(h.score - float(vectors[h.cell_id] @ query)) < 1e-4 for h in hits)
+    # Even when the index scan gives up early (max_scan_tuples), the top-k is not short.
+    with psycopg.connect(split_url(pg_store.conninfo)[0], autocommit=True) as conn:
+        conn.execute(f"ALTER DATABASE \"{conn.info.dbname}\" SET hnsw.max_scan_tuples = 1")
+    starved = PostgresStore(pg_store.conninfo)
+    starved.open()
+    try:
+        with starved._connection() as conn, conn.transaction():
+            starved.set_search_options(conn, 6)
+            index_only = conn.execute(*starved.vector_query(query, "fake-32", CellFilter(reader="agent_x"), 6)).fetchall()
+        assert len(index_only) < 6  # the index scan alone comes back short here...
+        assert [h.cell_id for h in starved.vector_candidates(query, "fake-32", CellFilter(reader="agent_x"), 6)] == expected
+    finally:
+        starved.close()
     # Another model with another dimension lives beside it, with its own index.
     with pg_store.write() as tx:
         tx.update(pg_store.get(mine[0]), StoredVector("fake-8", unit(rng, 8)))

@@ -601,32 +601,40 @@ class PostgresStore(Store):
             self._stats = (float(n), max(float(avgdl), 1.0), now)
         return self._stats[0], self._stats[1]
 
-    def vector_query(self, vector: Any, model: str, flt: CellFilter, k: int) -> tuple[sql.Composable, list[Any]]:
+    def vector_query(self, vector: Any, model: str, flt: CellFilter, k: int,
+                     exact: bool = False) -> tuple[sql.Composable, list[Any]]:
         """The dense leg's SQL (public so tests and operators can EXPLAIN it)."""
         dim = int(np.asarray(vector).size)
         where, params = filter_sql(flt)
         typed = sql.SQL("vector({})").format(sql.Literal(dim))
         # The model and dimension are literals so the planner can match the partial HNSW index.
         # Iterative scans keep walking the graph until k rows pass the filters (access, owner,
-        # status...), so a selective filter never starves the result; relaxed order is then
-        # put right by the outer ORDER BY.
+        # status...), so a selective filter does not starve the result; relaxed order is then
+        # put right by the outer ORDER BY. `exact` orders by an expression no index has
+        # (distance + 0): the filters pick the rows first, then every distance is computed.
+        order = sql.SQL("((v.embedding::{typed}) <=> %s::{typed}){plus}").format(
+            typed=typed, plus=sql.SQL(" + 0" if exact else ""))
         query = sql.SQL(
             "WITH hits AS MATERIALIZED ("
             " SELECT v.cell_id, (v.embedding::{typed}) <=> %s::{typed} AS distance"
             " FROM cell_vectors v JOIN cells c ON c.id = v.cell_id"
             " WHERE v.model = {model} AND v.dim = {dim} AND {where}"
-            " ORDER BY (v.embedding::{typed}) <=> %s::{typed} LIMIT %s)"
+            " ORDER BY {order} LIMIT %s)"
             " SELECT cell_id, distance FROM hits ORDER BY distance, cell_id"
-        ).format(typed=typed, model=sql.Literal(model), dim=sql.Literal(dim), where=where)
+        ).format(typed=typed, model=sql.Literal(model), dim=sql.Literal(dim), where=where, order=order)
         literal = vector_literal(vector)
         return query, [literal, *params, literal, k]
 
     def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
-        query, params = self.vector_query(vector, model, flt, k)
         with self._connection() as conn:
             with conn.transaction():
                 self.set_search_options(conn, k)
-                rows = conn.execute(query, params).fetchall()
+                rows = conn.execute(*self.vector_query(vector, model, flt, k)).fetchall()
+                if len(rows) < k:
+                    # Short: either fewer than k admissible vectors exist (then the exact scan
+                    # is small), or the iterative scan gave up (hnsw.max_scan_tuples) before
+                    # finding k that pass a very selective filter. Exact never comes back short.
+                    rows = conn.execute(*self.vector_query(vector, model, flt, k, exact=True)).fetchall()
         return [Candidate(cid, 1.0 - float(distance)) for cid, distance in rows]
 
     def set_search_options(self, conn: psycopg.Connection, k: int) -> None:
