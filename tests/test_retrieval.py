@@ -299,3 +299,39 @@ def test_openai_compatible_embedder_through_a_real_server(server_factory, fake_o
     assert hits[0]["content"]["text"] == "the kitten sleeps" and "keyword" not in hits[0]["explain"]
     assert calls[0] == ("/v1/embeddings", "fake-embed", "Bearer k1")
     assert len(calls) == 2  # one call for the whole batch, one for the query
+
+
+def test_migration_2_reindexes_a_version_1_store(tmp_path):
+    """A store written before migration 2 (plain FTS over cells.text, float32 vectors) keeps
+    its keyword search (now windowed, CJK-aware) and its vectors after the upgrade."""
+    import sqlite3
+
+    from ampkit.store.sqlite import MIGRATIONS, _split_sql, cell_to_row
+
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)")
+    for statement in _split_sql(MIGRATIONS[0][2]):
+        conn.execute(statement)
+    conn.execute("INSERT INTO schema_migrations VALUES (1, 'v1', '2026-01-01')")
+    fixed = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    built = MemoryService(store=SQLiteStore(str(tmp_path / "scratch.db")), clock=lambda: fixed)._build
+    texts = ["What is your cat called?", "Her name is Mochi.", "저는 서울에서 살아요"]
+    for text in texts:
+        row = cell_to_row(built(CellCreate(content={"text": text}, identity={"owner_id": "kim", "session_id": "s1"}), "kim", fixed))
+        row.update(embed_model="old", embedding=np.ones(4, dtype=np.float32).tobytes())
+        conn.execute(f"INSERT INTO cells({','.join(row)}) VALUES ({','.join('?' * len(row))})", list(row.values()))
+    conn.close()
+
+    store = SQLiteStore(str(path))
+    store.open()
+    try:
+        assert store.schema_version() >= 2
+        flt = CellFilter(reader="kim", owner_id="kim")
+        answer = [c.cell_id for c in store.keyword_candidates("Mochi", flt, 10)]
+        assert len(answer) == 3  # every turn's window holds "Mochi" (radius 2)
+        assert len(store.keyword_candidates("서울", flt, 10)) == 3
+        hits = store.vector_candidates(np.ones(4, dtype=np.float32) / 2, "old", flt, 10)
+        assert len(hits) == 3 and abs(hits[0].score - 2.0) < 1e-6
+    finally:
+        store.close()
