@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from contextlib import contextmanager
 from datetime import timezone
@@ -147,7 +148,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
 ]
 
 KEYWORD_RANKERS = ("bm25", "ts_rank_cd")
-STATS_TTL_SECONDS = 10.0
+STATS_TTL_SECONDS = 60.0  # corpus size, mean length and document frequencies, per server
+MAX_CACHED_TERMS = 100_000
 BM25_K1, BM25_B = 1.2, 0.75  # FTS5's defaults
 
 # The query's words go through the same parser as the indexed text (stemming, stop words);
@@ -161,25 +163,26 @@ FROM q, cell_search s JOIN cells c ON c.id = s.cell_id
 WHERE s.tsv @@ q.tsq AND {where} ORDER BY score DESC, s.cell_id LIMIT %s
 """
 
-# Okapi BM25 in SQL: IDF from the GIN index (one count per query term, over the whole corpus
-# as FTS5 does), term frequency from the tsvector's positions, document length from
-# cell_search.len. Placeholders: config, query text, corpus size, the filter's, mean length, k.
+# Okapi BM25 in SQL. IDF is computed over the whole corpus, as FTS5 does, from document
+# frequencies the store counts in the GIN index and caches (`_idf`); term frequency comes from
+# the tsvector's positions, document length from cell_search.len. Placeholders: the query's
+# lexemes, their IDFs, the filter's, mean length, k.
 _BM25 = f"""
-WITH terms AS MATERIALIZED (
-    SELECT DISTINCT lexeme, quote_literal(lexeme)::tsquery AS tq
-    FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS lexeme),
-weights AS MATERIALIZED (  -- one COUNT per term, not one per matching row
-    SELECT t.lexeme, ln(1 + (GREATEST(%s, d.df) - d.df + 0.5) / (d.df + 0.5)) AS idf
-    FROM terms t CROSS JOIN LATERAL (SELECT COUNT(*)::float8 AS df FROM cell_search x WHERE x.tsv @@ t.tq) d),
+WITH weights AS (SELECT * FROM unnest(%s::text[], %s::float8[]) AS w(lexeme, idf)),
 matches AS (  -- each match's tsvector cut down to the query's lexemes (setweight marks them, ts_filter keeps them)
-    SELECT s.cell_id, ts_filter(setweight(s.tsv, 'A', (SELECT array_agg(lexeme) FROM terms)), '{{{{a}}}}') AS hits, s.len
+    SELECT s.cell_id, ts_filter(setweight(s.tsv, 'A', (SELECT array_agg(lexeme) FROM weights)), '{{{{a}}}}') AS hits, s.len
     FROM cell_search s JOIN cells c ON c.id = s.cell_id
-    WHERE s.tsv @@ (SELECT string_agg(tq::text, ' | ')::tsquery FROM terms) AND {{where}})
+    WHERE s.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM weights) AND {{where}})
 SELECT m.cell_id,
        SUM(w.idf * cardinality(u.positions) * {BM25_K1 + 1}
            / (cardinality(u.positions) + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * m.len / %s::float8))) AS score
 FROM matches m CROSS JOIN LATERAL unnest(m.hits) AS u JOIN weights w ON w.lexeme = u.lexeme
 GROUP BY m.cell_id ORDER BY score DESC, m.cell_id LIMIT %s
+"""
+_LEXEMES = "SELECT DISTINCT unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s)))"
+_DOCUMENT_FREQUENCIES = """
+SELECT t.lexeme, (SELECT COUNT(*) FROM cell_search x WHERE x.tsv @@ quote_literal(t.lexeme)::tsquery)
+FROM unnest(%s::text[]) AS t(lexeme)
 """
 
 _CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
@@ -425,7 +428,8 @@ class PostgresStore(Store):
             raise ValueError(f"keyword_ranker must be one of {', '.join(KEYWORD_RANKERS)}")
         self._pool: Optional[ConnectionPool] = None
         self._vector_indexes: set[str] = set()
-        self._stats: Optional[tuple[float, float, float]] = None
+        self._stats: Optional[tuple[float, float, float]] = None  # (documents, mean length, when)
+        self._document_frequencies: dict[str, int] = {}
 
     # ------------------------------------------------------------ connections
     @staticmethod
@@ -584,22 +588,41 @@ class PostgresStore(Store):
         if not terms:
             return []
         where, params = filter_sql(flt)
-        if self.keyword_ranker == "ts_rank_cd":
-            query_sql, args = _TS_RANK_CD, [TEXT_CONFIG, " ".join(terms), *params, k]
-        else:
-            n, avgdl = self._corpus_stats()
-            query_sql, args = _BM25, [TEXT_CONFIG, " ".join(terms), n, *params, avgdl, k]
-        rows = self._query(sql.SQL(query_sql).format(where=where), args)
-        return [Candidate(cid, float(score)) for cid, score in rows]
+        with self._connection() as conn:
+            if self.keyword_ranker == "ts_rank_cd":
+                rows = conn.execute(sql.SQL(_TS_RANK_CD).format(where=where), [TEXT_CONFIG, " ".join(terms), *params, k])
+            else:
+                # The words go through the same parser as the indexed text (stemming, stop words).
+                lexemes = [r[0] for r in conn.execute(_LEXEMES, (TEXT_CONFIG, " ".join(terms)))]
+                if not lexemes:
+                    return []
+                idf, avgdl = self._idf(conn, lexemes)
+                rows = conn.execute(sql.SQL(_BM25).format(where=where),
+                                    [lexemes, [idf[x] for x in lexemes], *params, avgdl, k])
+            return [Candidate(cid, float(score)) for cid, score in rows]
 
-    def _corpus_stats(self) -> tuple[float, float]:
-        """(documents, mean length) for BM25, cached for a few seconds: a full count costs
-        ~10 ms at 100k cells, and IDF barely moves between two queries."""
+    def _idf(self, conn: psycopg.Connection, lexemes: list[str]) -> tuple[dict[str, float], float]:
+        """BM25 inverse document frequencies of these lexemes, and the mean document length.
+
+        Counting a common term's documents reads thousands of rows (~15 ms per term at 100k
+        cells), so counts are cached per server for STATS_TTL_SECONDS; rare terms are cheap to
+        count anyway. IDF moves slowly: a minute-old count ranks the same."""
         now = time.monotonic()
         if self._stats is None or now - self._stats[2] > STATS_TTL_SECONDS:
-            n, avgdl = self._query("SELECT COUNT(*), COALESCE(AVG(len), 1) FROM cell_search")[0]
+            n, avgdl = conn.execute("SELECT COUNT(*), COALESCE(AVG(len), 1) FROM cell_search").fetchone()
             self._stats = (float(n), max(float(avgdl), 1.0), now)
-        return self._stats[0], self._stats[1]
+            self._document_frequencies.clear()
+        n, avgdl, _ = self._stats
+        missing = [x for x in lexemes if x not in self._document_frequencies]
+        if missing:
+            if len(self._document_frequencies) > MAX_CACHED_TERMS:
+                self._document_frequencies.clear()
+            self._document_frequencies.update(conn.execute(_DOCUMENT_FREQUENCIES, (missing,)).fetchall())
+        idf = {}
+        for lexeme in lexemes:
+            df = float(self._document_frequencies[lexeme])
+            idf[lexeme] = math.log(1 + (max(n, df) - df + 0.5) / (df + 0.5))
+        return idf, avgdl
 
     def vector_query(self, vector: Any, model: str, flt: CellFilter, k: int,
                      exact: bool = False) -> tuple[sql.Composable, list[Any]]:
