@@ -17,9 +17,22 @@ Rules (AMP v0.1, with portable case-sensitive matching):
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
-from typing import Iterable
+from typing import Iterable, Optional
+
+from .errors import MissingAgentId, ValidationFailed
 
 from .models import MemoryCell, Status
+
+
+def check_agent_id(value: Optional[str]) -> str:
+    """The caller's agent id as the protocol accepts it (the X-AMP-Agent-ID rule): 1-256
+    printable characters after trimming. Server, in-process clients and key issuing share it."""
+    agent = (value or "").strip()
+    if not agent:
+        raise MissingAgentId("X-AMP-Agent-ID header is required")
+    if len(agent) > 256 or any(ord(ch) < 32 or ord(ch) == 127 for ch in agent):
+        raise ValidationFailed("X-AMP-Agent-ID must be 1-256 printable characters")
+    return agent
 
 
 def _matches_any(agent_id: str, patterns: Iterable[str]) -> bool:

@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Optional
 
-from .errors import Unauthorized
+from .access import check_agent_id
+from .errors import APIError, Unauthorized
 from .store.base import ApiKeyRecord, Store
 
 KEY_PREFIX = "ampk_"
@@ -83,9 +84,10 @@ def create_key(
     *,
     now: Optional[datetime] = None,
 ) -> IssuedKey:
-    agent_id = agent_id.strip()
-    if not agent_id or len(agent_id) > 256 or any(ord(ch) < 32 or ord(ch) == 127 for ch in agent_id):
-        raise ValueError("agent id must be 1-256 printable characters")
+    try:
+        agent_id = check_agent_id(agent_id)
+    except APIError:
+        raise ValueError("agent id must be 1-256 printable characters") from None
     now = now or utcnow()
     key_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)

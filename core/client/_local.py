@@ -19,7 +19,8 @@ import anyio.to_thread
 from pydantic import ValidationError
 
 from ..config import Settings
-from ..errors import MissingAgentId, ValidationFailed, validation_to_api_error
+from ..access import check_agent_id
+from ..errors import ValidationFailed, validation_to_api_error
 from ..models import (
     AMP_VERSION,
     BatchCreate,
@@ -42,16 +43,6 @@ def _parse(model: type, body: Any) -> Any:
         # The server reports body errors at loc ("body", ...); keep the details identical.
         errors = [{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors()]
         raise validation_to_api_error(errors) from None
-
-
-def check_agent_id(agent_id: Optional[str]) -> str:
-    """The rule the server applies to the X-AMP-Agent-ID header."""
-    agent = (agent_id or "").strip()
-    if not agent:
-        raise MissingAgentId("X-AMP-Agent-ID header is required")
-    if len(agent) > 256 or any(ord(ch) < 32 or ord(ch) == 127 for ch in agent):
-        raise ValidationFailed("X-AMP-Agent-ID must be 1-256 printable characters")
-    return agent
 
 
 def _if_match(call: Call) -> Optional[int]:

@@ -21,7 +21,8 @@ from fastapi import Request
 
 from ..auth import SCOPES, verify_key
 from ..config import Settings
-from ..errors import Forbidden, MissingAgentId, Unauthorized, ValidationFailed
+from ..access import check_agent_id
+from ..errors import Forbidden, Unauthorized
 from ..store.base import Store
 from .ratelimit import RateLimiter
 
@@ -83,18 +84,15 @@ class IdentityResolver:
         return auth
 
     def _from_header(self, request: Request) -> Caller:
-        agent = _agent_header(request)
-        if agent is None:
-            raise MissingAgentId("X-AMP-Agent-ID header is required")
-        return Caller(agent)
+        return Caller(check_agent_id(request.headers.get(AGENT_HEADER)))
 
     def _from_key(self, request: Request) -> Caller:
         scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("this server requires an API key: Authorization: Bearer <key>")
         key = verify_key(self.store, token)
-        claimed = _agent_header(request)
-        if claimed is not None and claimed != key.agent_id:
+        claimed = request.headers.get(AGENT_HEADER, "").strip()
+        if claimed and check_agent_id(claimed) != key.agent_id:
             raise Forbidden(
                 "X-AMP-Agent-ID names a different agent than the API key; the key decides the identity",
                 {"key_agent_id": key.agent_id},
@@ -111,15 +109,6 @@ class IdentityResolver:
         caller = self.caller(request)
         caller._need("admin")
         return caller
-
-
-def _agent_header(request: Request) -> Optional[str]:
-    agent = request.headers.get(AGENT_HEADER, "").strip()
-    if not agent:
-        return None
-    if len(agent) > 256 or any(ord(ch) < 32 or ord(ch) == 127 for ch in agent):
-        raise ValidationFailed("X-AMP-Agent-ID must be 1-256 printable characters")
-    return agent
 
 
 def is_loopback_host(host: str) -> bool:
