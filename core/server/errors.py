@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import (
@@ -29,6 +30,21 @@ log = logging.getLogger("ampkit.server")
 
 def envelope_response(exc: APIError, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(exc.envelope(), status_code=exc.status, headers=headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves on this path (Starlette's 405 names only the first
+    route that matched the path, e.g. `Allow: POST` on /memories, which also takes GET)."""
+    methods: set[str] = set()
+    routes = list(request.app.router.routes)
+    while routes:
+        route = routes.pop()
+        inner = getattr(route, "original_router", None)  # FastAPI wraps included routers
+        if inner is not None:
+            routes.extend(inner.routes)
+        elif route.matches(request.scope)[0] != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -49,14 +65,17 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
         if exc.status_code == 404:
             err: APIError = NotFound(f"no route {request.method} {request.url.path}")
         elif exc.status_code == 405:
-            err = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}")
+            allowed = allowed_methods(request)
+            err = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}", {"allowed": allowed})
+            headers["Allow"] = ", ".join(allowed)
         else:
             err = APIError(str(exc.detail), code="HTTP_ERROR")
             err.status = exc.status_code
-        return envelope_response(err, dict(exc.headers or {}))
+        return envelope_response(err, headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
