@@ -1,6 +1,7 @@
 """The team-scale store: PostgreSQL >= 16 with pgvector >= 0.8, through psycopg 3 and a pool.
 
-Several stateless `ampkit serve` processes can share one database. Layout (see MIGRATIONS):
+Several stateless `ampkit serve` processes can share one database. Layout (see MIGRATIONS in
+`_pg_schema`):
 
 - `cells`: the indexed columns, the text, the rest of the cell as JSON (`body`, key order kept
   as written, like SQLite), `metadata` again as JSONB for equality filters, and the cell's
@@ -50,102 +51,17 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..access import glob_to_regex
 from ..errors import Unavailable
 from ..models import HistoryEntry, MemoryCell
-from ..textindex import index_text, query_terms
+from ..textindex import query_terms
 from ._pg_url import redact, split_url
+from ._pg_schema import (
+    CONTEXT_RADIUS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
+)
 from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx
-from .sqlite import CONTEXT_RADIUS  # the same keyword windows as the embedded store
 
 # Advisory lock keys (any fixed bigints; they only need to be distinct within the database).
 MIGRATION_LOCK = 0x616D706B_0001  # "ampk" + 1
 LIFECYCLE_LOCK = 0x616D706B_0002
 VECTOR_INDEX_LOCK = 0x616D706B_0003
-
-TEXT_CONFIG = "english"  # stemming and stop words, the counterpart of FTS5's porter tokenizer
-
-MIGRATIONS: list[tuple[int, str, str]] = [
-    (
-        1,
-        "cells, keyword index, vectors, history",
-        """
-        CREATE EXTENSION IF NOT EXISTS vector;
-        CREATE TABLE cells (
-            id              TEXT COLLATE "C" PRIMARY KEY,
-            owner_id        TEXT NOT NULL,
-            created_by      TEXT,
-            session_id      TEXT,
-            type            TEXT NOT NULL,
-            status          TEXT NOT NULL,
-            public          BOOLEAN NOT NULL DEFAULT FALSE,
-            expires_at      TIMESTAMPTZ,
-            superseded_by   TEXT,
-            reader_patterns TEXT[] NOT NULL DEFAULT '{}',
-            metadata        JSONB NOT NULL DEFAULT '{}',
-            text            TEXT NOT NULL,
-            body            JSON NOT NULL
-        ) WITH (fillfactor = 80);
-        CREATE INDEX cells_owner_status ON cells (owner_id, status, id);
-        CREATE INDEX cells_status ON cells (status, id);
-        CREATE TABLE cell_search (
-            cell_id TEXT COLLATE "C" PRIMARY KEY REFERENCES cells(id) ON DELETE CASCADE,
-            tsv     TSVECTOR NOT NULL
-        );
-        CREATE INDEX cell_search_tsv ON cell_search USING gin (tsv);
-        CREATE TABLE cell_vectors (
-            cell_id   TEXT COLLATE "C" PRIMARY KEY REFERENCES cells(id) ON DELETE CASCADE,
-            model     TEXT NOT NULL,
-            dim       INTEGER NOT NULL,
-            embedding vector NOT NULL
-        );
-        CREATE TABLE history (
-            seq     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            cell_id TEXT COLLATE "C" NOT NULL,
-            at      TIMESTAMPTZ NOT NULL,
-            actor   TEXT NOT NULL,
-            action  TEXT NOT NULL,
-            changes JSON NOT NULL
-        );
-        CREATE INDEX history_cell ON history (cell_id, seq);
-        """,
-    ),
-    (
-        2,
-        "api keys (hashed secrets)",
-        """
-        CREATE TABLE api_keys (
-            key_id      TEXT PRIMARY KEY,
-            agent_id    TEXT NOT NULL,
-            scopes      TEXT NOT NULL,
-            secret_hash TEXT NOT NULL,
-            created_at  TIMESTAMPTZ NOT NULL,
-            expires_at  TIMESTAMPTZ,
-            revoked_at  TIMESTAMPTZ,
-            replaced_by TEXT
-        );
-        CREATE INDEX api_keys_agent ON api_keys (agent_id, created_at);
-        """,
-    ),
-    (
-        3,
-        "keyword index over same-session turn windows; document lengths for BM25",
-        # As in SQLite's migration 2: a cell is found by its own words and by those of the cells
-        # around it in its owner's session (CONTEXT_RADIUS each side; a question asked in one
-        # turn is answered in the next). `seq` is the insertion order that defines "before" and "after";
-        # the windows themselves are rebuilt in Python (`rebuild_keyword_index`), because the
-        # CJK bigrams come from ampkit.textindex.
-        """
-        ALTER TABLE cells ADD COLUMN seq BIGINT GENERATED ALWAYS AS IDENTITY;
-        CREATE INDEX cells_session_seq ON cells (owner_id, session_id, seq) WHERE session_id IS NOT NULL;
-        ALTER TABLE cell_search ADD COLUMN len INTEGER NOT NULL DEFAULT 0;
-        """,
-    ),
-    (
-        4,
-        "when the scheduled lifecycle last ran",
-        """
-        CREATE TABLE lifecycle_schedule (name TEXT PRIMARY KEY, last_run TIMESTAMPTZ NOT NULL);
-        """,
-    ),
-]
 
 KEYWORD_RANKERS = ("bm25", "ts_rank_cd")
 STATS_TTL_SECONDS = 60.0  # corpus size, mean length and document frequencies, per server
@@ -272,59 +188,6 @@ def _vector_index_name(model: str, dim: int) -> str:
     return "cell_vectors_hnsw_" + hashlib.sha1(f"{model}\0{dim}".encode()).hexdigest()[:16]
 
 
-# A cell's window: up to CONTEXT_RADIUS same-session cells each side (insertion order), as
-# in SQLite. The first placeholder of each query is the radius.
-_SAME_SESSION = "p.owner_id = c.owner_id AND p.session_id = c.session_id"
-_NEIGHBOURS = f"""
-SELECT x.id FROM cells c CROSS JOIN LATERAL (
-    (SELECT p.id FROM cells p WHERE {_SAME_SESSION} AND p.seq < c.seq ORDER BY p.seq DESC LIMIT %s)
-    UNION ALL
-    (SELECT p.id FROM cells p WHERE {_SAME_SESSION} AND p.seq > c.seq ORDER BY p.seq LIMIT %s)) x
-WHERE c.id = ANY(%s) AND c.session_id IS NOT NULL
-"""
-
-_WINDOWS = f"""
-SELECT c.id, array_to_string(
-    ARRAY(SELECT b.text FROM (SELECT p.text, p.seq FROM cells p WHERE {_SAME_SESSION} AND p.seq < c.seq
-                              ORDER BY p.seq DESC LIMIT %s) b ORDER BY b.seq)
-    || c.text
-    || ARRAY(SELECT p.text FROM cells p WHERE {_SAME_SESSION} AND p.seq > c.seq ORDER BY p.seq LIMIT %s),
-    E'\\n')
-FROM cells c WHERE c.id = ANY(%s)
-"""
-
-
-def refresh_windows(conn: psycopg.Connection, cell_ids: Sequence[str]) -> None:
-    """Rewrite the keyword-index rows (window text, tsvector, length) of these cells; ids in
-    sorted order, so two transactions lock shared neighbours in the same order."""
-    ids = sorted(set(cell_ids))
-    if not ids:
-        return
-    windows = conn.execute(_WINDOWS, (CONTEXT_RADIUS, CONTEXT_RADIUS, ids)).fetchall()
-    if windows:
-        with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO cell_search (cell_id, tsv, len) "
-                "SELECT %s, v, (SELECT COALESCE(SUM(cardinality(u.positions)), 0) FROM unnest(v) u) "
-                "FROM to_tsvector(%s::regconfig, %s) AS v "
-                "ON CONFLICT (cell_id) DO UPDATE SET tsv = EXCLUDED.tsv, len = EXCLUDED.len",
-                [(cid, TEXT_CONFIG, index_text(window)) for cid, window in sorted(windows)],
-            )
-
-
-def rebuild_keyword_index(conn: psycopg.Connection, batch_size: int = 1000) -> None:
-    """Every cell's window again (migration 3)."""
-    after = ""
-    while True:
-        ids = [r[0] for r in conn.execute("SELECT id FROM cells WHERE id > %s ORDER BY id LIMIT %s", (after, batch_size))]
-        if not ids:
-            return
-        refresh_windows(conn, ids)
-        after = ids[-1]
-
-
-# Python steps that run inside a migration's transaction, after its SQL.
-MIGRATION_STEPS = {3: rebuild_keyword_index}
 
 
 class _PostgresWriteTx(WriteTx):
@@ -359,7 +222,7 @@ class _PostgresWriteTx(WriteTx):
         """Rewrite the marked windows once, just before COMMIT (a batch of turns of one
         session rewrites each window once, not once per turn)."""
         if self._dirty_windows:
-            neighbours = self.conn.execute(_NEIGHBOURS, (CONTEXT_RADIUS, CONTEXT_RADIUS, list(self._dirty_windows)))
+            neighbours = self.conn.execute(SESSION_NEIGHBOURS, (CONTEXT_RADIUS, CONTEXT_RADIUS, list(self._dirty_windows)))
             refresh_windows(self.conn, self._dirty_windows | {r[0] for r in neighbours})
         self._dirty_windows.clear()
 
@@ -403,7 +266,7 @@ class _PostgresWriteTx(WriteTx):
 
     def purge(self, cell_id: str) -> None:
         # Erasure: its text leaves its neighbours' windows too (found now, while it exists).
-        neighbours = self.conn.execute(_NEIGHBOURS, (CONTEXT_RADIUS, CONTEXT_RADIUS, [cell_id])).fetchall()
+        neighbours = self.conn.execute(SESSION_NEIGHBOURS, (CONTEXT_RADIUS, CONTEXT_RADIUS, [cell_id])).fetchall()
         self._dirty_windows.update(r[0] for r in neighbours)
         self.conn.execute("DELETE FROM cells WHERE id = %s", (cell_id,))  # cascades to search and vectors
         # Erasure: the history keeps who did what and when, never the old values.

@@ -1,0 +1,159 @@
+"""The PostgreSQL store's schema: numbered migrations, and the keyword index's upkeep.
+
+The keyword index (`cell_search`) holds, per cell, a *window*: the cell's text plus up to
+CONTEXT_RADIUS same-session neighbours each side, in insertion order, exactly as the SQLite
+store's `cell_context` does; a question asked in one turn is then found by the answer given
+in the next. Each write transaction collects the cells it touched and rewrites their windows
+(and their neighbours') once, before COMMIT (`refresh_windows`).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import psycopg
+
+from ..textindex import index_text
+from .sqlite import CONTEXT_RADIUS  # the same keyword windows as the embedded store
+
+TEXT_CONFIG = "english"  # stemming and stop words, the counterpart of FTS5's porter tokenizer
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "cells, keyword index, vectors, history",
+        """
+        CREATE EXTENSION IF NOT EXISTS vector;
+        CREATE TABLE cells (
+            id              TEXT COLLATE "C" PRIMARY KEY,
+            owner_id        TEXT NOT NULL,
+            created_by      TEXT,
+            session_id      TEXT,
+            type            TEXT NOT NULL,
+            status          TEXT NOT NULL,
+            public          BOOLEAN NOT NULL DEFAULT FALSE,
+            expires_at      TIMESTAMPTZ,
+            superseded_by   TEXT,
+            reader_patterns TEXT[] NOT NULL DEFAULT '{}',
+            metadata        JSONB NOT NULL DEFAULT '{}',
+            text            TEXT NOT NULL,
+            body            JSON NOT NULL
+        ) WITH (fillfactor = 80);
+        CREATE INDEX cells_owner_status ON cells (owner_id, status, id);
+        CREATE INDEX cells_status ON cells (status, id);
+        CREATE TABLE cell_search (
+            cell_id TEXT COLLATE "C" PRIMARY KEY REFERENCES cells(id) ON DELETE CASCADE,
+            tsv     TSVECTOR NOT NULL
+        );
+        CREATE INDEX cell_search_tsv ON cell_search USING gin (tsv);
+        CREATE TABLE cell_vectors (
+            cell_id   TEXT COLLATE "C" PRIMARY KEY REFERENCES cells(id) ON DELETE CASCADE,
+            model     TEXT NOT NULL,
+            dim       INTEGER NOT NULL,
+            embedding vector NOT NULL
+        );
+        CREATE TABLE history (
+            seq     BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            cell_id TEXT COLLATE "C" NOT NULL,
+            at      TIMESTAMPTZ NOT NULL,
+            actor   TEXT NOT NULL,
+            action  TEXT NOT NULL,
+            changes JSON NOT NULL
+        );
+        CREATE INDEX history_cell ON history (cell_id, seq);
+        """,
+    ),
+    (
+        2,
+        "api keys (hashed secrets)",
+        """
+        CREATE TABLE api_keys (
+            key_id      TEXT PRIMARY KEY,
+            agent_id    TEXT NOT NULL,
+            scopes      TEXT NOT NULL,
+            secret_hash TEXT NOT NULL,
+            created_at  TIMESTAMPTZ NOT NULL,
+            expires_at  TIMESTAMPTZ,
+            revoked_at  TIMESTAMPTZ,
+            replaced_by TEXT
+        );
+        CREATE INDEX api_keys_agent ON api_keys (agent_id, created_at);
+        """,
+    ),
+    (
+        3,
+        "keyword index over same-session turn windows; document lengths for BM25",
+        # As in SQLite's migration 2: a cell is found by its own words and by those of the cells
+        # around it in its owner's session (CONTEXT_RADIUS each side; a question asked in one
+        # turn is answered in the next). `seq` is the insertion order that defines "before" and "after";
+        # the windows themselves are rebuilt in Python (`rebuild_keyword_index`), because the
+        # CJK bigrams come from ampkit.textindex.
+        """
+        ALTER TABLE cells ADD COLUMN seq BIGINT GENERATED ALWAYS AS IDENTITY;
+        CREATE INDEX cells_session_seq ON cells (owner_id, session_id, seq) WHERE session_id IS NOT NULL;
+        ALTER TABLE cell_search ADD COLUMN len INTEGER NOT NULL DEFAULT 0;
+        """,
+    ),
+    (
+        4,
+        "when the scheduled lifecycle last ran",
+        """
+        CREATE TABLE lifecycle_schedule (name TEXT PRIMARY KEY, last_run TIMESTAMPTZ NOT NULL);
+        """,
+    ),
+]
+
+
+# A cell's window: up to CONTEXT_RADIUS same-session cells each side (insertion order), as
+# in SQLite. The first placeholder of each query is the radius.
+_SAME_SESSION = "p.owner_id = c.owner_id AND p.session_id = c.session_id"
+SESSION_NEIGHBOURS = f"""
+SELECT x.id FROM cells c CROSS JOIN LATERAL (
+    (SELECT p.id FROM cells p WHERE {_SAME_SESSION} AND p.seq < c.seq ORDER BY p.seq DESC LIMIT %s)
+    UNION ALL
+    (SELECT p.id FROM cells p WHERE {_SAME_SESSION} AND p.seq > c.seq ORDER BY p.seq LIMIT %s)) x
+WHERE c.id = ANY(%s) AND c.session_id IS NOT NULL
+"""
+
+_WINDOWS = f"""
+SELECT c.id, array_to_string(
+    ARRAY(SELECT b.text FROM (SELECT p.text, p.seq FROM cells p WHERE {_SAME_SESSION} AND p.seq < c.seq
+                              ORDER BY p.seq DESC LIMIT %s) b ORDER BY b.seq)
+    || c.text
+    || ARRAY(SELECT p.text FROM cells p WHERE {_SAME_SESSION} AND p.seq > c.seq ORDER BY p.seq LIMIT %s),
+    E'\\n')
+FROM cells c WHERE c.id = ANY(%s)
+"""
+
+
+def refresh_windows(conn: psycopg.Connection, cell_ids: Sequence[str]) -> None:
+    """Rewrite the keyword-index rows (window text, tsvector, length) of these cells; ids in
+    sorted order, so two transactions lock shared neighbours in the same order."""
+    ids = sorted(set(cell_ids))
+    if not ids:
+        return
+    windows = conn.execute(_WINDOWS, (CONTEXT_RADIUS, CONTEXT_RADIUS, ids)).fetchall()
+    if windows:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO cell_search (cell_id, tsv, len) "
+                "SELECT %s, v, (SELECT COALESCE(SUM(cardinality(u.positions)), 0) FROM unnest(v) u) "
+                "FROM to_tsvector(%s::regconfig, %s) AS v "
+                "ON CONFLICT (cell_id) DO UPDATE SET tsv = EXCLUDED.tsv, len = EXCLUDED.len",
+                [(cid, TEXT_CONFIG, index_text(window)) for cid, window in sorted(windows)],
+            )
+
+
+def rebuild_keyword_index(conn: psycopg.Connection, batch_size: int = 1000) -> None:
+    """Every cell's window again (migration 3)."""
+    after = ""
+    while True:
+        ids = [r[0] for r in conn.execute("SELECT id FROM cells WHERE id > %s ORDER BY id LIMIT %s", (after, batch_size))]
+        if not ids:
+            return
+        refresh_windows(conn, ids)
+        after = ids[-1]
+
+
+# Python steps that run inside a migration's transaction, after its SQL.
+MIGRATION_STEPS = {3: rebuild_keyword_index}
