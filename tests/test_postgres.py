@@ -14,14 +14,15 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import psycopg
 import pytest
 
-from ampkit.models import CellCreate, CellPatch
-from ampkit.service import MemoryService
-from ampkit.store import CellFilter, StoredVector, store_from_url
-from ampkit.store.postgres import MIGRATIONS, PostgresStore, split_url
-from pg import EmbeddedPostgres
+psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL tests need the postgres extra")
+
+from ampkit.models import CellCreate, CellPatch  # noqa: E402
+from ampkit.service import MemoryService  # noqa: E402
+from ampkit.store import CellFilter, StoredVector, store_from_url  # noqa: E402
+from ampkit.store.postgres import MIGRATIONS, PostgresStore, split_url  # noqa: E402
+from pg import EmbeddedPostgres  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
