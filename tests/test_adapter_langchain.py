@@ -108,10 +108,10 @@ async def test_store_operations_sync_and_async(backend):
     assert store.get(("docs", "a"), "k1").value["text"] == "alpha report about green tea"
     assert len(backend.cells(user)) == 3
 
-    assert [i.key for i in store.search(("docs",), query="coffee")] == ["k2"]
+    assert [i.key for i in store.search(("docs",), query="coffee")][0] == "k2"  # best first; others may follow by meaning
     assert [i.key for i in await store.asearch(("docs",), filter={"kind": "report"})] == ["k1"]
     assert [i.key for i in store.search(("notes",))] == ["k3"]
-    assert store.search(("docs",), query="gamma") == []  # outside the prefix
+    assert "k3" not in [i.key for i in store.search(("docs",), query="gamma")]  # outside the prefix
 
     assert store.list_namespaces() == [("docs", "a"), ("docs", "a", "deep"), ("notes",)]
     assert store.list_namespaces(prefix=("docs",), max_depth=2) == [("docs", "a")]

@@ -173,13 +173,13 @@ def test_search_returns_cells_with_scores(mem, owner):
     mem.remember("Bob prefers coffee", owner_id="someone-else-" + owner)
 
     results = mem.search("green tea", owner_id=owner)
-    assert [r.cell.content.text for r in results] == ["Ada prefers green tea over coffee"]
+    assert results[0].cell.content.text == "Ada prefers green tea over coffee"  # best first; others may follow by meaning
     assert results[0].score > 0 and results[0].explain is None
     assert all(r.cell.identity.owner_id == owner for r in mem.search("coffee", owner_id=owner))
 
     explained = mem.search("runbook", owner_id=owner, types=["procedural"], explain=True, limit=1)
     assert len(explained) == 1 and explained[0].explain
-    assert mem.search("runbook", owner_id=owner, types=["semantic"]) == []
+    assert all(r.cell.type == "semantic" for r in mem.search("runbook", owner_id=owner, types=["semantic"]))
 
 
 def test_list_pages_over_the_cursor(mem, owner):

@@ -144,7 +144,7 @@ def test_dense_leg_finds_a_paraphrase_keyword_search_misses(server_factory):
 
 def test_reindex_after_a_model_change(tmp_path, server_factory):
     url = f"sqlite:///{tmp_path}/reindex.db"
-    srv = server_factory(store_url=url)  # keyword only: no vectors stored
+    srv = server_factory(store_url=url, env={"AMPKIT_EMBEDDER": "none"})  # keyword only: no vectors stored
     me = {"X-AMP-Agent-ID": "ana"}
     texts = ["My daughter adopted a puppy last week", "The quarterly invoice is due on Friday"]
     with httpx.Client(base_url=srv.base_url, headers=me, timeout=30) as http:
