@@ -43,7 +43,7 @@ _ERRORS: dict[Any, dict[str, Any]] = {
 }
 
 
-def require_json(request: Request) -> None:
+async def require_json(request: Request) -> None:  # async: no thread-pool hop
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype != "application/json" and not ctype.endswith("+json"):
         raise UnsupportedMediaType(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
 
 from ..auth import SCOPES, verify_key
 from ..config import Settings
@@ -99,14 +100,19 @@ class IdentityResolver:
             )
         return Caller(key.agent_id, frozenset(key.scopes), key.key_id)
 
-    def caller(self, request: Request) -> Caller:
-        caller = self._from_key(request) if self.required else self._from_header(request)
+    async def caller(self, request: Request) -> Caller:
+        # async: a sync dependency costs a thread-pool hop per request; only the key lookup
+        # touches the store, so only it goes to a worker thread.
+        if self.required:
+            caller = await run_in_threadpool(self._from_key, request)
+        else:
+            caller = self._from_header(request)
         if self.rate_limiter is not None:
             self.rate_limiter.check(caller.agent_id)
         return caller
 
-    def admin(self, request: Request) -> Caller:
-        caller = self.caller(request)
+    async def admin(self, request: Request) -> Caller:
+        caller = await self.caller(request)
         caller._need("admin")
         return caller
 
