@@ -64,7 +64,7 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
         click.echo("ampkit: warning: auth is required but this store has no active API key; "
                    "create one with `ampkit keys create --agent ID`", err=True)
     click.echo(f"ampkit: listening on http://{settings.host}:{settings.port}/amp/v1")
-    run(settings)
+    run(settings, service)  # the checked service, so the embedding model loads once
 
 
 # ---------------------------------------------------------------- keys
