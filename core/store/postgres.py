@@ -46,6 +46,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Json, Jsonb
+from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..access import glob_to_regex
@@ -143,8 +144,8 @@ def row_to_cell(text: str, body: dict[str, Any]) -> MemoryCell:
     return MemoryCell.model_validate(body)
 
 
-def vector_literal(vector: Any) -> str:
-    return "[" + ",".join(repr(float(x)) for x in np.asarray(vector, dtype=np.float32).ravel()) + "]"
+def as_vector(vector: Any) -> np.ndarray:
+    return np.asarray(vector, dtype=np.float32).ravel()
 
 
 def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[sql.Composable, list[Any]]:
@@ -210,7 +211,7 @@ class _PostgresWriteTx(WriteTx):
         self.conn.execute(
             "INSERT INTO cell_vectors (cell_id, model, dim, embedding) VALUES (%s, %s, %s, %s::vector) "
             "ON CONFLICT (cell_id) DO UPDATE SET model = EXCLUDED.model, dim = EXCLUDED.dim, embedding = EXCLUDED.embedding",
-            (cell_id, vector.model, dim, vector_literal(vector.vector)),
+            (cell_id, vector.model, dim, as_vector(vector.vector)),
         )
 
     def _touch(self, cell_id: str) -> None:
@@ -298,9 +299,11 @@ class PostgresStore(Store):
     @staticmethod
     def _configure(conn: psycopg.Connection) -> None:
         conn.execute("SET TIME ZONE 'UTC'")
+        register_vector(conn)  # numpy arrays travel as binary vectors
 
     def open(self) -> None:
         self._check_reachable()
+        self.migrate()  # first, on its own connection: the pool's connections need the vector type
         self._pool = ConnectionPool(
             self.conninfo,
             min_size=self.pool_min,
@@ -316,7 +319,6 @@ class PostgresStore(Store):
         )
         try:
             self._pool.open(wait=True, timeout=max(self.pool_timeout, 5.0))
-            self.migrate()
         except BaseException:
             self._pool.close()
             self._pool = None
@@ -361,7 +363,7 @@ class PostgresStore(Store):
         An advisory lock makes servers that start together take turns: the first applies, the
         others then find nothing left to do."""
         applied: list[int] = []
-        with self._connection("migrations") as conn:
+        with _unavailable_on_connection_error("migrations"), psycopg.connect(self.conninfo, autocommit=True) as conn:
             conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
             try:
                 conn.execute(
@@ -508,8 +510,8 @@ class PostgresStore(Store):
             " ORDER BY {order} LIMIT %s)"
             " SELECT cell_id, distance FROM hits ORDER BY distance, cell_id"
         ).format(typed=typed, model=sql.Literal(model), dim=sql.Literal(dim), where=where, order=order)
-        literal = vector_literal(vector)
-        return query, [literal, *params, literal, k]
+        query_vector = as_vector(vector)
+        return query, [query_vector, *params, query_vector, k]
 
     def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
         with self._connection() as conn:
