@@ -20,7 +20,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
 from ampkit.embeddings import embedder_from_name

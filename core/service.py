@@ -29,12 +29,10 @@ from .models import (
     CellCreate,
     CellPatch,
     HistoryEntry,
-    Lifecycle,
     LifecycleRunResponse,
     MemoryCell,
     PurgeRefusal,
     PurgeResponse,
-    Scoring,
     SearchHit,
     SearchRequest,
     SearchResponse,
@@ -450,5 +448,4 @@ def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any
 
 __all__ = [
     "EXTENSIONS", "MemoryService", "Limits", "build_service", "cell_size_bytes", "new_cell_id", "spec_document",
-    "Scoring", "Lifecycle",
 ]
