@@ -38,7 +38,7 @@ import hashlib
 import json
 import math
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import timezone
 from typing import Any, Iterator, Optional, Sequence
 
@@ -416,8 +416,10 @@ class PostgresStore(Store):
     def write(self) -> Iterator[WriteTx]:
         with self._connection("write") as conn:
             # Pipeline mode: statements whose results nobody reads (inserts, history) are sent
-            # without waiting for each answer; a fetch (tx.get) syncs. ~2x faster batch writes.
-            with conn.pipeline(), conn.transaction():
+            # without waiting for each answer; a fetch (tx.get) syncs. Faster batch writes.
+            # (It needs libpq >= 14, which psycopg[binary] bundles; older ones go one by one.)
+            pipeline = conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
+            with pipeline, conn.transaction():
                 tx = _PostgresWriteTx(conn, self)
                 yield tx
                 tx.flush()
