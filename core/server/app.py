@@ -91,6 +91,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     )
     app.state.service = service
     app.state.settings = settings
+    app.openapi = _with_security_schemes(app)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=service.limits.max_request_bytes)
     app.add_middleware(HeaderSizeLimit, max_bytes=settings.max_header_bytes)
@@ -211,6 +212,30 @@ def _metadata_filter(raw: Optional[str]) -> Optional[dict[str, Any]]:
     if not isinstance(value, dict):
         raise ValidationFailed("metadata must be a JSON object", {"metadata": raw})
     return value
+
+
+def _with_security_schemes(app: FastAPI):
+    """Declare how callers identify themselves: the trusted header (auth off) or a Bearer key
+    (auth on). Identity is resolved in one dependency, so the document is annotated here."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = generate()
+        schema.setdefault("components", {})["securitySchemes"] = {
+            "agentId": {"type": "apiKey", "in": "header", "name": "X-AMP-Agent-ID",
+                        "description": "the calling agent, trusted as given (auth off; local use)"},
+            "bearerKey": {"type": "http", "scheme": "bearer",
+                          "description": "an API key from `ampkit keys create` (auth required)"},
+        }
+        for path, operations in schema.get("paths", {}).items():
+            open_route = path in (f"{PREFIX}/health", f"{PREFIX}/spec")
+            for operation in operations.values():
+                operation["security"] = [] if open_route else [{"agentId": []}, {"bearerKey": []}]
+        return schema
+
+    return openapi
 
 
 def _split(values: Optional[list[str]], allowed: tuple[str, ...]) -> Optional[list[str]]:
