@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from locomo import KS, questions, summarise, turn_cells  # noqa: E402
+from locomo import KS, load, summarise  # noqa: E402
 
 from ampkit.embeddings import embedder_from_name  # noqa: E402
 from ampkit.models import SearchRequest  # noqa: E402
@@ -46,14 +46,7 @@ def measure(url: str, samples: list[dict], embedder: str) -> dict:
     store = store_from_url(url)
     store.open()
     service = MemoryService(store=store, retriever=Retriever(embedder=embedder_from_name(embedder)))
-    dia_of, workload = {}, []
-    for sample in samples:
-        owner = sample["sample_id"]
-        cells = turn_cells(sample)
-        for i in range(0, len(cells), 500):
-            for cell in service.create_many(owner, cells[i : i + 500]):
-                dia_of[cell.id] = cell.content.metadata["dia_id"]
-        workload.extend((owner, q) for q in questions(sample, {c.content.metadata["dia_id"] for c in cells})[0])
+    dia_of, workload, _ = load(service, samples)
     results = {}
     default_ranker = getattr(store, "keyword_ranker", None)
     for ranker in getattr(store, "KEYWORD_RANKERS", [None]):
@@ -81,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for url in args.store:
         results.update(measure(url, samples, args.embedder))
-    print(f"| leg | questions | recall@5 | recall@10 | p50 ms | p95 ms |\n|---|---|---|---|---|---|")
+    print("| leg | questions | recall@5 | recall@10 | p50 ms | p95 ms |\n|---|---|---|---|---|---|")
     for name, r in results.items():
         o = r["overall"]
         print(f"| {name} | {r['questions']} | {o['recall@5']:.3f} | {o['recall@10']:.3f} | "

@@ -81,17 +81,11 @@ def summarise(rows: list[tuple[int, list[str], set[str]]]) -> dict:
     return out
 
 
-def run(data: Path, embedder_name: str) -> dict:
-    samples = json.loads(data.read_text())
-    tmp = tempfile.TemporaryDirectory(prefix="ampkit-locomo-")
-    store = SQLiteStore(str(Path(tmp.name) / "locomo.db"), synchronous="OFF")
-    store.open()
-    retriever = Retriever(embedder=embedder_from_name(embedder_name))
-    service = MemoryService(store=store, retriever=retriever)
-
-    t0 = time.perf_counter()
+def load(service: MemoryService, samples: list[dict]) -> tuple[dict[str, str], list[tuple[str, dict]], int]:
+    """Each conversation's turns become cells of one owner (the sample id), in batches.
+    Returns cell id -> dialogue id, the (owner, question) workload, and questions skipped."""
     dia_of: dict[str, str] = {}
-    workload = []
+    workload: list[tuple[str, dict]] = []
     skipped = 0
     for sample in samples:
         owner = sample["sample_id"]
@@ -102,6 +96,19 @@ def run(data: Path, embedder_name: str) -> dict:
         qs, missing = questions(sample, {c.content.metadata["dia_id"] for c in cells})
         skipped += missing
         workload.extend((owner, q) for q in qs)
+    return dia_of, workload, skipped
+
+
+def run(data: Path, embedder_name: str) -> dict:
+    samples = json.loads(data.read_text())
+    tmp = tempfile.TemporaryDirectory(prefix="ampkit-locomo-")
+    store = SQLiteStore(str(Path(tmp.name) / "locomo.db"), synchronous="OFF")
+    store.open()
+    retriever = Retriever(embedder=embedder_from_name(embedder_name))
+    service = MemoryService(store=store, retriever=retriever)
+
+    t0 = time.perf_counter()
+    dia_of, workload, skipped = load(service, samples)
     index_s = time.perf_counter() - t0
 
     full, bm25, latencies = [], [], []
