@@ -247,7 +247,8 @@ def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
         cell_id = created.json()["id"]
 
         pg.stop()
-        for request in (lambda: httpx.get(f"{server.base_url}/memories/{cell_id}", headers=AGENT, timeout=30),
+        for request in (lambda: httpx.get(f"{server.base_url}/health", timeout=30),
+                        lambda: httpx.get(f"{server.base_url}/memories/{cell_id}", headers=AGENT, timeout=30),
                         lambda: httpx.post(f"{server.base_url}/memories", headers=AGENT, timeout=30,
                                            json={"content": {"text": "x"}, "identity": {"owner_id": "agent_a"}})):
             answer = request()
@@ -263,6 +264,7 @@ def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
             time.sleep(0.2)
         assert answer.status_code == 200
         assert answer.json()["content"]["text"] == "survives the outage"
+        assert httpx.get(f"{server.base_url}/health", timeout=30).json() == {"status": "ok", "amp_version": "0.1.0"}
     finally:
         pg.stop()
         shutil.rmtree(root, ignore_errors=True)

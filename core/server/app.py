@@ -100,8 +100,12 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     AdminDep = Annotated[Caller, Depends(identity.admin)]
     router = APIRouter(prefix=PREFIX, responses=_ERRORS)
 
-    @router.get("/health", response_model=Health, tags=["meta"])
+    @router.get("/health", response_model=Health, tags=["meta"],
+                responses={503: {"model": ErrorEnvelope, "description": "the store cannot be reached"}})
     def health() -> Health:
+        # Readiness, not just liveness: a load balancer takes a server whose store is down
+        # out of rotation (503 UNAVAILABLE) and back when the store returns.
+        service.store.ping()
         return Health()
 
     @router.get("/spec", tags=["meta"])

@@ -179,6 +179,11 @@ class Store(ABC):
         Default: True (a store that one process owns)."""
         return True
 
+    def ping(self) -> None:
+        """Raise `Unavailable` when the store cannot answer a trivial read (GET /health).
+        Default: a count that matches nothing, the cheapest query every store already has."""
+        self.count(CellFilter(statuses=()))
+
     def stats(self) -> dict[str, Any]:
         return {}
     # ------------------------------------------------------------ API keys (ampkit.auth)
