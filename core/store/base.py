@@ -93,6 +93,26 @@ def decode_cursor(cursor: str) -> str:
     return value
 
 
+def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What every store keeps of a cell: the indexed columns (plain Python values, each store
+    adapts the types) and the JSON body without its text, which lives once, in `text`."""
+    body = cell.model_dump(mode="json")
+    text = body["content"].pop("text")
+    columns = {
+        "id": cell.id,
+        "owner_id": cell.identity.owner_id,
+        "created_by": cell.identity.created_by,
+        "session_id": cell.identity.session_id,
+        "type": cell.type,
+        "status": cell.lifecycle.status,
+        "public": bool(cell.access_policy.public),
+        "expires_at": cell.lifecycle.expires_at,
+        "superseded_by": cell.lifecycle.superseded_by,
+        "text": text,
+    }
+    return columns, body
+
+
 class WriteTx(ABC):
     """One open write transaction. Rows read with `get` are locked until it ends."""
 

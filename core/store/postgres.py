@@ -57,7 +57,8 @@ from ._pg_url import redact, split_url
 from ._pg_schema import (
     CONTEXT_RADIUS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
 )
-from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx
+from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
+from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx, cell_columns
 
 # Advisory lock keys (any fixed bigints; they only need to be distinct within the database).
 MIGRATION_LOCK = 0x616D706B_0001  # "ampk" + 1
@@ -120,21 +121,11 @@ def _unavailable_on_connection_error(what: str) -> Iterator[None]:
 
 # ------------------------------------------------------------------ rows
 def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
-    body = cell.model_dump(mode="json")
-    text = body["content"].pop("text")
+    columns, body = cell_columns(cell)
     return {
-        "id": cell.id,
-        "owner_id": cell.identity.owner_id,
-        "created_by": cell.identity.created_by,
-        "session_id": cell.identity.session_id,
-        "type": cell.type,
-        "status": cell.lifecycle.status,
-        "public": bool(cell.access_policy.public),
-        "expires_at": cell.lifecycle.expires_at,
-        "superseded_by": cell.lifecycle.superseded_by,
+        **columns,
         "reader_patterns": sorted({glob_to_regex(p) for p in cell.access_policy.readable_by}),
         "metadata": Jsonb(body["content"].get("metadata") or {}),
-        "text": text,
         "body": Json(body),
     }
 
@@ -274,8 +265,9 @@ class _PostgresWriteTx(WriteTx):
         self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = %s", (cell_id,))
 
 
-class PostgresStore(Store):
+class PostgresStore(SQLKeyReads, Store):
     backend = "postgresql"
+    PARAM = "%s"  # psycopg placeholder (SQLKeyReads)
     KEYWORD_RANKERS = KEYWORD_RANKERS
 
     def __init__(self, url: str, *, pool_min: int = 1, pool_max: int = 10, pool_timeout: float = 5.0,
@@ -586,27 +578,14 @@ class PostgresStore(Store):
         return bool(rows)
 
     # ------------------------------------------------------------ API keys
-    _KEY_COLUMNS = "key_id, agent_id, scopes, secret_hash, created_at, expires_at, revoked_at, replaced_by"
-
     def put_key(self, key: ApiKeyRecord) -> None:
         try:
             with self._connection("write") as conn:
                 conn.execute(
-                    f"INSERT INTO api_keys ({self._KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    (key.key_id, key.agent_id, ",".join(key.scopes), key.secret_hash, key.created_at,
-                     key.expires_at, key.revoked_at, key.replaced_by),
+                    f"INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", key_to_row(key),
                 )
         except psycopg.errors.UniqueViolation as exc:
             raise ValueError(f"key {key.key_id} already exists") from exc
-
-    def get_key(self, key_id: str) -> Optional[ApiKeyRecord]:
-        rows = self._query(f"SELECT {self._KEY_COLUMNS} FROM api_keys WHERE key_id = %s", (key_id,))
-        return _row_to_key(rows[0]) if rows else None
-
-    def list_keys(self, agent_id: Optional[str] = None) -> list[ApiKeyRecord]:
-        where, params = ("WHERE agent_id = %s", [agent_id]) if agent_id is not None else ("", [])
-        rows = self._query(f"SELECT {self._KEY_COLUMNS} FROM api_keys {where} ORDER BY created_at, key_id", params)
-        return [_row_to_key(r) for r in rows]
 
     def update_key(self, key: ApiKeyRecord) -> None:
         with self._connection("write") as conn:
@@ -621,8 +600,3 @@ class PostgresStore(Store):
         cells, size = self._query("SELECT (SELECT COUNT(*) FROM cells), pg_database_size(current_database())")[0]
         return {"backend": self.backend, "url": self.display_url, "cells": cells, "bytes": size}
 
-
-def _row_to_key(row: tuple) -> ApiKeyRecord:
-    key_id, agent_id, scopes, secret_hash, created, expires, revoked, replaced_by = row
-    return ApiKeyRecord(key_id, agent_id, tuple(s for s in scopes.split(",") if s), secret_hash,
-                        created, expires, revoked, replaced_by)

@@ -28,7 +28,8 @@ from ..errors import Unavailable
 from ..models import HistoryEntry, MemoryCell
 from ..textindex import fts_match, index_text, owner_token
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
-from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx
+from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
+from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx, cell_columns
 
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
@@ -148,19 +149,11 @@ def _ts(value: Optional[datetime]) -> Optional[float]:
 
 
 def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
-    body = cell.model_dump(mode="json")
-    text = body["content"].pop("text")
+    columns, body = cell_columns(cell)
     return {
-        "id": cell.id,
-        "owner_id": cell.identity.owner_id,
-        "created_by": cell.identity.created_by,
-        "session_id": cell.identity.session_id,
-        "type": cell.type,
-        "status": cell.lifecycle.status,
-        "public": int(cell.access_policy.public),
-        "expires_at": _ts(cell.lifecycle.expires_at),
-        "superseded_by": cell.lifecycle.superseded_by,
-        "text": text,
+        **columns,
+        "public": int(columns["public"]),
+        "expires_at": _ts(columns["expires_at"]),
         "body": json.dumps(body, separators=(",", ":"), ensure_ascii=False),
     }
 
@@ -333,7 +326,7 @@ class _SQLiteWriteTx(WriteTx):
         self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = ?", (cell_id,))
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLKeyReads, Store):
     backend = "sqlite"
 
     def __init__(
@@ -602,27 +595,14 @@ class SQLiteStore(Store):
                 self._lifecycle_lock.release()
 
     # ------------------------------------------------------------ API keys
-    _KEY_COLUMNS = "key_id, agent_id, scopes, secret_hash, created_at, expires_at, revoked_at, replaced_by"
-
     def put_key(self, key: ApiKeyRecord) -> None:
         with self.write() as tx:
             try:
                 tx.conn.execute(  # type: ignore[attr-defined]
-                    f"INSERT INTO api_keys({self._KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (key.key_id, key.agent_id, ",".join(key.scopes), key.secret_hash, _iso(key.created_at),
-                     _iso(key.expires_at), _iso(key.revoked_at), key.replaced_by),
+                    f"INSERT INTO api_keys({KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", key_to_row(key, _iso),
                 )
             except sqlite3.IntegrityError as exc:
                 raise ValueError(f"key {key.key_id} already exists") from exc
-
-    def get_key(self, key_id: str) -> Optional[ApiKeyRecord]:
-        rows = self._query(f"SELECT {self._KEY_COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,))
-        return _row_to_key(rows[0]) if rows else None
-
-    def list_keys(self, agent_id: Optional[str] = None) -> list[ApiKeyRecord]:
-        where, params = ("WHERE agent_id = ?", [agent_id]) if agent_id is not None else ("", [])
-        rows = self._query(f"SELECT {self._KEY_COLUMNS} FROM api_keys {where} ORDER BY created_at, key_id", params)
-        return [_row_to_key(r) for r in rows]
 
     def update_key(self, key: ApiKeyRecord) -> None:
         with self.write() as tx:
@@ -643,13 +623,6 @@ class SQLiteStore(Store):
 
 def _iso(value: Optional[datetime]) -> Optional[str]:
     return None if value is None else value.astimezone(timezone.utc).isoformat()
-
-
-def _row_to_key(row: tuple) -> ApiKeyRecord:
-    key_id, agent_id, scopes, secret_hash, created, expires, revoked, replaced_by = row
-    parse = lambda v: None if v is None else datetime.fromisoformat(v)  # noqa: E731
-    return ApiKeyRecord(key_id, agent_id, tuple(s for s in scopes.split(",") if s), secret_hash,
-                        datetime.fromisoformat(created), parse(expires), parse(revoked), replaced_by)
 
 
 def decode_vector(blob: bytes, dim: Optional[int]) -> np.ndarray:
