@@ -324,14 +324,7 @@ class MemoryService:
         """Every cell the caller may read (any status but deleted), for portability."""
         statuses = [Status.active.value, Status.stale.value, Status.archived.value]
         flt = CellFilter(reader=agent, owner_id=owner_id, statuses=statuses, include_superseded=True)
-        out: list[MemoryCell] = []
-        after = None
-        while True:
-            page = self.store.list(flt, 500, after)
-            if not page:
-                return out
-            out.extend(c for c in page if can_read(c, agent))
-            after = page[-1].id
+        return [c for c in self.store.scan(flt) if can_read(c, agent)]
 
     # ---------------------------------------------------------------- lifecycle
     def run_lifecycle(self, as_of: Optional[datetime] = None) -> LifecycleRunResponse:

@@ -182,9 +182,20 @@ class Store(ABC):
     @abstractmethod
     def history(self, cell_id: str) -> list[HistoryEntry]: ...
 
-    @abstractmethod
+    def scan(self, flt: CellFilter, batch_size: int = 500) -> Iterator[MemoryCell]:
+        """Every cell matching `flt`, in id order, one `list` page at a time."""
+        after: Optional[str] = None
+        while True:
+            page = self.list(flt, batch_size, after)
+            if not page:
+                return
+            yield from page
+            after = page[-1].id
+
     def iter_cells(self, statuses: Optional[Sequence[str]] = None, batch_size: int = 500) -> Iterator[MemoryCell]:
-        """Every cell (optionally of some statuses), in id order; for lifecycle runs, export, copy."""
+        """Every cell (optionally of some statuses), in id order; for lifecycle runs, purge, copy."""
+        every = ("active", "stale", "archived", "deleted")
+        return self.scan(CellFilter(statuses=tuple(statuses or every), include_superseded=True), batch_size)
 
     def try_lifecycle_lock(self) -> AbstractContextManager[bool]:
         """Held while a lifecycle run goes; yields False when another process holds it."""

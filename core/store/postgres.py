@@ -538,21 +538,6 @@ class PostgresStore(SQLKeyReads, Store):
         )
         return [HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=ch) for s, c, a, ac, act, ch in rows]
 
-    def iter_cells(self, statuses: Optional[Sequence[str]] = None, batch_size: int = 500) -> Iterator[MemoryCell]:
-        after = ""
-        while True:
-            query = "SELECT id, text, body FROM cells WHERE id > %s"
-            params: list[Any] = [after]
-            if statuses:
-                query += " AND status = ANY(%s)"
-                params.append(list(statuses))
-            rows = self._query(query + " ORDER BY id LIMIT %s", [*params, batch_size])
-            if not rows:
-                return
-            for cid, text, body in rows:
-                yield row_to_cell(text, body)
-            after = rows[-1][0]
-
     @contextmanager
     def try_lifecycle_lock(self) -> Iterator[bool]:
         """A session advisory lock on one pooled connection: one run at a time across servers.

@@ -570,21 +570,6 @@ class SQLiteStore(SQLKeyReads, Store):
             for s, c, a, ac, act, ch in rows
         ]
 
-    def iter_cells(self, statuses: Optional[Sequence[str]] = None, batch_size: int = 500) -> Iterator[MemoryCell]:
-        after = ""
-        while True:
-            sql = "SELECT id, text, body FROM cells WHERE id > ?"
-            params: list[Any] = [after]
-            if statuses:
-                sql += f" AND status IN ({','.join('?' * len(statuses))})"
-                params.extend(statuses)
-            rows = self._query(sql + " ORDER BY id LIMIT ?", [*params, batch_size])
-            if not rows:
-                return
-            for cid, text, body in rows:
-                yield row_to_cell(text, body)
-            after = rows[-1][0]
-
     @contextmanager
     def try_lifecycle_lock(self) -> Iterator[bool]:
         got = self._lifecycle_lock.acquire(blocking=False)
