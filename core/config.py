@@ -11,6 +11,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .lifecycle import LifecyclePolicy
+from .models import MAX_BATCH_CELLS
 from .service import Limits
 
 
@@ -34,7 +35,8 @@ class Settings(BaseSettings):
     # limits
     max_cell_size_bytes: int = 65536
     max_request_bytes: int = 4 * 1024 * 1024
-    max_batch_cells: int = 500
+    # The wire model refuses larger batches, so the setting may only lower the bound it advertises.
+    max_batch_cells: int = Field(default=MAX_BATCH_CELLS, ge=1, le=MAX_BATCH_CELLS)
     max_header_bytes: int = Field(default=64 * 1024, description="request line plus headers; larger heads get 400")
 
     # identity and abuse

@@ -25,7 +25,9 @@ from .lifecycle import (
 )
 from .models import (
     AMP_VERSION,
+    MAX_BATCH_CELLS,
     MAX_PAGE_SIZE,
+    MAX_SEARCH_LIMIT,
     CellCreate,
     CellPatch,
     HistoryEntry,
@@ -54,10 +56,10 @@ class Limits:
 
     max_cell_size_bytes: int = 65536
     max_request_bytes: int = 4 * 1024 * 1024
-    max_search_limit: int = 100
+    max_search_limit: int = MAX_SEARCH_LIMIT
     max_page_size: int = MAX_PAGE_SIZE
     default_page_size: int = 20
-    max_batch_cells: int = 500
+    max_batch_cells: int = MAX_BATCH_CELLS
 
 
 def new_cell_id() -> str:
