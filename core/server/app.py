@@ -3,6 +3,7 @@ serialise. Errors are translated once, in `errors.py` of this package."""
 
 
 import asyncio
+import json
 import logging
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Optional
@@ -11,7 +12,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Respons
 from fastapi.concurrency import run_in_threadpool
 
 from ..config import Settings
-from ..errors import UnsupportedMediaType
+from ..errors import UnsupportedMediaType, ValidationFailed
 from ..models import (
     AMP_VERSION,
     BatchCreate,
@@ -203,10 +204,6 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
 
 def _metadata_filter(raw: Optional[str]) -> Optional[dict[str, Any]]:
     """`?metadata={"k": "v"}`: the same equality filter that search takes in its body."""
-    import json
-
-    from ..errors import ValidationFailed
-
     if raw is None:
         return None
     try:
@@ -244,8 +241,6 @@ def _with_security_schemes(app: FastAPI):
 
 def _split(values: Optional[list[str]], allowed: tuple[str, ...]) -> Optional[list[str]]:
     """Accept `?type=a&type=b` and `?type=a,b`; refuse unknown values."""
-    from ..errors import ValidationFailed
-
     if not values:
         return None
     out = [v.strip() for value in values for v in value.split(",") if v.strip()]
