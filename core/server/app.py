@@ -5,7 +5,7 @@ serialise. Errors are translated once, in `errors.py` of this package."""
 import asyncio
 import json
 import logging
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
@@ -38,6 +38,7 @@ from .identity import Caller, IdentityResolver
 log = logging.getLogger("ampkit.server")
 
 PREFIX = "/amp/v1"
+MCP_CAPABILITY = {"path": "/mcp", "transport": "streamable-http", "identity": "as on /amp/v1"}
 
 _ERRORS: dict[Any, dict[str, Any]] = {
     code: {"model": ErrorEnvelope} for code in (400, 401, 403, 409, 413, 415, 422, 429, 503)
@@ -75,7 +76,8 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         await run_in_threadpool(service.store.open)
         task = asyncio.create_task(lifecycle_loop()) if service.policy.interval_seconds > 0 else None
         try:
-            yield
+            async with (mcp.running() if mcp is not None else nullcontext()):
+                yield
         finally:
             if task is not None:
                 task.cancel()
@@ -111,7 +113,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
 
     @router.get("/spec", tags=["meta"])
     def spec() -> dict[str, Any]:
-        return spec_document(service, identity.describe())
+        return spec_document(service, identity.describe(), mcp=MCP_CAPABILITY if mcp is not None else None)
 
     @router.post("/memories", status_code=201, response_model=MemoryCell, tags=["memories"],
                  dependencies=[Depends(require_json)])
@@ -199,7 +201,20 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         return service.purge(caller.agent_id, ids=body.ids, as_of=body.as_of)
 
     app.include_router(router)
+    mcp = _mount_mcp(app, service, identity, settings)
     return app
+
+
+def _mount_mcp(app: FastAPI, service: MemoryService, identity: IdentityResolver, settings: Settings) -> Any:
+    """MCP over streamable HTTP at /mcp, unless switched off or the `mcp` extra is missing."""
+    if not settings.mcp_http:
+        return None
+    try:
+        from ..mcp_server import mount_streamable_http
+    except ImportError:
+        log.warning("MCP over HTTP is off: install ampkit[mcp] to serve /mcp")
+        return None
+    return mount_streamable_http(app, service, identity, settings.host)
 
 
 def _metadata_filter(raw: Optional[str]) -> Optional[dict[str, Any]]:
