@@ -21,12 +21,12 @@ from mcp.shared.memory import create_connected_server_and_client_session
 import ampkit
 from adapter_support import unique
 from ampkit.auth import create_key
+from ampkit.bootstrap import build_service
 from ampkit.config import Settings
 from ampkit.mcp_server import READ_TOOLS, TOOL_NAMES, ServiceGateway, build_mcp_server, fixed_caller
 from ampkit.models import HistoryResponse, ListResponse, MemoryCell, SearchResponse
 from ampkit.server.app import create_app
 from ampkit.server.identity import Caller
-from ampkit.service import build_service
 from ampkit.store import store_from_url
 
 NO_SUCH_ID = "mem_01J9Z3K8Q4V7X2N5B6C8D0E1F2"

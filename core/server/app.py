@@ -3,6 +3,7 @@ serialise. Errors are translated once, in `errors.py` of this package."""
 
 
 import asyncio
+import importlib.util
 import json
 import logging
 from contextlib import asynccontextmanager, nullcontext
@@ -31,7 +32,8 @@ from ..models import (
     SearchRequest,
     SearchResponse,
 )
-from ..service import MemoryService, build_service, spec_document
+from ..bootstrap import build_service, load_settings
+from ..service import MemoryService, spec_document
 from .errors import BodySizeLimit, HeaderSizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 
@@ -54,7 +56,7 @@ async def require_json(request: Request) -> None:  # async: no thread-pool hop
 
 
 def create_app(settings: Optional[Settings] = None, service: Optional[MemoryService] = None) -> FastAPI:
-    settings = settings or Settings()
+    settings = settings or load_settings()
     service = service or build_service(settings)
     identity = IdentityResolver(settings, service.store)
 
@@ -209,11 +211,11 @@ def _mount_mcp(app: FastAPI, service: MemoryService, identity: IdentityResolver,
     """MCP over streamable HTTP at /mcp, unless switched off or the `mcp` extra is missing."""
     if not settings.mcp_http:
         return None
-    try:
-        from ..mcp_server import mount_streamable_http
-    except ImportError:
+    if importlib.util.find_spec("mcp") is None:
         log.warning("MCP over HTTP is off: install ampkit[mcp] to serve /mcp")
         return None
+    from ..mcp_server import mount_streamable_http
+
     return mount_streamable_http(app, service, identity, settings.host)
 
 
