@@ -204,9 +204,16 @@ class AmpkitMCP(FastMCP):
         if self._tool_manager.get_tool(name) is None:
             return tool_error(NotFound(f"no tool {name!r}", {"tool": name}))
         try:
-            return await super().call_tool(name, arguments)
+            result = await super().call_tool(name, arguments)
         except ToolError as exc:
             return tool_error(as_api_error(exc.__cause__ or exc))
+        if isinstance(result, tuple):
+            # (content, structured), already validated by the tool's pydantic output model:
+            # answered as a finished result, the SDK does not validate it again with
+            # jsonschema, which re-checks the whole schema on every call (~0.1 s of CPU).
+            content, structured = result
+            return CallToolResult(content=list(content), structuredContent=structured, isError=False)
+        return result
 
     async def read_resource(self, uri: Any) -> Any:
         try:

@@ -246,44 +246,6 @@ async def test_cells_are_resources_and_remember_is_a_prompt(service):
         assert "`supersede`" in message.content.text
 
 
-# ---------------------------------------------------------------- stdio: a real `ampkit mcp` process
-
-
-async def test_stdio_on_a_store_file_writes_what_every_client_reads(tmp_path):
-    url = f"sqlite:///{tmp_path}/stdio.db"
-    async with over_stdio("--store", url, "--agent-id", "alice") as mcp:
-        cell = await mcp.ok("remember", text="the user is vegetarian", readable_by=["planner"])
-        assert await mcp.error("get_memory", id=NO_SUCH_ID) == DENIED
-        assert [h["id"] for h in (await mcp.ok("recall", query="vegetarian"))["results"]] == [cell["id"]]
-    with ampkit.connect(url, agent_id="planner") as planner, ampkit.connect(url, agent_id="stranger") as stranger:
-        assert planner.get(cell["id"]).identity.created_by == "alice"
-        assert stranger.search("vegetarian") == []
-
-
-async def test_stdio_through_a_server_acts_as_the_api_key(tmp_path, server_factory):
-    url = f"sqlite:///{tmp_path}/keys.db"
-    store = store_from_url(url)
-    store.open()
-    alice = create_key(store, "alice", "read,write").token
-    reader = create_key(store, "alice", "read").token
-    store.close()
-    srv = server_factory(url, args=["--auth"])
-    async with over_stdio("--url", srv.base_url, env={"AMPKIT_API_KEY": alice}) as mcp:
-        cell = await mcp.ok("remember", text="ship on Fridays", owner_id="team")
-        assert cell["identity"]["created_by"] == "alice"
-    async with over_stdio("--url", srv.base_url, env={"AMPKIT_API_KEY": reader}) as mcp:
-        assert (await mcp.ok("get_memory", id=cell["id"]))["id"] == cell["id"]
-        assert await mcp.code("remember", text="x", owner_id="team") == "FORBIDDEN"
-        assert await mcp.error("get_memory", id=NO_SUCH_ID) == DENIED
-    # The same key used on the store file in process: the same identity and scopes.
-    async with over_stdio("--store", url, env={"AMPKIT_API_KEY": reader}) as mcp:
-        assert (await mcp.ok("get_memory", id=cell["id"]))["identity"]["created_by"] == "alice"
-        assert await mcp.code("remember", text="x", owner_id="team") == "FORBIDDEN"
-
-
-# ---------------------------------------------------------------- streamable HTTP: a real `ampkit serve --auth`
-
-
 @pytest.fixture(scope="module")
 def auth_server(tmp_path_factory):
     from support import ServerProcess
@@ -300,6 +262,35 @@ def auth_server(tmp_path_factory):
         yield srv, keys
 
 
+# ---------------------------------------------------------------- stdio: a real `ampkit mcp` process
+
+
+async def test_stdio_on_a_store_file_writes_what_every_client_reads(tmp_path):
+    url = f"sqlite:///{tmp_path}/stdio.db"
+    async with over_stdio("--store", url, "--agent-id", "alice") as mcp:
+        cell = await mcp.ok("remember", text="the user is vegetarian", readable_by=["planner"])
+        assert await mcp.error("get_memory", id=NO_SUCH_ID) == DENIED
+        assert [h["id"] for h in (await mcp.ok("recall", query="vegetarian"))["results"]] == [cell["id"]]
+    with ampkit.connect(url, agent_id="planner") as planner, ampkit.connect(url, agent_id="stranger") as stranger:
+        assert planner.get(cell["id"]).identity.created_by == "alice"
+        assert stranger.search("vegetarian") == []
+
+
+async def test_stdio_through_a_server_acts_as_the_api_key(auth_server):
+    srv, keys = auth_server
+    async with over_stdio("--url", srv.base_url, env={"AMPKIT_API_KEY": keys["alice"]}) as mcp:
+        cell = await mcp.ok("remember", text="ship on Fridays", owner_id="team")
+        assert cell["identity"]["created_by"] == "alice"
+        assert await mcp.error("get_memory", id=NO_SUCH_ID) == DENIED
+    # A key used on the store file in process: the same identity and scopes.
+    async with over_stdio("--store", srv.store_url, env={"AMPKIT_API_KEY": keys["alice-reader"]}) as mcp:
+        assert (await mcp.ok("get_memory", id=cell["id"]))["identity"]["created_by"] == "alice"
+        assert await mcp.code("remember", text="x", owner_id="team") == "FORBIDDEN"
+
+
+# ---------------------------------------------------------------- streamable HTTP: a real `ampkit serve --auth`
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
@@ -308,12 +299,15 @@ async def test_http_two_keys_see_two_memories(auth_server):
     srv, keys = auth_server
     url = mcp_url(srv)
     async with over_http(url, bearer(keys["alice"])) as alice, over_http(url, bearer(keys["bob"])) as bob:
-        a = await alice.ok("remember", text="alice's project is called Heron")
-        b = await bob.ok("remember", text="bob's project is called Osprey")
+        mine, theirs = unique("heron"), unique("osprey")
+        a = await alice.ok("remember", text="alice's project is called Heron", owner_id=mine)
+        b = await bob.ok("remember", text="bob's project is called Osprey", owner_id=theirs)
         assert a["identity"]["created_by"] == "alice" and b["identity"]["created_by"] == "bob"
-        assert [c["id"] for c in (await alice.ok("list_memories"))["results"]] == [a["id"]]
-        assert [c["id"] for c in (await bob.ok("list_memories"))["results"]] == [b["id"]]
-        assert [h["id"] for h in (await alice.ok("recall", query="project called"))["results"]] == [a["id"]]
+        for who, own, other, cell, hidden in ((alice, mine, theirs, a, b), (bob, theirs, mine, b, a)):
+            assert [c["id"] for c in (await who.ok("list_memories", owner_id=own))["results"]] == [cell["id"]]
+            assert (await who.ok("list_memories", owner_id=other))["total"] == 0
+            found = [h["id"] for h in (await who.ok("recall", query="project called Heron Osprey"))["results"]]
+            assert found[0] == cell["id"] and hidden["id"] not in found
         # Bob asking for alice's cell: the very error a missing id gives.
         assert await bob.error("get_memory", id=a["id"]) == await bob.error("get_memory", id=NO_SUCH_ID) == DENIED
         assert await bob.error("forget", id=a["id"]) == DENIED
