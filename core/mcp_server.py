@@ -40,6 +40,7 @@ from .client._local import HANDLERS
 from .errors import (
     APIError,
     InternalError,
+    MethodNotAllowed,
     MissingAgentId,
     NotFound,
     TransportError,
@@ -568,5 +569,14 @@ class MCPEndpoint:
 
         if self._manager is None:
             raise Unavailable("the MCP endpoint is not running")
+        if scope["method"] != "POST":
+            # Stateless: no server-to-client stream to GET and no session to DELETE (a GET
+            # would otherwise hold a connection open that nothing ever writes to).
+            from .server.errors import envelope_response
+
+            refused = MethodNotAllowed(f"{scope['method']} is not allowed on {MCP_PATH}; MCP messages are POSTed",
+                                       {"allowed": ["POST"]})
+            await envelope_response(refused, {"Allow": "POST"})(scope, receive, send)
+            return
         scope[CALLER_SCOPE_KEY] = await self.identity.caller(Request(scope, receive))
         await self._manager.handle_request(scope, receive, send)

@@ -355,4 +355,48 @@ async def test_mcp_over_http_can_be_switched_off(tmp_path):
             async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
                 answer = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
                 assert answer.status_code == status
+                if enabled:  # stateless: nothing to GET (no stream) or DELETE (no session)
+                    for method in ("GET", "DELETE"):
+                        refused = await http.request(method, "/mcp", headers={"X-AMP-Agent-ID": "a"})
+                        assert refused.status_code == 405 and refused.headers["Allow"] == "POST"
+                        assert refused.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
                 assert (await http.get("/amp/v1/spec")).json()["capabilities"]["mcp_compatible"] is enabled
+
+
+# ---------------------------------------------------------------- one memory with the framework adapters
+
+
+async def test_a_cell_written_through_mcp_reaches_langchain_and_autogen_and_back(server):
+    from ampkit.adapters import Sharing
+    from ampkit.adapters import autogen as ag
+    from ampkit.adapters import langchain as lc
+
+    user = unique("user")
+    mcp_agent, lc_agent, ag_agent = unique("team-mcp"), unique("team-langchain"), unique("team-autogen")
+    async with over_http(mcp_url(server), {"X-AMP-Agent-ID": mcp_agent}) as mcp:
+        cell = await mcp.ok("remember", text="the user is allergic to peanuts", owner_id=user, readable_by=["team-*"])
+
+        # LangChain's recall tool and AutoGen's memory find what the MCP client stored.
+        with ampkit.connect(server.base_url, agent_id=lc_agent) as lc_client:
+            remember_tool, recall_tool = lc.memory_tools(lc_client, owner_id=user, sharing=Sharing(readable_by=["team-*"]))
+            assert "the user is allergic to peanuts" in await recall_tool.ainvoke({"query": "peanut allergy"})
+            # ... and the reverse: what LangChain remembers, the MCP client recalls.
+            await remember_tool.ainvoke({"fact": "the user's favourite cuisine is Thai"})
+        ag_memory = ag.AmpkitMemory(ampkit.aconnect(server.base_url, agent_id=ag_agent), owner_id=user,
+                                    sharing=Sharing(readable_by=["team-*"]))
+        try:
+            found = await ag_memory.query("peanut allergy")
+            assert [r.metadata["id"] for r in found.results][0] == cell["id"]
+            from autogen_core.memory import MemoryContent, MemoryMimeType
+
+            await ag_memory.add(MemoryContent(content="the user runs every morning", mime_type=MemoryMimeType.TEXT))
+        finally:
+            await ag_memory.close()
+
+        recalled = await mcp.ok("recall", query="Thai cuisine running morning", owner_id=user)
+        by_text = {h["content"]["text"]: h["identity"]["created_by"] for h in recalled["results"]}
+        assert by_text["the user's favourite cuisine is Thai"] == lc_agent
+        assert by_text["the user runs every morning"] == ag_agent
+    # An agent outside the team sees none of it through MCP either.
+    async with over_http(mcp_url(server), {"X-AMP-Agent-ID": unique("outsider")}) as outsider:
+        assert (await outsider.ok("recall", query="peanuts Thai morning", owner_id=user))["total"] == 0
