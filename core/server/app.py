@@ -5,13 +5,15 @@ serialise. Errors are translated once, in `errors.py` of this package."""
 import asyncio
 import json
 import logging
-from datetime import datetime
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 
+from .. import portable
 from ..config import Settings
 from ..errors import UnsupportedMediaType, ValidationFailed
 from ..models import (
@@ -214,6 +216,29 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     @router.post("/admin/lifecycle/run", response_model=LifecycleRunResponse, tags=["admin"])
     def run_lifecycle(caller: AdminDep, body: Optional[LifecycleRunRequest] = None) -> LifecycleRunResponse:
         return service.run_lifecycle(as_of=body.as_of if body else None)
+
+    @router.get("/admin/export", tags=["admin"], response_class=StreamingResponse,
+                responses={200: {"content": {portable.MEDIA_TYPE: {"schema": {"type": "string"}}},
+                                 "description": "the NDJSON export (docs/time-travel.md), streamed"}})
+    def export_ndjson(
+        caller: AdminDep,
+        owner_id: Optional[str] = None,
+        cursor: Annotated[Optional[str], Query(description="resume after the line carrying this cursor")] = None,
+    ) -> StreamingResponse:
+        portable.check_cursor(cursor)  # a bad cursor is a 422 before the stream starts
+        return StreamingResponse(portable.export_lines(service.store, owner_id, cursor), media_type=portable.MEDIA_TYPE)
+
+    @router.post("/admin/import", response_model=portable.ImportReport, tags=["admin"],
+                 openapi_extra={"requestBody": {"required": True, "content": {
+                     portable.MEDIA_TYPE: {"schema": {"type": "string", "description": "an NDJSON export"}}}}})
+    async def import_ndjson(request: Request, caller: AdminDep) -> portable.ImportReport:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in (portable.MEDIA_TYPE, "application/jsonl"):
+            raise UnsupportedMediaType(f"the body must be NDJSON (Content-Type: {portable.MEDIA_TYPE})",
+                                       {"content_type": ctype or None})
+        body = await request.body()  # bounded by max_request_bytes; larger files: `ampkit import`
+        return await run_in_threadpool(
+            portable.import_lines, service.store, lambda: body.splitlines(), service.retriever)
 
     @router.post("/admin/purge", response_model=PurgeResponse, tags=["admin"])
     def purge(caller: AdminDep, body: Optional[PurgeRequest] = None) -> PurgeResponse:

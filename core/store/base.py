@@ -182,6 +182,12 @@ class Store(ABC):
     @abstractmethod
     def history(self, cell_id: str) -> list[HistoryEntry]: ...
 
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+        """Up to `limit` history entries of every cell (purged ones too), ordered by
+        (cell_id, seq), starting after the entry `after` = (cell_id, seq): the export's
+        history section, one page at a time."""
+        raise NotImplementedError(f"{type(self).__name__} cannot scan its history")
+
     def scan(self, flt: CellFilter, batch_size: int = 500) -> Iterator[MemoryCell]:
         """Every cell matching `flt`, in id order, one `list` page at a time."""
         after: Optional[str] = None
