@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from ulid import ULID
 
@@ -24,11 +24,9 @@ from .lifecycle import (
     purge_eligible,
     scheduled_status,
 )
+from .limits import Limits
 from .models import (
     AMP_VERSION,
-    MAX_BATCH_CELLS,
-    MAX_PAGE_SIZE,
-    MAX_SEARCH_LIMIT,
     CellCreate,
     CellPatch,
     HistoryEntry,
@@ -45,22 +43,7 @@ from .models import (
 from .retrieval import Retriever
 from .store.base import CellFilter, HistoryRecord, Store, WriteTx, decode_cursor, encode_cursor
 
-if TYPE_CHECKING:
-    from .config import Settings
-
 SYSTEM_ACTOR = "system:lifecycle"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Advertised in GET /spec and enforced (see docs/configuration.md)."""
-
-    max_cell_size_bytes: int = 65536
-    max_request_bytes: int = 4 * 1024 * 1024
-    max_search_limit: int = MAX_SEARCH_LIMIT
-    max_page_size: int = MAX_PAGE_SIZE
-    default_page_size: int = 20
-    max_batch_cells: int = MAX_BATCH_CELLS
 
 
 def new_cell_id() -> str:
@@ -417,22 +400,6 @@ EXTENSIONS = [
 ]
 
 
-def build_service(settings: "Settings") -> MemoryService:
-    """The service a Settings describes (not opened). The server and the in-process clients
-    both build it here, so both run the same store, limits, lifecycle policy and retriever."""
-    from .embeddings import retriever_from_settings
-    from .store import store_from_url
-
-    url = settings.store_url()
-    options = {"synchronous": settings.sqlite_synchronous} if url.startswith("sqlite") else {}
-    return MemoryService(
-        store=store_from_url(url, **options),
-        policy=settings.lifecycle_policy(),
-        limits=settings.limits(),
-        retriever=retriever_from_settings(settings),
-    )
-
-
 def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any]:
     """The body of GET /spec (also what an in-process client's `spec()` returns)."""
     limits = service.limits
@@ -463,5 +430,5 @@ def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any
 
 
 __all__ = [
-    "EXTENSIONS", "MemoryService", "Limits", "build_service", "cell_size_bytes", "new_cell_id", "spec_document",
+    "EXTENSIONS", "MemoryService", "Limits", "cell_size_bytes", "new_cell_id", "spec_document",
 ]
