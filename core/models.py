@@ -51,6 +51,7 @@ def _as_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
+as_utc = _as_utc  # the public name, for callers that take a datetime from Python
 UtcDatetime = Annotated[datetime, AfterValidator(_as_utc)]
 
 
@@ -257,6 +258,11 @@ class SearchRequest(Closed):
     metadata: Optional[dict[str, Any]] = Field(default=None, description="equality filter on content.metadata keys")
     limit: StrictInt = Field(default=10, ge=1, le=MAX_SEARCH_LIMIT)
     explain: StrictBool = Field(default=False, description="extension: include each result's score breakdown")
+    as_of: Optional[UtcDatetime] = Field(
+        default=None,
+        description="extension (as-of read): search the cells as they were at this time, rebuilt from history; "
+        "keyword ranking only (docs/time-travel.md)",
+    )
 
     @field_validator("query")
     @classmethod
@@ -292,6 +298,12 @@ class HistoryEntry(Closed):
 
 class HistoryResponse(Closed):
     results: list[HistoryEntry]
+
+
+class RollbackRequest(Closed):
+    """POST /memories/{id}/rollback (extension): restore an earlier version as a new one."""
+
+    to_version: StrictInt = Field(ge=1, description="the lifecycle.version to restore (content, scoring, access policy, provenance)")
 
 
 class BatchCreate(Closed):

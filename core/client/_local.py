@@ -14,10 +14,11 @@ background lifecycle scheduler: call `run_lifecycle()` when you want one.
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from typing import Any, Callable, Optional
 
 import anyio.to_thread
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from ..access import check_agent_id
 from ..errors import ValidationFailed, validation_to_api_error
@@ -30,7 +31,9 @@ from ..models import (
     LifecycleRunRequest,
     ListResponse,
     PurgeRequest,
+    RollbackRequest,
     SearchRequest,
+    UtcDatetime,
 )
 from ..bootstrap import build_service, settings_for_store
 from ..service import MemoryService, spec_document
@@ -56,6 +59,17 @@ def _if_match(call: Call) -> Optional[int]:
         raise ValidationFailed("header.if-match: Input should be a valid integer") from None
 
 
+_AS_OF = TypeAdapter(Optional[UtcDatetime])
+
+
+def _as_of(call: Call) -> Optional[datetime]:
+    try:
+        return _AS_OF.validate_python(call.query.get("as_of"))
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("query", "as_of", *e.get("loc", ()))} for e in exc.errors()]
+        raise validation_to_api_error(errors) from None
+
+
 def _list(service: MemoryService, agent: str, call: Call) -> ListResponse:
     q = dict(call.query)
     results, total, next_cursor = service.list(
@@ -69,6 +83,7 @@ def _list(service: MemoryService, agent: str, call: Call) -> ListResponse:
         metadata=q.get("metadata"),
         limit=q.get("limit"),
         cursor=q.get("cursor"),
+        as_of=_as_of(call),
     )
     return ListResponse(results=results, total=total, next_cursor=next_cursor)
 
@@ -83,7 +98,9 @@ Handler = Callable[[MemoryService, str, Call], Any]
 HANDLERS: dict[str, Handler] = {
     "create": lambda s, agent, c: s.create(agent, _parse(CellCreate, c.body)),
     "create_many": lambda s, agent, c: {"results": s.create_many(agent, _parse(BatchCreate, c.body).cells)},
-    "get": lambda s, agent, c: s.get(agent, c.cell_id),
+    "get": lambda s, agent, c: s.get(agent, c.cell_id, as_of=_as_of(c)),
+    "rollback": lambda s, agent, c: s.rollback(agent, c.cell_id, _parse(RollbackRequest, c.body).to_version,
+                                               expected_version=_if_match(c)),
     "update": lambda s, agent, c: s.update(agent, c.cell_id, _parse(CellPatch, c.body), expected_version=_if_match(c)),
     "delete": lambda s, agent, c: s.delete(agent, c.cell_id),
     "search": lambda s, agent, c: s.search(agent, _parse(SearchRequest, c.body)),

@@ -5,6 +5,7 @@ serialise. Errors are translated once, in `errors.py` of this package."""
 import asyncio
 import json
 import logging
+from datetime import datetime
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Optional
 
@@ -28,6 +29,7 @@ from ..models import (
     MemoryCell,
     PurgeRequest,
     PurgeResponse,
+    RollbackRequest,
     SearchRequest,
     SearchResponse,
 )
@@ -39,6 +41,11 @@ from .identity import Caller, IdentityResolver
 log = logging.getLogger("ampkit.server")
 
 PREFIX = "/amp/v1"
+
+# An as-of read (extension): the cell or set as it was at this time, rebuilt from history.
+# Not the admin runs' `as_of` clock override; see docs/time-travel.md.
+AsOfQuery = Annotated[Optional[datetime], Query(
+    description="extension (as-of read): the state at this time (RFC 3339; no offset means UTC), rebuilt from history")]
 
 _ERRORS: dict[Any, dict[str, Any]] = {
     code: {"model": ErrorEnvelope} for code in (400, 401, 403, 409, 413, 415, 422, 429, 503)
@@ -140,6 +147,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         limit: Annotated[Optional[int], Query(ge=1, le=service.limits.max_page_size)] = None,
         cursor: Optional[str] = None,
         metadata: Annotated[Optional[str], Query(description="extension: JSON object, equality filter on content.metadata keys")] = None,
+        as_of: AsOfQuery = None,
     ) -> ListResponse:
         results, total, next_cursor = service.list(
             caller.read(),
@@ -152,6 +160,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
             metadata=_metadata_filter(metadata),
             limit=limit,
             cursor=cursor,
+            as_of=as_of,
         )
         return ListResponse(results=results, total=total, next_cursor=next_cursor)
 
@@ -166,8 +175,8 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         return {"amp_version": AMP_VERSION, "count": len(cells), "cells": [c.model_dump(mode="json") for c in cells]}
 
     @router.get("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"])
-    def get_memory(memory_id: str, caller: CallerDep) -> MemoryCell:
-        return service.get(caller.read(), memory_id)
+    def get_memory(memory_id: str, caller: CallerDep, as_of: AsOfQuery = None) -> MemoryCell:
+        return service.get(caller.read(), memory_id, as_of=as_of)
 
     @router.patch("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"],
                   dependencies=[Depends(require_json)],
@@ -185,6 +194,18 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     def delete_memory(memory_id: str, caller: CallerDep) -> Response:
         service.delete(caller.write(), memory_id)
         return Response(status_code=204)
+
+    @router.post("/memories/{memory_id}/rollback", response_model=MemoryCell, tags=["memories"],
+                 dependencies=[Depends(require_json)],
+                 responses={204: {"description": "applied; the caller may write but not read this cell"}})
+    def rollback_memory(
+        memory_id: str,
+        body: RollbackRequest,
+        caller: CallerDep,
+        if_match: Annotated[Optional[int], Header(description="extension: expected lifecycle.version")] = None,
+    ) -> Any:
+        restored = service.rollback(caller.write(), memory_id, body.to_version, expected_version=if_match)
+        return Response(status_code=204) if restored is None else restored
 
     @router.get("/memories/{memory_id}/history", response_model=HistoryResponse, tags=["memories"])
     def memory_history(memory_id: str, caller: CallerDep) -> HistoryResponse:
