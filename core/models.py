@@ -104,11 +104,23 @@ class Content(Closed):
     _check_text = field_validator("text")(_text_not_blank)
 
 
+# A cell key: a caller-chosen name, unique among one owner's live cells (see Identity.key).
+CellKey = Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+
 class Identity(Closed):
     owner_id: IdString
     owner_type: OwnerType = OwnerType.user
     created_by: Optional[IdString] = None  # set by the server from the caller's identity
     session_id: Optional[IdString] = None
+    key: Optional[CellKey] = Field(
+        default=None,
+        description=(
+            "extension: a caller-chosen name, unique among the owner's live cells (active or stale, "
+            "not superseded). Creating a second live cell with the same owner and key is a 409 "
+            "CONFLICT; set `supersedes` to replace the holder. Fixed at creation."
+        ),
+    )
 
 
 class Lifecycle(Closed):

@@ -22,6 +22,7 @@ from .lifecycle import (
     decay_score,
     check_delete_transition,
     check_patch_transition,
+    is_expired,
     purge_eligible,
     scheduled_status,
 )
@@ -43,7 +44,7 @@ from .models import (
     utcnow,
 )
 from .retrieval import Retriever
-from .store.base import CellFilter, HistoryRecord, Store, decode_cursor, encode_cursor
+from .store.base import CellFilter, HistoryRecord, Store, WriteTx, decode_cursor, encode_cursor
 
 SYSTEM_ACTOR = "system:lifecycle"
 
@@ -117,6 +118,23 @@ class MemoryService:
         self._check_size(cell)
         return cell
 
+    def _claim_key(self, tx: WriteTx, cell: MemoryCell, agent: str, now: datetime) -> None:
+        """One live cell per (owner, key). An expired holder is archived now (what the next
+        lifecycle run would do) and frees the key; a live one makes this create a CONFLICT.
+        The refusal tells the caller the key is taken even when it may not read the holder:
+        a key is a name shared by everyone who writes into the owner's memory (docs/api.md)."""
+        owner_id, key = cell.identity.owner_id, str(cell.identity.key)
+        holder = tx.key_holder(owner_id, key)
+        if holder is None:
+            return
+        if is_expired(holder, now):
+            tx.update(self._with_status(holder, Status.archived.value, now))
+            tx.add_history(HistoryRecord(holder.id, now, SYSTEM_ACTOR, "status",
+                                         {"lifecycle.status": [holder.lifecycle.status, "archived"], "reason": "expired"}))
+            return
+        raise Conflict(f"owner {owner_id!r} already has a live cell with key {key!r}; supersede it to replace it",
+                       {"key": key})
+
     # ---------------------------------------------------------------- create
     def create(self, agent: str, req: CellCreate) -> MemoryCell:
         return self.create_many(agent, [req])[0]
@@ -153,6 +171,8 @@ class MemoryService:
                     )
                     tx.update(replaced)
                     tx.add_history(HistoryRecord(old_id, now, agent, "supersede", {"lifecycle.superseded_by": [None, cell.id]}))
+                if cell.identity.key is not None:
+                    self._claim_key(tx, cell, agent, now)
                 tx.insert(cell, vector)
                 created = {"type": cell.type, "owner_id": cell.identity.owner_id}
                 if old_id:
@@ -475,6 +495,7 @@ EXTENSIONS = [
     "list_cursor",
     "as_of_reads",
     "rollback",
+    "cell_keys",
 ]
 
 

@@ -45,6 +45,7 @@ CELL_FIELDS: dict[str, Optional[str]] = {
     "owner_id": "identity",
     "owner_type": "identity",
     "session_id": "identity",
+    "key": "identity",
     "importance": "scoring",
     "confidence": "scoring",
     "decay_rate": "scoring",

@@ -108,6 +108,7 @@ def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
         "public": bool(cell.access_policy.public),
         "expires_at": cell.lifecycle.expires_at,
         "superseded_by": cell.lifecycle.superseded_by,
+        "cell_key": cell.identity.key,
         "text": text,
     }
     return columns, body
@@ -121,6 +122,12 @@ class WriteTx(ABC):
 
     @abstractmethod
     def insert(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None: ...
+
+    @abstractmethod
+    def key_holder(self, owner_id: str, key: str) -> Optional[MemoryCell]:
+        """The owner's live cell (active or stale, not superseded) holding `key`, locked until
+        the transaction ends; concurrent writers of the same key take turns here. A unique
+        index on (owner_id, cell_key) over live cells backs it."""
 
     @abstractmethod
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:

@@ -194,6 +194,16 @@ class _PostgresWriteTx(WriteTx):
         row = self.conn.execute("SELECT text, body FROM cells WHERE id = %s FOR UPDATE", (cell_id,)).fetchone()
         return None if row is None else row_to_cell(*row)
 
+    def key_holder(self, owner_id: str, key: str) -> Optional[MemoryCell]:
+        # Concurrent writers of one (owner, key) take turns on a transaction-scoped lock, so
+        # the second sees the first's cell instead of tripping the unique index.
+        self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (json.dumps([owner_id, key]),))
+        row = self.conn.execute(
+            "SELECT text, body FROM cells WHERE owner_id = %s AND cell_key = %s AND status IN ('active', 'stale') "
+            "AND superseded_by IS NULL FOR UPDATE", (owner_id, key),
+        ).fetchone()
+        return None if row is None else row_to_cell(*row)
+
     def _write_vector(self, cell_id: str, vector: Optional[StoredVector]) -> None:
         if vector is None:
             return
