@@ -40,9 +40,11 @@ from .models import (
     MemoryType,
     PurgeRequest,
     PurgeResponse,
+    RollbackRequest,
     SearchRequest,
     SearchResponse,
     Status,
+    UtcDatetime,
 )
 
 if TYPE_CHECKING:
@@ -229,6 +231,7 @@ def _list(ctx: Context, inputs: Inputs) -> ListResponse:
         metadata=metadata_filter(inputs["metadata"]),
         limit=inputs["limit"],
         cursor=inputs["cursor"],
+        as_of=inputs["as_of"],
     )
     return ListResponse(results=results, total=total, next_cursor=next_cursor)
 
@@ -244,6 +247,12 @@ def _purge(ctx: Context, inputs: Inputs) -> PurgeResponse:
 
 
 MEMORY_ID = Param("memory_id", str, "path")
+IF_MATCH = Param("if_match", Optional[int], "header", description="extension: expected lifecycle.version")
+# An as-of read (extension): the cell or set as it was at this time, rebuilt from history.
+# Not the admin runs' `as_of` clock override; see docs/time-travel.md.
+AS_OF = Param("as_of", Optional[UtcDatetime], "query", description=(
+    "extension (as-of read): the state at this time (RFC 3339; no offset means UTC), rebuilt from history"))
+WRITER_ONLY_204 = {204: {"description": "applied; the caller may write but not read this cell"}}
 LIST_PARAMS = (
     Param("owner_id", Optional[str], "query"),
     Param("type", Optional[list[str]], "query"),
@@ -255,6 +264,7 @@ LIST_PARAMS = (
     Param("cursor", Optional[str], "query"),
     Param("metadata", Optional[str], "query",
           description="extension: JSON object, equality filter on content.metadata keys"),
+    AS_OF,
 )
 ERROR_503 = {503: {"model": ErrorEnvelope, "description": "the store cannot be reached"}}
 
@@ -272,15 +282,20 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("list_route", "GET", "/memories", _list, response=ListResponse, params=LIST_PARAMS,
               aliases=(("/memories/query", "Alias of GET /memories (AMP v0.1 name)"),)),
     Operation("export", "GET", "/export", _export, response=dict[str, Any], params=(Param("owner_id", Optional[str], "query"),)),
-    Operation("get_memory", "GET", "/memories/{memory_id}", lambda c, i: c.service.get(c.agent, i["memory_id"]),
-              response=MemoryCell, params=(MEMORY_ID,)),
+    Operation("get_memory", "GET", "/memories/{memory_id}",
+              lambda c, i: c.service.get(c.agent, i["memory_id"], as_of=i["as_of"]),
+              response=MemoryCell, params=(MEMORY_ID, AS_OF)),
     Operation("patch_memory", "PATCH", "/memories/{memory_id}",
               lambda c, i: c.service.update(c.agent, i["memory_id"], i["body"], expected_version=i["if_match"]),
               request=CellPatch, response=MemoryCell, scope="write", idempotent=False,
-              params=(MEMORY_ID, Param("if_match", Optional[int], "header", description="extension: expected lifecycle.version")),
-              responses={204: {"description": "applied; the caller may write but not read this cell"}}),
+              params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
     Operation("delete_memory", "DELETE", "/memories/{memory_id}", lambda c, i: c.service.delete(c.agent, i["memory_id"]),
               status_code=204, scope="write", params=(MEMORY_ID,)),
+    Operation("rollback_memory", "POST", "/memories/{memory_id}/rollback",
+              lambda c, i: c.service.rollback(c.agent, i["memory_id"], i["body"].to_version,
+                                              expected_version=i["if_match"]),
+              request=RollbackRequest, response=MemoryCell, scope="write", idempotent=False,
+              params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
     Operation("memory_history", "GET", "/memories/{memory_id}/history",
               lambda c, i: HistoryResponse(results=c.service.history(c.agent, i["memory_id"])),
               response=HistoryResponse, params=(MEMORY_ID,)),

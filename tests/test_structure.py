@@ -15,14 +15,6 @@ from support import ROOT
 CORE = ROOT / "core"
 ADAPTERS = ROOT / "adapters"
 
-# Private framework names an adapter still imports, each with the reason it is tolerated.
-# Remove an entry when the adapter stops needing it; the test fails on any other.
-KNOWN_PRIVATE_IMPORTS = {
-    # LangGraph's own filter evaluator; branch i18 replaces it with ampkit's (issue 17).
-    ("langgraph.store.memory", "_compare_values"),
-    ("langgraph.store.memory", "_does_match"),
-}
-
 
 def _modules(root: Path, package: str) -> dict[str, tuple[Path, bool]]:
     """module name -> (file, is a package) for every .py under `root`."""
@@ -115,10 +107,10 @@ def _private(dotted: str) -> bool:
     return any(part.startswith("_") and not part.startswith("__") for part in dotted.split("."))
 
 
-def _public_ampkit_names(module: str) -> set[str]:
+def _public_ampkit_name(module: str, name: str) -> bool:
+    """In the module's `__all__` when it declares one, else any name without a leading `_`."""
     exported = getattr(importlib.import_module(module), "__all__", None)
-    assert exported is not None, f"{module} has no __all__: adapters may only use modules that declare one"
-    return set(exported)
+    return name in exported if exported is not None else not name.startswith("_")
 
 
 def adapter_violations() -> list[str]:
@@ -131,23 +123,14 @@ def adapter_violations() -> list[str]:
                 if _private(target):
                     problems.append(f"{name}: imports private module {target}")
                     continue
-                public = _public_ampkit_names(target) if names else set()
-                problems += [f"{name}: {target}.{n} is not in {target}.__all__" for n in names if n not in public]
+                problems += [f"{name}: {target}.{n} is not a public name of {target}" for n in names
+                             if not _public_ampkit_name(target, n)]
                 continue
             if _private(target):
                 problems.append(f"{name}: imports private module {target}")
-            problems += [f"{name}: imports private name {target}.{n}" for n in names
-                         if _private(n) and (target, n) not in KNOWN_PRIVATE_IMPORTS]
+            problems += [f"{name}: imports private name {target}.{n}" for n in names if _private(n)]
     return problems
 
 
 def test_adapters_use_only_public_names():
     assert adapter_violations() == []
-
-
-def test_known_private_imports_are_still_needed():
-    """An exception nobody needs any more is removed, so it cannot hide a new use."""
-    used = set()
-    for name, (path, is_package) in _modules(ADAPTERS, "ampkit.adapters").items():
-        used |= {(target, n) for target, names in _imports(path, name, is_package) for n in names}
-    assert KNOWN_PRIVATE_IMPORTS <= used, KNOWN_PRIVATE_IMPORTS - used

@@ -11,7 +11,9 @@ from typing import Annotated, Any, Callable, Optional
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 
+from .. import portable
 from ..bootstrap import build_service, load_settings
 from ..config import Settings
 from ..errors import UnsupportedMediaType
@@ -95,6 +97,33 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         router.add_api_route(op.path, endpoint, **options)
         for path, summary in op.aliases:
             router.add_api_route(path, endpoint, summary=summary, **options)
+
+    # Byte streams, not JSON operations: NDJSON export and import (docs/time-travel.md) are
+    # written here rather than as rows, since neither has a model body nor an in-process twin.
+    admin = Annotated[Caller, Depends(identity.admin)]
+
+    @router.get("/admin/export", tags=["admin"], response_class=StreamingResponse,
+                responses={200: {"content": {portable.MEDIA_TYPE: {"schema": {"type": "string"}}},
+                                 "description": "the NDJSON export (docs/time-travel.md), streamed"}})
+    def export_ndjson(
+        caller: admin,
+        owner_id: Optional[str] = None,
+        cursor: Annotated[Optional[str], Query(description="resume after the line carrying this cursor")] = None,
+    ) -> StreamingResponse:
+        portable.check_cursor(cursor)  # a bad cursor is a 422 before the stream starts
+        return StreamingResponse(portable.export_lines(service.store, owner_id, cursor), media_type=portable.MEDIA_TYPE)
+
+    @router.post("/admin/import", response_model=portable.ImportReport, tags=["admin"],
+                 openapi_extra={"requestBody": {"required": True, "content": {
+                     portable.MEDIA_TYPE: {"schema": {"type": "string", "description": "an NDJSON export"}}}}})
+    async def import_ndjson(request: Request, caller: admin) -> portable.ImportReport:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in (portable.MEDIA_TYPE, "application/jsonl"):
+            raise UnsupportedMediaType(f"the body must be NDJSON (Content-Type: {portable.MEDIA_TYPE})",
+                                       {"content_type": ctype or None})
+        body = await request.body()  # bounded by max_request_bytes; larger files: `ampkit import`
+        return await run_in_threadpool(
+            portable.import_lines, service.store, lambda: body.splitlines(), service.retriever)
 
     app.include_router(router)
     return app
