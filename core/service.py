@@ -495,6 +495,7 @@ EXTENSIONS = [
     "list_cursor",
     "as_of_reads",
     "rollback",
+    "ndjson_export",
     "cell_keys",
 ]
 
