@@ -494,6 +494,7 @@ EXTENSIONS = [
     "list_cursor",
     "as_of_reads",
     "rollback",
+    "ndjson_export",
     "cell_keys",
 ]
 

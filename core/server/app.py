@@ -111,7 +111,8 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         cursor: Annotated[Optional[str], Query(description="resume after the line carrying this cursor")] = None,
     ) -> StreamingResponse:
         portable.check_cursor(cursor)  # a bad cursor is a 422 before the stream starts
-        return StreamingResponse(portable.export_lines(service.store, owner_id, cursor), media_type=portable.MEDIA_TYPE)
+        lines = portable.export_lines(service.store, owner_id, cursor)
+        return StreamingResponse(portable.in_chunks(lines), media_type=portable.MEDIA_TYPE)
 
     @router.post("/admin/import", response_model=portable.ImportReport, tags=["admin"],
                  openapi_extra={"requestBody": {"required": True, "content": {
