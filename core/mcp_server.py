@@ -36,7 +36,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .client import _calls as calls
 from .client._calls import Call
-from .client._local import HANDLERS
 from .errors import (
     APIError,
     InternalError,
@@ -49,6 +48,8 @@ from .errors import (
     validation_to_api_error,
 )
 from .models import HistoryResponse, ListResponse, MemoryCell, SearchResponse
+from .operations import Context as OperationContext
+from .operations import query_pairs
 from .service import MemoryService
 
 log = logging.getLogger("ampkit.mcp")
@@ -64,12 +65,6 @@ INSTRUCTIONS = (
 RESOURCE_NOT_FOUND = -32002
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
-
-# The scope a key needs for each operation a tool can run (as the routes require).
-OP_SCOPES: dict[str, str] = {
-    "get": "read", "search": "read", "list": "read", "history": "read", "export": "read",
-    "create": "write", "create_many": "write", "update": "write", "delete": "write",
-}
 
 MemoryKind = Literal["semantic", "episodic", "procedural"]
 StatusName = Literal["active", "stale", "archived"]
@@ -112,9 +107,7 @@ class Caller(Protocol):
 
     agent_id: str
 
-    def read(self) -> str: ...
-
-    def write(self) -> str: ...
+    def need(self, scope: str) -> str: ...
 
 
 CALLER_SCOPE_KEY = "ampkit.caller"
@@ -130,20 +123,28 @@ def caller_from_request(ctx: Context) -> Caller:
     return caller
 
 
+# What GET /spec says about identity when it is run through MCP.
+MCP_AUTH = {"mode": "mcp", "header": None}
+
+
 def _run(service: MemoryService, agent: str, call: Call) -> Any:
-    return call.decode(HANDLERS[call.op](service, agent, call))
+    """The call's operation, as its route runs it: the same input validation, the same row."""
+    operation = call.operation
+    inputs = operation.parse(path=call.path_params, query=query_pairs(call.query), headers=call.headers,
+                             body=call.body, limits=service.limits)
+    return call.decode(operation.run(OperationContext(service, agent, MCP_AUTH), inputs))
 
 
 @dataclass
 class ServiceGateway:
-    """Runs calls on a service in worker threads, as the identity `caller_for(ctx)` names."""
+    """Runs calls on a service in worker threads, as the identity `caller_for(ctx)` names,
+    holding the scope the operation's row requires."""
 
     service: MemoryService
     caller_for: Callable[[Context], Caller]
 
     async def send(self, ctx: Context, call: Call) -> Any:
-        caller = self.caller_for(ctx)
-        agent = caller.read() if OP_SCOPES[call.op] == "read" else caller.write()
+        agent = self.caller_for(ctx).need(call.operation.scope or "")
         return await anyio.to_thread.run_sync(_run, self.service, agent, call)
 
     def agent_id(self, ctx: Context) -> Optional[str]:

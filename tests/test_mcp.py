@@ -382,7 +382,7 @@ async def test_a_cell_written_through_mcp_reaches_langchain_and_autogen_and_back
             assert "the user is allergic to peanuts" in await recall_tool.ainvoke({"query": "peanut allergy"})
             # ... and the reverse: what LangChain remembers, the MCP client recalls.
             await remember_tool.ainvoke({"fact": "the user's favourite cuisine is Thai"})
-        ag_memory = ag.AmpkitMemory(ampkit.aconnect(server.base_url, agent_id=ag_agent), owner_id=user,
+        ag_memory = ag.AmpkitAutoGenMemory(ampkit.aconnect(server.base_url, agent_id=ag_agent), owner_id=user,
                                     sharing=Sharing(readable_by=["team-*"]))
         try:
             found = await ag_memory.query("peanut allergy")
