@@ -290,6 +290,7 @@ def validate(raw_lines: Iterable[Union[str, bytes]]) -> tuple[int, list[LineErro
     superseded: dict[str, str] = {}
     history_cell, history_n = None, 0
     history_cells: set[str] = set()
+    live_keys: set[tuple[str, str]] = set()
     ended = False
     for number, item in parse_lines(raw_lines):
         lines += 1
@@ -310,6 +311,11 @@ def validate(raw_lines: Iterable[Union[str, bytes]]) -> tuple[int, list[LineErro
             if cid in cell_ids:
                 errors.append(LineError(number, f"cell {cid} appears twice"))
             cell_ids.add(cid)
+            key = _live_key(item.cell)
+            if key is not None:
+                if key in live_keys:
+                    errors.append(LineError(number, f"cell {cid}: owner {key[0]!r} has two live cells with key {key[1]!r}"))
+                live_keys.add(key)
             if item.cell.lifecycle.superseded_by:
                 superseded[cid] = item.cell.lifecycle.superseded_by
         elif isinstance(item, HistoryLine):
@@ -334,6 +340,12 @@ def validate(raw_lines: Iterable[Union[str, bytes]]) -> tuple[int, list[LineErro
     if not lines:
         errors.append(LineError(0, "the file is empty"))
     return lines, errors
+
+
+def _live_key(cell: MemoryCell) -> Optional[tuple[str, str]]:
+    """(owner, key) when the cell holds its key (cell keys: one live cell per owner and key)."""
+    live = cell.lifecycle.status in ("active", "stale") and cell.lifecycle.superseded_by is None
+    return (cell.identity.owner_id, cell.identity.key) if live and cell.identity.key else None
 
 
 def _comparable(cell: MemoryCell) -> dict[str, Any]:
@@ -399,7 +411,12 @@ def import_lines(
             progress(1)
             if isinstance(item, CellLine):
                 existing_cell = tx.get(item.cell.id)
-                if existing_cell is None:
+                key = _live_key(item.cell)
+                holder = tx.key_holder(*key) if existing_cell is None and key else None
+                if holder is not None:
+                    conflicts.append(LineError(number, f"cell {item.cell.id}: key {key[1]!r} of owner {key[0]!r} is held "
+                                                       f"by {holder.id} in the store"))
+                elif existing_cell is None:
                     pending.append(item.cell)
                     if len(pending) >= batch_size:
                         flush_cells()
