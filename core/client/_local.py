@@ -59,7 +59,7 @@ def _if_match(call: Call) -> Optional[int]:
         raise ValidationFailed("header.if-match: Input should be a valid integer") from None
 
 
-_AS_OF = TypeAdapter(Optional[UtcDatetime])
+_AS_OF: TypeAdapter[Optional[datetime]] = TypeAdapter(Optional[UtcDatetime])
 
 
 def _as_of(call: Call) -> Optional[datetime]:
