@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterator, Optional, Sequence
 
-from ..models import HistoryEntry, MemoryCell
+from ..models import HistoryEntry, MemoryCell, Status
+
+ALL_STATUSES: tuple[str, ...] = tuple(status.value for status in Status)
 
 
 @dataclass
@@ -30,7 +32,7 @@ class CellFilter:
     reader: Optional[str] = None  # agent id; None = no access filter (lifecycle, admin, copy)
     owner_id: Optional[str] = None
     types: Optional[Sequence[str]] = None
-    statuses: Sequence[str] = ("active",)  # never contains "deleted" for a reader
+    statuses: Sequence[str] = (Status.active.value,)  # never contains "deleted" for a reader
     include_superseded: bool = False
     session_id: Optional[str] = None
     metadata: Optional[dict[str, Any]] = None
@@ -211,8 +213,7 @@ class Store(ABC):
 
     def iter_cells(self, statuses: Optional[Sequence[str]] = None, batch_size: int = 500) -> Iterator[MemoryCell]:
         """Every cell (optionally of some statuses), in id order; for lifecycle runs, purge, copy."""
-        every = ("active", "stale", "archived", "deleted")
-        return self.scan(CellFilter(statuses=tuple(statuses or every), include_superseded=True), batch_size)
+        return self.scan(CellFilter(statuses=tuple(statuses or ALL_STATUSES), include_superseded=True), batch_size)
 
     def try_lifecycle_lock(self) -> AbstractContextManager[bool]:
         """Held while a lifecycle run goes; yields False when another process holds it."""
