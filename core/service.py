@@ -500,8 +500,9 @@ EXTENSIONS = [
 ]
 
 
-def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any]:
-    """The body of GET /spec (also what an in-process client's `spec()` returns)."""
+def spec_document(service: MemoryService, auth: dict[str, Any], mcp: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The body of GET /spec (also what an in-process client's `spec()` returns); `mcp`
+    describes the MCP endpoint when the server offers one."""
     limits = service.limits
     return {
         "amp_version": AMP_VERSION,
@@ -523,7 +524,8 @@ def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any
             },
             "auth": auth,
             "embedder": service.retriever.embedder.name if service.retriever.embedder else None,
-            "mcp_compatible": False,
+            "mcp_compatible": mcp is not None,
+            **({"mcp": mcp} if mcp is not None else {}),
             "extensions": EXTENSIONS,
         },
     }
