@@ -104,7 +104,8 @@ class Gateway(Protocol):
 class Caller(Protocol):
     """An identity with scopes (`ampkit.server.identity.Caller` is one)."""
 
-    agent_id: str
+    @property
+    def agent_id(self) -> str: ...
 
     def need(self, scope: str) -> str: ...
 
@@ -171,7 +172,7 @@ def as_api_error(exc: BaseException) -> APIError:
         if isinstance(seen, APIError):
             return seen
         if isinstance(seen, ValidationError):
-            return validation_to_api_error(list(seen.errors()))
+            return validation_to_api_error([dict(e) for e in seen.errors()])
         if isinstance(seen, TransportError):
             return Unavailable(f"cannot reach the ampkit server: {seen}")
         # FastMCP re-raises with and without `from`: follow both links.
@@ -236,7 +237,12 @@ def _drop_none(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-async def _drive(gateway: Gateway, ctx: Context, flow: Generator) -> Any:
+def _with_total(call: Call[Any]) -> Call[SearchResponse]:
+    """A search call decoded to the whole response (the clients keep only the hits)."""
+    return replace(call, decode=SearchResponse.model_validate)
+
+
+async def _drive(gateway: Gateway, ctx: Context, flow: Generator[Any, Any, Any]) -> Any:
     """Run a multi-step flow from `_calls` (forget, supersede) through the gateway."""
     try:
         item = next(flow)
@@ -314,7 +320,7 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
         Returns the best matches with a relevance score, and how many memories matched in all."""
         call = calls.search(query, owner_id=owner_id, types=types, limit=limit,
                             **_drop_none(session_id=session_id, metadata=metadata, include_stale=include_stale or None))
-        return await gateway.send(ctx, replace(call, decode=SearchResponse.model_validate))
+        return await gateway.send(ctx, _with_total(call))
 
     @mcp.tool(annotations=READ)
     async def get_memory(ctx: Context, id: MemoryId) -> MemoryCell:
@@ -409,7 +415,7 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
     ) -> SearchResponse:
         """AMP amp-mcp compatible: search one owner's memories (same as `recall`)."""
         call = calls.search(query, owner_id=owner_id, limit=limit, **_drop_none(include_stale=include_stale or None))
-        return await gateway.send(ctx, replace(call, decode=SearchResponse.model_validate))
+        return await gateway.send(ctx, _with_total(call))
 
     @mcp.tool(annotations=DESTRUCTIVE)
     async def amp_forget(
