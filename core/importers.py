@@ -166,8 +166,8 @@ def from_letta(data: Any, *, owner_id: Optional[str] = None, agent_id: Optional[
     if not isinstance(data, dict) or not isinstance(data.get("agents"), list):
         raise ImporterError("letta: expected an agent file with an \"agents\" list")
     exported = _time(data.get("created_at"), datetime.now(timezone.utc))
-    blocks = {b.get("id"): b for b in data.get("blocks", []) if isinstance(b, dict)}
-    users: dict[str, list[str]] = {}  # block id -> names of the agents that attach it
+    blocks: dict[Any, dict[str, Any]] = {b.get("id"): b for b in data.get("blocks", []) if isinstance(b, dict)}
+    users: dict[Any, list[str]] = {}  # block id -> names of the agents that attach it
     for agent in data["agents"]:
         for bid in agent.get("block_ids") or []:
             users.setdefault(bid, []).append(agent.get("name") or agent.get("id") or "letta-agent")

@@ -84,6 +84,10 @@ class EndLine(Closed):
 
 
 Line = Union[HeaderLine, CellLine, HistoryLine, SupersessionLine, EndLine]
+_VALIDATE: dict[str, Callable[[Any], Line]] = {
+    "header": HeaderLine.model_validate, "cell": CellLine.model_validate, "history": HistoryLine.model_validate,
+    "supersession": SupersessionLine.model_validate, "end": EndLine.model_validate,
+}
 _LINE = TypeAdapter(Line)  # type: ignore[var-annotated]
 _SECTION = {"header": 0, "cell": 1, "history": 2, "supersession": 3, "end": 4}
 
@@ -274,10 +278,8 @@ def parse_lines(raw_lines: Iterable[Union[str, bytes]]) -> Iterator[tuple[int, U
         if not isinstance(data, dict) or data.get("kind") not in _SECTION:
             yield number, LineError(number, f"not an export line: kind must be one of {sorted(_SECTION)}")
             continue
-        model = {"header": HeaderLine, "cell": CellLine, "history": HistoryLine,
-                 "supersession": SupersessionLine, "end": EndLine}[data["kind"]]
         try:
-            yield number, model.model_validate(data)
+            yield number, _VALIDATE[data["kind"]](data)
         except ValidationError as exc:
             yield number, LineError(number, f"{data['kind']}: {_message(exc)}")
 
