@@ -61,6 +61,9 @@ class Settings(ClientDefaults):
     )
     rate_burst: int = Field(default=0, description="bucket size; 0 = twice the rate")
 
+    # MCP
+    mcp_http: bool = Field(default=True, description="also serve MCP over streamable HTTP at /mcp (needs the mcp extra)")
+
     # retrieval
     embedder: str = Field(default="default", description="none | default | sentence-transformers:<model> | openai:<url>")
 

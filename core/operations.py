@@ -88,6 +88,7 @@ class Context:
     service: "MemoryService"
     agent: str
     auth: Mapping[str, Any]
+    mcp: Optional[Mapping[str, Any]] = None  # the MCP endpoint GET /spec advertises, if served
 
 
 Inputs = Mapping[str, Any]  # parameter name -> parsed value; the body under "body"
@@ -216,7 +217,7 @@ def _health(ctx: Context, inputs: Inputs) -> Health:
 def _spec(ctx: Context, inputs: Inputs) -> dict[str, Any]:
     from .service import spec_document
 
-    return spec_document(ctx.service, dict(ctx.auth))
+    return spec_document(ctx.service, dict(ctx.auth), mcp=dict(ctx.mcp) if ctx.mcp else None)
 
 
 def _list(ctx: Context, inputs: Inputs) -> ListResponse:
