@@ -265,7 +265,11 @@ def _message(exc: ValidationError) -> str:
 def parse_lines(raw_lines: Iterable[Union[str, bytes]]) -> Iterator[tuple[int, Union[Line, LineError]]]:
     """(line number, parsed line or its error); blank lines are skipped."""
     for number, raw in enumerate(raw_lines, start=1):
-        text = raw.decode("utf-8", errors="strict") if isinstance(raw, bytes) else raw
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as exc:
+            yield number, LineError(number, f"not UTF-8: {exc}")
+            continue
         if not text.strip():
             continue
         try:
@@ -451,10 +455,11 @@ def import_lines(
     return report
 
 
-def iter_file(path: str) -> Callable[[], Iterator[str]]:
-    """`open_lines` for a file on disk (read lazily, once per pass)."""
-    def open_lines() -> Iterator[str]:
-        with open(path, encoding="utf-8") as fh:
+def iter_file(path: str) -> Callable[[], Iterator[bytes]]:
+    """`open_lines` for a file on disk (read lazily, once per pass; bytes, so a line that is
+    not UTF-8 is reported with its number like any other bad line)."""
+    def open_lines() -> Iterator[bytes]:
+        with open(path, "rb") as fh:
             yield from fh
     return open_lines
 

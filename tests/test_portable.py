@@ -188,9 +188,10 @@ def test_cli_export_resume_and_import(tmp_path):
     second = ampkit("import", str(out), "--store", dst)
     assert second.returncode == 0 and "imported 0 cells and 0 history entries" in second.stdout
     bad = tmp_path / "bad.ndjson"
-    bad.write_text(full[0] + '{"kind":"cell","cell":{}}\n' + full[-1])
+    bad.write_bytes((full[0] + '{"kind":"cell","cell":{}}\n').encode() + b'{"kind":"\xff"}\n' + full[-1].encode())
     refused = ampkit("import", str(bad), "--store", dst)
     assert refused.returncode == 1 and f"{bad}:2: cell:" in refused.stderr
+    assert f"{bad}:3: not UTF-8" in refused.stderr
 
 
 def test_admin_export_and_import_over_http(server_factory, tmp_path):
