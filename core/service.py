@@ -256,8 +256,10 @@ class MemoryService:
         return updated if can_read(updated, agent) else None
 
     def history(self, agent: str, cell_id: str) -> list[HistoryEntry]:
+        """The cell's history, `seq` numbered from 1 within the cell: the store's sequence
+        runs across all cells, so its gaps would count writes to cells the caller cannot read."""
         self._readable(self.store.get(cell_id), agent)
-        return self.store.history(cell_id)
+        return [entry.model_copy(update={"seq": n}) for n, entry in enumerate(self.store.history(cell_id), start=1)]
 
     # ---------------------------------------------------------------- update
     def _with_status(self, cell: MemoryCell, status: str, now: datetime) -> MemoryCell:

@@ -262,6 +262,54 @@ def auth_server(tmp_path_factory):
         yield srv, keys
 
 
+# ---------------------------------------------------------------- non-interference
+
+
+async def _mcp_answers(service, probe_ids: list[str]) -> list:
+    """Everything `eve` receives from the MCP read tools and resources, as text (errors too)."""
+    out: list = []
+    async with in_process(service, "eve") as mcp:
+        async def tool(name: str, **args: Any) -> None:
+            result = await mcp.session.call_tool(name, args)
+            out.append((name, result.isError, result.content[0].text))
+
+        for cell_id in probe_ids:
+            await tool("get_memory", id=cell_id)
+            await tool("memory_history", id=cell_id)
+            for uri in (f"amp://memories/{cell_id}", f"amp://memories/{cell_id}/history"):
+                try:
+                    out.append(("resource", (await mcp.session.read_resource(uri)).contents[0].text))
+                except McpError as exc:
+                    out.append(("resource", exc.error.code, exc.error.message, exc.error.data))
+        for owner in (None, "mallory", "bob", "eve"):
+            for status in (None, ["active", "archived"]):
+                await tool("list_memories", **_args(owner_id=owner, status=status, limit=3))
+            for query in ("tea", "Rome jazz", "coffee 5"):
+                await tool("recall", **_args(query=query, owner_id=owner, limit=5, include_stale=True))
+        for owner in ("mallory", "bob"):
+            await tool("amp_recall", query="tea coffee", owner_id=owner)
+            await tool("amp_list_memories", owner_id=owner)
+    return out
+
+
+def _args(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_mcp_read_tools_do_not_depend_on_cells_the_caller_cannot_read(tmp_path, monkeypatch, seed):
+    # The worlds of the as-of differential test: the same operations on the cells eve may
+    # read; the noisy one also has cells she cannot read now (private, revoked, deleted).
+    from test_time_travel import _world
+
+    plain = _world(tmp_path, "plain", seed, False, monkeypatch)
+    noisy = _world(tmp_path, "noisy", seed, True, monkeypatch)
+    probes = [f"mem_{i:026d}" for i in range(1, 12)] + noisy.hidden_ids[:6] + ["mem_00000000000000000000000099"]
+    assert await _mcp_answers(plain, probes) == await _mcp_answers(noisy, probes)
+    plain.store.close()
+    noisy.store.close()
+
+
 # ---------------------------------------------------------------- stdio: a real `ampkit mcp` process
 
 
