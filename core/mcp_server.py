@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, AsyncIterator, Callable, Generator, Literal, Optional, Protocol, Sequence
 
@@ -237,11 +237,6 @@ def _drop_none(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _with_total(call: Call[Any]) -> Call[SearchResponse]:
-    """A search call decoded to the whole response (the clients keep only the hits)."""
-    return replace(call, decode=SearchResponse.model_validate)
-
-
 async def _drive(gateway: Gateway, ctx: Context, flow: Generator[Any, Any, Any]) -> Any:
     """Run a multi-step flow from `_calls` (forget, supersede) through the gateway."""
     try:
@@ -320,7 +315,7 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
         Returns the best matches with a relevance score, and how many memories matched in all."""
         call = calls.search(query, owner_id=owner_id, types=types, limit=limit,
                             **_drop_none(session_id=session_id, metadata=metadata, include_stale=include_stale or None))
-        return await gateway.send(ctx, _with_total(call))
+        return await gateway.send(ctx, calls.with_decode(call, SearchResponse.model_validate))
 
     @mcp.tool(annotations=READ)
     async def get_memory(ctx: Context, id: MemoryId) -> MemoryCell:
@@ -415,7 +410,7 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
     ) -> SearchResponse:
         """AMP amp-mcp compatible: search one owner's memories (same as `recall`)."""
         call = calls.search(query, owner_id=owner_id, limit=limit, **_drop_none(include_stale=include_stale or None))
-        return await gateway.send(ctx, _with_total(call))
+        return await gateway.send(ctx, calls.with_decode(call, SearchResponse.model_validate))
 
     @mcp.tool(annotations=DESTRUCTIVE)
     async def amp_forget(
