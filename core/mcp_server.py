@@ -257,6 +257,7 @@ Importance = Annotated[Optional[float], Field(ge=0.0, le=1.0, description="0..1,
 Metadata = Annotated[Optional[dict[str, Any]], Field(description="Free-form JSON object stored with the text")]
 SessionId = Annotated[Optional[str], Field(description="The conversation or run this belongs to")]
 Patterns = Annotated[Optional[list[str]], Field(description="Agent id patterns (globs such as 'team-*')")]
+AsOf = Annotated[Optional[datetime], Field(description="Read the past: the memory as it was at this time (ISO 8601)")]
 
 
 def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_bytes: Optional[int] = None) -> AmpkitMCP:
@@ -310,17 +311,20 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
         session_id: Annotated[Optional[str], Field(description="Only memories of this conversation or run")] = None,
         include_stale: Annotated[bool, Field(description="Also memories not used for a long time")] = False,
         metadata: Annotated[Optional[dict[str, Any]], Field(description="Only memories whose metadata has these key/value pairs")] = None,
+        as_of: AsOf = None,
     ) -> SearchResponse:
         """Search the shared memory for what is relevant to a query (hybrid keyword and meaning search).
         Returns the best matches with a relevance score, and how many memories matched in all."""
         call = calls.search(query, owner_id=owner_id, types=types, limit=limit,
-                            **_drop_none(session_id=session_id, metadata=metadata, include_stale=include_stale or None))
+                            **_drop_none(session_id=session_id, metadata=metadata, include_stale=include_stale or None,
+                                         as_of=as_of))
         return await gateway.send(ctx, calls.with_decode(call, SearchResponse.model_validate))
 
     @mcp.tool(annotations=READ)
-    async def get_memory(ctx: Context, id: MemoryId) -> MemoryCell:
-        """Read one memory by id (also counts as a use, which keeps it fresh)."""
-        return await gateway.send(ctx, calls.get(id))
+    async def get_memory(ctx: Context, id: MemoryId, as_of: AsOf = None) -> MemoryCell:
+        """Read one memory by id (also counts as a use, which keeps it fresh; a read of the
+        past with as_of does not)."""
+        return await gateway.send(ctx, calls.get(id, as_of=as_of))
 
     @mcp.tool(annotations=WRITE)
     async def update_memory(
@@ -373,12 +377,13 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
         include_superseded: Annotated[bool, Field(description="Also memories replaced by newer ones")] = False,
         limit: Annotated[int, Field(ge=1, le=200, description="Page size")] = 20,
         cursor: Annotated[Optional[str], Field(description="next_cursor from the previous page")] = None,
+        as_of: AsOf = None,
     ) -> ListResponse:
         """List memories page by page, oldest first. Pass next_cursor back to get the next page;
         total is how many match in all."""
         call = calls.list_page(owner_id=owner_id, types=types, status=status, session_id=session_id,
                                include_stale=include_stale, include_superseded=include_superseded,
-                               page_size=limit, cursor=cursor)
+                               page_size=limit, cursor=cursor, as_of=as_of)
         return await gateway.send(ctx, call)
 
     @mcp.tool(annotations=READ)

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any, AsyncIterator, Optional
 
 import httpx
@@ -22,6 +23,7 @@ import ampkit
 from adapter_support import unique
 from ampkit.auth import create_key
 from ampkit.bootstrap import build_service
+from test_time_travel import T0, _world
 from ampkit.config import Settings
 from ampkit.mcp_server import READ_TOOLS, TOOL_NAMES, ServiceGateway, build_mcp_server, fixed_caller
 from ampkit.models import HistoryResponse, ListResponse, MemoryCell, SearchResponse
@@ -134,6 +136,8 @@ async def test_one_memory_through_every_tool_matches_what_the_service_answers(se
 
         updated = await mcp.ok("update_memory", id=cell.id, importance=0.3, expected_version=got.lifecycle.version)
         assert updated["updated"] and updated["cell"]["scoring"]["importance"] == 0.3
+        then = await mcp.ok("get_memory", id=cell.id, as_of=cell.lifecycle.created_at.isoformat())
+        assert then["scoring"]["importance"] == 0.8
 
         new = MemoryCell.model_validate(await mcp.ok("supersede", id=cell.id, text="the user drinks black coffee"))
         assert new.lifecycle.supersedes == cell.id and new.identity.owner_id == alice
@@ -289,6 +293,12 @@ async def _mcp_answers(service, probe_ids: list[str]) -> list:
         for owner in ("mallory", "bob"):
             await tool("amp_recall", query="tea coffee", owner_id=owner)
             await tool("amp_list_memories", owner_id=owner)
+        for minute in (3, 12, 23):  # reads of the past
+            at = (T0 + timedelta(minutes=minute, seconds=30)).isoformat()
+            for cell_id in probe_ids[::3]:
+                await tool("get_memory", id=cell_id, as_of=at)
+            await tool("list_memories", as_of=at, limit=5)
+            await tool("recall", query="tea Rome", as_of=at, include_stale=True)
     return out
 
 
@@ -300,12 +310,14 @@ def _args(**values: Any) -> dict[str, Any]:
 async def test_mcp_read_tools_do_not_depend_on_cells_the_caller_cannot_read(tmp_path, monkeypatch, seed):
     # The worlds of the as-of differential test: the same operations on the cells eve may
     # read; the noisy one also has cells she cannot read now (private, revoked, deleted).
-    from test_time_travel import _world
-
     plain = _world(tmp_path, "plain", seed, False, monkeypatch)
     noisy = _world(tmp_path, "noisy", seed, True, monkeypatch)
     probes = [f"mem_{i:026d}" for i in range(1, 12)] + noisy.hidden_ids[:6] + ["mem_00000000000000000000000099"]
-    assert await _mcp_answers(plain, probes) == await _mcp_answers(noisy, probes)
+    answers = await _mcp_answers(plain, probes)
+    assert answers == await _mcp_answers(noisy, probes)
+    # ... and the comparison is not vacuous: most reads, of the present and the past, answer.
+    outcomes = [a[1] for a in answers if a[0] != "resource"]
+    assert outcomes.count(False) > outcomes.count(True)
     plain.store.close()
     noisy.store.close()
 
