@@ -125,6 +125,11 @@ class Scoring(Closed):
     confidence: Unit = 1.0
     decay_rate: DecayRate = 0.01
     access_count: Annotated[int, Field(ge=0)] = 0
+    # extensions: playbook outcomes (procedural cells; null on other types)
+    success_count: Optional[Annotated[int, Field(ge=0)]] = Field(
+        default=None, description="extension: outcomes recorded as successes (procedural cells)")
+    failure_count: Optional[Annotated[int, Field(ge=0)]] = Field(
+        default=None, description="extension: outcomes recorded as failures (procedural cells)")
 
 
 class AccessPolicy(Closed):
@@ -133,10 +138,18 @@ class AccessPolicy(Closed):
     public: StrictBool = False
 
 
+MAX_SUPPORTING_EPISODES = 200
+
+
 class Provenance(Closed):
     source_type: Optional[SourceType] = None
     source_ref: Optional[Annotated[str, Field(max_length=2048)]] = None
     extraction_method: Optional[ExtractionMethod] = None
+    # extensions: what a consolidation run derived the cell from
+    extraction_model: Optional[Annotated[str, Field(max_length=256)]] = Field(
+        default=None, description="extension: the model that extracted this cell")
+    supporting_episode_ids: Optional[list[CellId]] = Field(
+        default=None, max_length=MAX_SUPPORTING_EPISODES, description="extension: the episodes this cell was distilled from")
 
 
 class MemoryCell(Closed):
@@ -154,6 +167,21 @@ class MemoryCell(Closed):
 
 
 # ---------------------------------------------------------------- request bodies
+
+
+class DedupPolicy(str, Enum):
+    """What a create does when the owner already has the same memory (docs/consolidation.md).
+
+    off: always store. exact (default): the same normalised text (same owner and type, a cell
+    the writer can read) is not stored again; the existing cell is returned. skip: also
+    near-duplicates (similarity >= the threshold) return the existing cell. merge: as skip,
+    and a writable existing cell takes the higher importance and confidence and the new
+    metadata keys."""
+
+    off = "off"
+    exact = "exact"
+    skip = "skip"
+    merge = "merge"
 
 
 class CreateScoring(Closed):
@@ -178,6 +206,11 @@ class CellCreate(Closed):
     provenance: Provenance = Field(default_factory=Provenance)
     lifecycle: CreateLifecycle = Field(default_factory=CreateLifecycle)
     supersedes: Optional[CellId] = Field(default=None, description="extension: id of a cell this one replaces")
+    dedup: Optional[DedupPolicy] = Field(
+        default=None,
+        description="extension: off | exact | skip | merge; unset: the server's default (exact unless "
+        "AMPKIT_DEDUP_DEFAULT says otherwise); see docs/consolidation.md#dedup-on-write",
+    )
 
 
 class ContentPatch(Closed):
@@ -246,6 +279,10 @@ class SearchRequest(Closed):
     metadata: Optional[dict[str, Any]] = Field(default=None, description="equality filter on content.metadata keys")
     limit: StrictInt = Field(default=10, ge=1, le=MAX_SEARCH_LIMIT)
     explain: StrictBool = Field(default=False, description="extension: include each result's score breakdown")
+    rank_playbooks: StrictBool = Field(
+        default=False,
+        description="extension: procedural hits are re-scored with the Wilson lower bound of their outcomes",
+    )
 
     @field_validator("query")
     @classmethod
@@ -289,6 +326,8 @@ class BatchCreate(Closed):
 
 class BatchCreateResponse(Closed):
     results: list[MemoryCell]
+    deduplicated: list[int] = Field(
+        default_factory=list, description="extension: indexes of results that are existing cells (dedup on write)")
 
 
 class LifecycleRunRequest(Closed):
@@ -319,6 +358,56 @@ class PurgeRefusal(Closed):
 class PurgeResponse(Closed):
     purged: list[str]
     refused: list[PurgeRefusal]
+
+
+class OutcomeRequest(Closed):
+    """POST /memories/{id}/outcome: one run of a playbook (a procedural cell)."""
+
+    success: StrictBool
+    note: Optional[str] = Field(default=None, max_length=2048)
+
+
+MAX_CONSOLIDATE_EPISODES = 1000
+
+
+class ConsolidateRequest(Closed):
+    """POST /memories/consolidate: distil an owner's episodes into facts and playbooks."""
+
+    owner_id: IdString
+    session_id: Optional[IdString] = Field(default=None, description="the session's episodes")
+    episode_ids: Optional[list[CellId]] = Field(default=None, min_length=1, max_length=MAX_CONSOLIDATE_EPISODES,
+                                                description="these episodes (a window picked by the caller)")
+    since: Optional[UtcDatetime] = Field(default=None, description="episodes created at or after this")
+    until: Optional[UtcDatetime] = Field(default=None, description="episodes created before this")
+    playbooks: Literal["propose", "apply"] = Field(
+        default="propose", description="propose: playbook changes are returned, not written (they need approval)")
+    dry_run: StrictBool = Field(default=False, description="decide everything, write nothing")
+
+
+class ConsolidationDecision(Closed):
+    """What consolidation did with one candidate, and why."""
+
+    action: Literal["ADD", "UPDATE", "CONTRADICT", "NOOP", "DROP"]
+    applied: bool
+    reason: str
+    type: MemoryType
+    text: str
+    supporting_episode_ids: list[str] = Field(default_factory=list)
+    target_id: Optional[str] = Field(default=None, description="the existing cell it updates, contradicts or duplicates")
+    cell_id: Optional[str] = Field(default=None, description="the cell written")
+    similarity: Optional[float] = None
+    confidence: Optional[float] = None
+
+
+class ConsolidateResponse(Closed):
+    owner_id: str
+    session_id: Optional[str] = None
+    model: str
+    episodes: int = Field(description="episodes read")
+    model_calls: int
+    decisions: list[ConsolidationDecision]
+    written: list[str] = Field(default_factory=list, description="ids of the cells written")
+    dry_run: bool = False
 
 
 class ErrorDetail(Closed):

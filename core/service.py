@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from ulid import ULID
 
 from .access import can_read, can_write
+from .consolidation import ConsolidationPolicy, Consolidator
+from .dedup import DEFAULT_THRESHOLD, Duplicate, find_duplicate, normalise_text
 from .errors import Conflict, InvalidTransition, PayloadTooLarge, Unavailable, ValidationFailed, access_denied
 from .lifecycle import (
     LifecyclePolicy,
@@ -26,13 +28,18 @@ from .lifecycle import (
 from .models import (
     AMP_VERSION,
     MAX_BATCH_CELLS,
+    MAX_CONSOLIDATE_EPISODES,
+    BatchCreateResponse,
     MAX_PAGE_SIZE,
     MAX_SEARCH_LIMIT,
     CellCreate,
     CellPatch,
+    ConsolidateRequest,
+    ConsolidateResponse,
     HistoryEntry,
     LifecycleRunResponse,
     MemoryCell,
+    MemoryType,
     PurgeRefusal,
     PurgeResponse,
     SearchHit,
@@ -41,11 +48,13 @@ from .models import (
     Status,
     utcnow,
 )
+from .playbooks import playbook_score
 from .retrieval import Retriever
 from .store.base import CellFilter, HistoryRecord, Store, decode_cursor, encode_cursor
 
 if TYPE_CHECKING:
     from .config import Settings
+    from .llm import ChatModel
 
 SYSTEM_ACTOR = "system:lifecycle"
 
@@ -89,6 +98,10 @@ class MemoryService:
     limits: Limits = field(default_factory=Limits)
     retriever: Retriever = field(default_factory=Retriever)
     clock: Callable[[], datetime] = utcnow
+    dedup_threshold: float = DEFAULT_THRESHOLD
+    dedup_default: str = "exact"
+    model: Optional["ChatModel"] = None  # consolidation's model; None = not configured
+    consolidation: ConsolidationPolicy = field(default_factory=ConsolidationPolicy)
 
     # ---------------------------------------------------------------- helpers
     def _check_size(self, cell: MemoryCell) -> None:
@@ -111,14 +124,15 @@ class MemoryService:
         return cell
 
     def _build(self, req: CellCreate, agent: str, now: datetime) -> MemoryCell:
-        data = req.model_dump(mode="json", exclude={"supersedes", "lifecycle", "scoring", "amp_version"})
+        data = req.model_dump(mode="json", exclude={"supersedes", "lifecycle", "scoring", "amp_version", "dedup"})
         data["identity"]["created_by"] = agent
+        outcomes = {"success_count": 0, "failure_count": 0} if req.type == MemoryType.procedural.value else {}
         cell = MemoryCell.model_validate(
             {
                 **data,
                 "amp_version": AMP_VERSION,
                 "id": new_cell_id(),
-                "scoring": {**req.scoring.model_dump(), "access_count": 0},
+                "scoring": {**req.scoring.model_dump(), "access_count": 0, **outcomes},
                 "lifecycle": {
                     "created_at": now,
                     "last_updated_at": now,
@@ -137,13 +151,89 @@ class MemoryService:
 
     def create_many(self, agent: str, reqs: Sequence[CellCreate]) -> list[MemoryCell]:
         """Create cells in one transaction: all are stored, or none."""
+        return [cell for cell, _ in self.create_many_detailed(agent, reqs)]
+
+    def _duplicates(self, agent: str, reqs: Sequence[CellCreate], cells: list[MemoryCell],
+                    vectors: Sequence[Any], now: datetime) -> list[Optional[Duplicate]]:
+        """Per new cell: the readable cell it duplicates (docs/consolidation.md#dedup-on-write)."""
+        found: list[Optional[Duplicate]] = []
+        first_in_batch: dict[tuple[str, str, str], MemoryCell] = {}
+        for req, cell, vector in zip(reqs, cells, vectors):
+            policy = req.dedup or self.dedup_default
+            if policy == "off" or cell.type == MemoryType.episodic.value or req.supersedes is not None:
+                found.append(None)
+                continue
+            key = (cell.identity.owner_id, cell.type, normalise_text(cell.content.text))
+            if key in first_in_batch:
+                found.append(Duplicate(first_in_batch[key], "exact", 1.0))
+                continue
+            dup = find_duplicate(self.store, self.retriever, agent, cell, vector,
+                                 near=policy in ("skip", "merge"), threshold=self.dedup_threshold, now=now)
+            if dup is None:
+                first_in_batch[key] = cell
+            found.append(dup)
+        return found
+
+    def _apply_duplicate(self, tx: Any, agent: str, req: CellCreate, new: MemoryCell, dup: Duplicate,
+                         now: datetime) -> Optional[tuple[MemoryCell, str]]:
+        """Count a restated memory as a use of the existing cell (access_count + 1, decay clock
+        restarted); with `merge` and write access also take the higher importance and
+        confidence and any new metadata keys. None when the cell changed meanwhile."""
+        existing = tx.get(dup.cell.id)
+        if existing is None or not can_read(existing, agent) or existing.lifecycle.superseded_by is not None \
+                or existing.lifecycle.status not in (Status.active.value, Status.stale.value):
+            return None
+        before = existing.model_dump(mode="json")
+        scoring = existing.scoring.model_copy(update={"access_count": existing.scoring.access_count + 1})
+        lifecycle = existing.lifecycle.model_copy(update={"last_accessed_at": now})
+        content = existing.content
+        kind = dup.kind
+        if (req.dedup or self.dedup_default) == "merge" and can_write(existing, agent):
+            kind = "merged"
+            scoring = scoring.model_copy(update={
+                "importance": max(scoring.importance, new.scoring.importance),
+                "confidence": max(scoring.confidence, new.scoring.confidence),
+            })
+            content = content.model_copy(update={"metadata": {**new.content.metadata, **content.metadata}})
+        touched = existing.model_copy(update={"scoring": scoring, "lifecycle": lifecycle, "content": content})
+        changes: dict[str, Any] = {"dedup": kind, "similarity": round(dup.similarity, 4)}
+        if kind == "merged":
+            changes.update(_diff(before, touched.model_dump(mode="json")))
+            changes.pop("lifecycle.last_accessed_at", None)
+            changes["merged_text"] = new.content.text  # kept in the history: nothing said is lost
+            touched = touched.model_copy(update={"lifecycle": touched.lifecycle.model_copy(
+                update={"version": existing.lifecycle.version + 1, "last_updated_at": now})})
+        new_status, reason = scheduled_status(touched, now, self.policy)
+        if new_status == Status.active.value:  # a restatement revives a stale cell, as a read does
+            touched = self._with_status(touched, new_status, now)
+            changes["lifecycle.status"] = [existing.lifecycle.status, new_status]
+        tx.update(touched)
+        tx.add_history(HistoryRecord(existing.id, now, agent, "dedup", changes))
+        return touched, kind
+
+    def create_many_detailed(self, agent: str, reqs: Sequence[CellCreate]) -> list[tuple[MemoryCell, Optional[str]]]:
+        """`create_many`, saying per request whether an existing cell was returned instead
+        ("exact", "near" or "merged") or a new one stored (None)."""
         if len(reqs) > self.limits.max_batch_cells:
             raise ValidationFailed(f"at most {self.limits.max_batch_cells} cells per batch")
         now = self.clock()
         cells = [self._build(r, agent, now) for r in reqs]
         vectors = self.retriever.vectors_for([c.content.text for c in cells])
+        dups = self._duplicates(agent, reqs, cells, vectors, now)
+        out: list[tuple[MemoryCell, Optional[str]]] = []
+        stored: set[str] = set()
         with self.store.write() as tx:
-            for cell, vector in zip(cells, vectors):
+            for req, cell, vector, dup in zip(reqs, cells, vectors, dups):
+                if dup is not None:
+                    if dup.cell.id in stored:  # a duplicate within this batch
+                        out.append((dup.cell, "exact"))
+                        continue
+                    applied = self._apply_duplicate(tx, agent, req, cell, dup, now)
+                    if applied is not None:
+                        out.append(applied)
+                        continue
+                out.append((cell, None))
+                stored.add(cell.id)
                 old_id = cell.lifecycle.supersedes
                 if old_id is not None:
                     old = tx.get(old_id)
@@ -172,7 +262,7 @@ class MemoryService:
                 if old_id:
                     created["supersedes"] = old_id
                 tx.add_history(HistoryRecord(cell.id, now, agent, "create", created))
-        return cells
+        return out
 
     # ---------------------------------------------------------------- read
     def get(self, agent: str, cell_id: str) -> MemoryCell:
@@ -248,6 +338,30 @@ class MemoryService:
             tx.add_history(HistoryRecord(cell_id, now, agent, action, diff))
         return updated if can_read(updated, agent) else None
 
+    def record_outcome(self, agent: str, cell_id: str, success: bool, note: Optional[str] = None) -> Optional[MemoryCell]:
+        """One run of a playbook, under the write rule. Returns the cell, or None when the
+        caller may write but not read it (as PATCH does)."""
+        now = self.clock()
+        with self.store.write() as tx:
+            cell = self._writable(tx.get(cell_id), agent)
+            if cell.type != MemoryType.procedural.value:
+                raise ValidationFailed("outcomes are recorded on procedural cells (playbooks)", {"type": cell.type})
+            name = "success_count" if success else "failure_count"
+            old = getattr(cell.scoring, name) or 0
+            scoring = cell.scoring.model_copy(update={
+                "success_count": cell.scoring.success_count or 0,
+                "failure_count": cell.scoring.failure_count or 0,
+                name: old + 1,
+            })
+            lifecycle = cell.lifecycle.model_copy(update={"last_updated_at": now, "version": cell.lifecycle.version + 1})
+            updated = cell.model_copy(update={"scoring": scoring, "lifecycle": lifecycle})
+            tx.update(updated)
+            changes: dict[str, Any] = {f"scoring.{name}": [old, old + 1], "success": success}
+            if note:
+                changes["note"] = note
+            tx.add_history(HistoryRecord(cell_id, now, agent, "outcome", changes))
+        return updated if can_read(updated, agent) else None
+
     def delete(self, agent: str, cell_id: str) -> None:
         now = self.clock()
         with self.store.write() as tx:
@@ -276,9 +390,16 @@ class MemoryService:
             metadata=req.metadata,
             not_expired_at=now,
         )
+        fetch = min(self.limits.max_search_limit, req.limit * 4) if req.rank_playbooks else req.limit
         hits, total = self.retriever.search(
-            self.store, req.query, flt, req.limit, now, keep=lambda c: can_read(c, agent)
+            self.store, req.query, flt, fetch, now, keep=lambda c: can_read(c, agent)
         )
+        if req.rank_playbooks:
+            for hit in hits:
+                hit.score, wilson = playbook_score(hit.cell, hit.score)
+                if hit.cell.type == MemoryType.procedural.value:
+                    hit.explain = {**hit.explain, "wilson": wilson, "score": hit.score}
+            hits = sorted(hits, key=lambda h: (-h.score, h.cell.id))[: req.limit]
         results = [
             SearchHit(**h.cell.model_dump(), score=round(h.score, 6), explain=h.explain if req.explain else None)
             for h in hits
@@ -327,6 +448,12 @@ class MemoryService:
         statuses = [Status.active.value, Status.stale.value, Status.archived.value]
         flt = CellFilter(reader=agent, owner_id=owner_id, statuses=statuses, include_superseded=True)
         return [c for c in self.store.scan(flt) if can_read(c, agent)]
+
+    # ---------------------------------------------------------------- learning
+    def consolidate(self, agent: str, req: ConsolidateRequest,
+                    progress: Optional[Callable[[int], None]] = None) -> ConsolidateResponse:
+        """Distil episodes into facts and playbooks (core/consolidation.py); 501 without a model."""
+        return Consolidator(self, self.model, self.consolidation).run(agent, req, progress)
 
     # ---------------------------------------------------------------- lifecycle
     def run_lifecycle(self, as_of: Optional[datetime] = None) -> LifecycleRunResponse:
@@ -383,6 +510,11 @@ class MemoryService:
         return PurgeResponse(purged=purged, refused=refused)
 
 
+def batch_response(created: Sequence[tuple[MemoryCell, Optional[str]]]) -> BatchCreateResponse:
+    return BatchCreateResponse(results=[cell for cell, _ in created],
+                               deduplicated=[i for i, (_, dedup) in enumerate(created) if dedup is not None])
+
+
 # Protocol extensions this implementation offers, advertised in GET /spec.
 EXTENSIONS = [
     "history",
@@ -393,6 +525,9 @@ EXTENSIONS = [
     "lifecycle_as_of",
     "if_match_version",
     "list_cursor",
+    "dedup_on_write",
+    "playbook_outcomes",
+    "consolidation",
 ]
 
 
@@ -400,6 +535,7 @@ def build_service(settings: "Settings") -> MemoryService:
     """The service a Settings describes (not opened). The server and the in-process clients
     both build it here, so both run the same store, limits, lifecycle policy and retriever."""
     from .embeddings import retriever_from_settings
+    from .llm import model_from_settings
     from .store import store_from_url
 
     url = settings.store_url()
@@ -409,6 +545,14 @@ def build_service(settings: "Settings") -> MemoryService:
         policy=settings.lifecycle_policy(),
         limits=settings.limits(),
         retriever=retriever_from_settings(settings),
+        dedup_threshold=settings.dedup_threshold,
+        dedup_default=settings.dedup_default,
+        model=model_from_settings(settings),
+        consolidation=ConsolidationPolicy(
+            confidence_floor=settings.consolidation_confidence_floor,
+            interval_seconds=settings.consolidation_interval_seconds,
+            quiet_seconds=settings.consolidation_quiet_seconds,
+        ),
     )
 
 
@@ -435,6 +579,15 @@ def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any
             },
             "auth": auth,
             "embedder": service.retriever.embedder.name if service.retriever.embedder else None,
+            "consolidation": {
+                "endpoint": "/amp/v1/memories/consolidate",
+                "model": service.model.name if service.model else None,
+                "dedup_default": service.dedup_default,
+                "dedup_threshold": service.dedup_threshold,
+                "confidence_floor": service.consolidation.confidence_floor,
+                "max_episodes": MAX_CONSOLIDATE_EPISODES,
+                "background_interval_seconds": service.consolidation.interval_seconds if service.model else 0,
+            },
             "mcp_compatible": False,
             "extensions": EXTENSIONS,
         },

@@ -24,6 +24,7 @@ from ..errors import ValidationFailed, access_denied
 from ..models import (
     BatchCreateResponse,
     CellCreate,
+    ConsolidateResponse,
     Health,
     HistoryEntry,
     HistoryResponse,
@@ -85,6 +86,7 @@ class Call(Generic[T]):
     cell_id: Optional[str] = None
     idempotent: bool = True  # safe to resend after a connection error or a 503
     needs_agent: bool = True
+    timeout: Optional[float] = None  # seconds to read the answer, when the client's default is too short
 
 
 def nest(fields: Mapping[str, Any], *, allowed: Iterable[str] = CELL_FIELDS) -> dict[str, Any]:
@@ -177,6 +179,31 @@ def update(cell_id: str, *, expected_version: Optional[int] = None, **changes: A
     body = nest(changes, allowed=set(CELL_FIELDS) - {"type", "supersedes"})
     return Call("update", "PATCH", _cell_path(cell_id), _decode_optional_cell, body=body, headers=headers,
                 cell_id=cell_id, idempotent=expected_version is not None)
+
+
+def record_outcome(cell_id: str, success: bool, note: Optional[str] = None) -> Call[Optional[MemoryCell]]:
+    body: dict[str, Any] = {"success": success}
+    if note is not None:
+        body["note"] = note
+    # Not idempotent: a resent outcome would be counted twice.
+    return Call("record_outcome", "POST", _cell_path(cell_id, "/outcome"), _decode_optional_cell, body=body,
+                cell_id=cell_id, idempotent=False)
+
+
+CONSOLIDATE_TIMEOUT = 300.0
+"""Seconds a consolidation call may take over HTTP: it waits for the model."""
+
+
+def consolidate(owner_id: str, *, session_id: Optional[str] = None, episode_ids: Optional[Iterable[str]] = None,
+                since: Optional[datetime] = None, until: Optional[datetime] = None, playbooks: str = "propose",
+                dry_run: bool = False) -> Call[ConsolidateResponse]:
+    body: dict[str, Any] = {"owner_id": owner_id, "session_id": session_id, "since": since, "until": until,
+                            "episode_ids": None if episode_ids is None else list(episode_ids)}
+    body = {k: v for k, v in body.items() if v is not None}
+    body.update(playbooks=playbooks, dry_run=dry_run)
+    # Re-running on the same episodes changes nothing (the duplicate guard), so it may be resent.
+    return Call("consolidate", "POST", "/memories/consolidate", ConsolidateResponse.model_validate,
+                body=to_jsonable_python(body), timeout=CONSOLIDATE_TIMEOUT)
 
 
 def delete(cell_id: str) -> Call[None]:

@@ -26,13 +26,15 @@ from ..models import (
     BatchCreate,
     CellCreate,
     CellPatch,
+    ConsolidateRequest,
     Health,
     LifecycleRunRequest,
     ListResponse,
+    OutcomeRequest,
     PurgeRequest,
     SearchRequest,
 )
-from ..service import MemoryService, build_service, spec_document
+from ..service import MemoryService, batch_response, build_service, spec_document
 from ._calls import Call
 
 
@@ -81,7 +83,9 @@ def _export(service: MemoryService, agent: str, call: Call) -> dict[str, Any]:
 Handler = Callable[[MemoryService, str, Call], Any]
 HANDLERS: dict[str, Handler] = {
     "create": lambda s, agent, c: s.create(agent, _parse(CellCreate, c.body)),
-    "create_many": lambda s, agent, c: {"results": s.create_many(agent, _parse(BatchCreate, c.body).cells)},
+    "create_many": lambda s, agent, c: batch_response(s.create_many_detailed(agent, _parse(BatchCreate, c.body).cells)),
+    "consolidate": lambda s, agent, c: s.consolidate(agent, _parse(ConsolidateRequest, c.body)),
+    "record_outcome": lambda s, agent, c: s.record_outcome(agent, c.cell_id, **_parse(OutcomeRequest, c.body).model_dump()),
     "get": lambda s, agent, c: s.get(agent, c.cell_id),
     "update": lambda s, agent, c: s.update(agent, c.cell_id, _parse(CellPatch, c.body), expected_version=_if_match(c)),
     "delete": lambda s, agent, c: s.delete(agent, c.cell_id),

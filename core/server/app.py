@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Respons
 from fastapi.concurrency import run_in_threadpool
 
 from ..config import Settings
+from ..consolidation import BackgroundConsolidation, Consolidator
 from ..errors import UnsupportedMediaType, ValidationFailed
 from ..models import (
     AMP_VERSION,
@@ -19,6 +20,8 @@ from ..models import (
     BatchCreateResponse,
     CellCreate,
     CellPatch,
+    ConsolidateRequest,
+    ConsolidateResponse,
     ErrorEnvelope,
     Health,
     HistoryResponse,
@@ -26,12 +29,13 @@ from ..models import (
     LifecycleRunResponse,
     ListResponse,
     MemoryCell,
+    OutcomeRequest,
     PurgeRequest,
     PurgeResponse,
     SearchRequest,
     SearchResponse,
 )
-from ..service import MemoryService, build_service, spec_document
+from ..service import MemoryService, batch_response, build_service, spec_document
 from .errors import BodySizeLimit, HeaderSizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 
@@ -70,14 +74,34 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
             except Exception:  # noqa: BLE001 - keep the scheduler alive; the next run retries
                 log.exception("lifecycle run failed")
 
+    background = BackgroundConsolidation(Consolidator(service, service.model, service.consolidation))
+
+    async def consolidation_loop() -> None:
+        interval = service.consolidation.interval_seconds
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if not await run_in_threadpool(service.store.claim_scheduled_job, "consolidation", interval):
+                    continue
+                results = await run_in_threadpool(background.run_once)
+                if results:
+                    log.info("consolidation run: %d sessions, %d cells written", len(results),
+                             sum(len(r.written) for r in results))
+            except Exception:  # noqa: BLE001 - keep the scheduler alive; the next run retries
+                log.exception("consolidation run failed")
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await run_in_threadpool(service.store.open)
-        task = asyncio.create_task(lifecycle_loop()) if service.policy.interval_seconds > 0 else None
+        tasks = []
+        if service.policy.interval_seconds > 0:
+            tasks.append(asyncio.create_task(lifecycle_loop()))
+        if service.model is not None and service.consolidation.interval_seconds > 0:  # off without a model
+            tasks.append(asyncio.create_task(consolidation_loop()))
         try:
             yield
         finally:
-            if task is not None:
+            for task in tasks:
                 task.cancel()
             await run_in_threadpool(service.store.close)
 
@@ -115,13 +139,17 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
 
     @router.post("/memories", status_code=201, response_model=MemoryCell, tags=["memories"],
                  dependencies=[Depends(require_json)])
-    def create_memory(body: CellCreate, caller: CallerDep) -> MemoryCell:
-        return service.create(caller.write(), body)
+    def create_memory(body: CellCreate, caller: CallerDep, response: Response) -> MemoryCell:
+        cell, dedup = service.create_many_detailed(caller.write(), [body])[0]
+        if dedup is not None:  # nothing new was stored: the existing cell, 200 instead of 201
+            response.status_code = 200
+            response.headers["X-AMP-Dedup"] = dedup
+        return cell
 
     @router.post("/memories/batch", status_code=201, response_model=BatchCreateResponse, tags=["memories"],
                  dependencies=[Depends(require_json)])
     def create_memories(body: BatchCreate, caller: CallerDep) -> BatchCreateResponse:
-        return BatchCreateResponse(results=service.create_many(caller.write(), body.cells))
+        return batch_response(service.create_many_detailed(caller.write(), body.cells))
 
     @router.post("/memories/search", response_model=SearchResponse,
                  tags=["memories"], dependencies=[Depends(require_json)])
@@ -188,6 +216,22 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     @router.get("/memories/{memory_id}/history", response_model=HistoryResponse, tags=["memories"])
     def memory_history(memory_id: str, caller: CallerDep) -> HistoryResponse:
         return HistoryResponse(results=service.history(caller.read(), memory_id))
+
+    @router.post("/memories/consolidate", response_model=ConsolidateResponse, tags=["learning"],
+                 dependencies=[Depends(require_json)],
+                 responses={501: {"model": ErrorEnvelope, "description": "no model is configured"},
+                            502: {"model": ErrorEnvelope, "description": "the model failed; nothing was written"}})
+    def consolidate(body: ConsolidateRequest, caller: CallerDep) -> ConsolidateResponse:
+        # Reads as the caller and writes as the caller: both scopes.
+        caller.read()
+        return service.consolidate(caller.write(), body)
+
+    @router.post("/memories/{memory_id}/outcome", response_model=MemoryCell, tags=["playbooks"],
+                 dependencies=[Depends(require_json)],
+                 responses={204: {"description": "recorded; the caller may write but not read this cell"}})
+    def record_outcome(memory_id: str, body: OutcomeRequest, caller: CallerDep) -> Any:
+        updated = service.record_outcome(caller.write(), memory_id, body.success, body.note)
+        return Response(status_code=204) if updated is None else updated
 
     @router.post("/admin/lifecycle/run", response_model=LifecycleRunResponse, tags=["admin"])
     def run_lifecycle(caller: AdminDep, body: Optional[LifecycleRunRequest] = None) -> LifecycleRunResponse:

@@ -210,6 +210,11 @@ class Store(ABC):
         Default: True (a store that one process owns)."""
         return True
 
+    def claim_scheduled_job(self, name: str, interval_seconds: float) -> bool:
+        """`claim_scheduled_lifecycle` for any named job (e.g. "consolidation"): True when this
+        process should run it now. Default: True (a store that one process owns)."""
+        return True
+
     def ping(self) -> None:
         """Raise `Unavailable` when the store cannot answer a trivial read (GET /health).
         Default: a count that matches nothing, the cheapest query every store already has."""

@@ -562,6 +562,16 @@ class PostgresStore(SQLKeyReads, Store):
         )
         return bool(rows)
 
+    def claim_scheduled_job(self, name: str, interval_seconds: float) -> bool:
+        """The same atomic upsert as the lifecycle's, on the job's own row."""
+        rows = self._query(
+            "INSERT INTO lifecycle_schedule (name, last_run) VALUES (%s, now()) "
+            "ON CONFLICT (name) DO UPDATE SET last_run = now() "
+            "WHERE lifecycle_schedule.last_run <= now() - make_interval(secs => %s) RETURNING 1",
+            (f"job:{name}", 0.9 * interval_seconds),
+        )
+        return bool(rows)
+
     # ------------------------------------------------------------ API keys
     def put_key(self, key: ApiKeyRecord) -> None:
         try:
