@@ -31,12 +31,11 @@ def main() -> None:
 def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecycle_interval: Optional[float],
           auth: Optional[str], insecure: bool, rate_limit: Optional[float]) -> None:
     """Run the /amp/v1 server."""
-    from .config import Settings
+    from .bootstrap import build_service, load_settings
     from .server.identity import is_loopback_host
 
-    overrides = {"host": host, "port": port, "store": store, "lifecycle_interval_seconds": lifecycle_interval,
-                 "auth": auth, "rate_limit": rate_limit}
-    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    settings = load_settings(host=host, port=port, store=store, lifecycle_interval_seconds=lifecycle_interval,
+                             auth=auth, rate_limit=rate_limit)
     if settings.auth != "required" and not insecure and not is_loopback_host(settings.host):
         click.echo(
             f"ampkit: refusing to listen on {settings.host} with auth off: any client on the network could read "
@@ -46,7 +45,6 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
         )
         sys.exit(EXIT_USAGE)
     from .server import run
-    from .server.app import build_service
 
     try:
         service = build_service(settings)
@@ -69,10 +67,10 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
 
 # ---------------------------------------------------------------- keys
 def _store(url: Optional[str]):
-    from .config import Settings
+    from .bootstrap import load_settings
     from .store import store_from_url
 
-    store = store_from_url(Settings(**({"store": url} if url else {})).store_url())
+    store = store_from_url(load_settings(store=url).store_url())
     store.open()
     return store
 
@@ -232,14 +230,13 @@ def copy(source_url: str, dest_url: str, batch_size: int) -> None:
     verify the counts. Vectors are recomputed with the configured embedder (AMPKIT_EMBEDDER)."""
     from tqdm import tqdm
 
-    from .config import Settings
-    from .embeddings import retriever_from_settings
+    from .bootstrap import load_settings, retriever_from_settings
     from .store.transfer import DestinationNotEmpty, copy_store, everything
 
     source, dest = _open_or_exit(source_url), _open_or_exit(dest_url)
     try:
         with tqdm(total=source.count(everything()), unit="cell", desc="copy", file=sys.stderr) as bar:
-            report = copy_store(source, dest, retriever_from_settings(Settings()), batch_size, bar.update)
+            report = copy_store(source, dest, retriever_from_settings(load_settings()), batch_size, bar.update)
     except DestinationNotEmpty as exc:
         click.echo(f"ampkit: {exc}", err=True)
         sys.exit(EXIT_USAGE)
@@ -265,12 +262,11 @@ def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool,
     new vectors up)."""
     from tqdm import tqdm
 
-    from .config import Settings
+    from .bootstrap import load_settings, retriever_from_settings
     from .embeddings import reindex as reindex_store
-    from .embeddings import retriever_from_settings
     from .store.base import CellFilter
 
-    settings = Settings(**{k: v for k, v in {"store": store_url, "embedder": embedder}.items() if v})
+    settings = load_settings(store=store_url or None, embedder=embedder or None)
     retriever = retriever_from_settings(settings)
     if retriever.embedder is None:
         click.echo("ampkit: the embedder is 'none': nothing to index (set AMPKIT_EMBEDDER or --embedder)", err=True)

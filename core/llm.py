@@ -127,14 +127,4 @@ def _problems(exc: ValidationError) -> str:
     return json.dumps([{"loc": list(e.get("loc", ())), "msg": e.get("msg", "")} for e in exc.errors()[:5]])
 
 
-def model_from_settings(settings: Any) -> Optional[ChatModel]:
-    """The configured model, or None when `llm_url` or `llm_model` is unset."""
-    if not settings.llm_url or not settings.llm_model:
-        return None
-    return ChatModel(ModelConfig(
-        base_url=settings.llm_url, model=settings.llm_model, api_key=settings.llm_api_key,
-        timeout_seconds=settings.llm_timeout_seconds, json_mode=settings.llm_json_mode,
-    ))
-
-
-__all__ = ["ChatModel", "ModelConfig", "json_text", "model_from_settings", "not_configured"]
+__all__ = ["ChatModel", "ModelConfig", "json_text", "not_configured"]

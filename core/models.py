@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, field_validator
 
+from .limits import MAX_BATCH_CELLS, MAX_PAGE_SIZE, MAX_SEARCH_LIMIT  # noqa: F401 - re-exported
+
 AMP_VERSION = "0.1.0"
 CELL_ID_PATTERN = r"^mem_[0-9A-Z]{26}$"
 
@@ -263,9 +265,6 @@ class CellPatch(Closed):
     identity: Optional[IdentityPatch] = None
 
 
-MAX_SEARCH_LIMIT = 100
-MAX_PAGE_SIZE = 200
-MAX_BATCH_CELLS = 500
 
 
 class SearchRequest(Closed):

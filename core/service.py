@@ -25,13 +25,11 @@ from .lifecycle import (
     purge_eligible,
     scheduled_status,
 )
+from .limits import Limits
 from .models import (
     AMP_VERSION,
-    MAX_BATCH_CELLS,
     MAX_CONSOLIDATE_EPISODES,
     BatchCreateResponse,
-    MAX_PAGE_SIZE,
-    MAX_SEARCH_LIMIT,
     CellCreate,
     CellPatch,
     ConsolidateRequest,
@@ -53,22 +51,9 @@ from .retrieval import Retriever
 from .store.base import CellFilter, HistoryRecord, Store, decode_cursor, encode_cursor
 
 if TYPE_CHECKING:
-    from .config import Settings
     from .llm import ChatModel
 
 SYSTEM_ACTOR = "system:lifecycle"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Advertised in GET /spec and enforced (see docs/configuration.md)."""
-
-    max_cell_size_bytes: int = 65536
-    max_request_bytes: int = 4 * 1024 * 1024
-    max_search_limit: int = MAX_SEARCH_LIMIT
-    max_page_size: int = MAX_PAGE_SIZE
-    default_page_size: int = 20
-    max_batch_cells: int = MAX_BATCH_CELLS
 
 
 def new_cell_id() -> str:
@@ -531,31 +516,6 @@ EXTENSIONS = [
 ]
 
 
-def build_service(settings: "Settings") -> MemoryService:
-    """The service a Settings describes (not opened). The server and the in-process clients
-    both build it here, so both run the same store, limits, lifecycle policy and retriever."""
-    from .embeddings import retriever_from_settings
-    from .llm import model_from_settings
-    from .store import store_from_url
-
-    url = settings.store_url()
-    options = {"synchronous": settings.sqlite_synchronous} if url.startswith("sqlite") else {}
-    return MemoryService(
-        store=store_from_url(url, **options),
-        policy=settings.lifecycle_policy(),
-        limits=settings.limits(),
-        retriever=retriever_from_settings(settings),
-        dedup_threshold=settings.dedup_threshold,
-        dedup_default=settings.dedup_default,
-        model=model_from_settings(settings),
-        consolidation=ConsolidationPolicy(
-            confidence_floor=settings.consolidation_confidence_floor,
-            interval_seconds=settings.consolidation_interval_seconds,
-            quiet_seconds=settings.consolidation_quiet_seconds,
-        ),
-    )
-
-
 def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any]:
     """The body of GET /spec (also what an in-process client's `spec()` returns)."""
     limits = service.limits
@@ -595,5 +555,5 @@ def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any
 
 
 __all__ = [
-    "EXTENSIONS", "MemoryService", "Limits", "build_service", "cell_size_bytes", "new_cell_id", "spec_document",
+    "EXTENSIONS", "MemoryService", "Limits", "cell_size_bytes", "new_cell_id", "spec_document",
 ]

@@ -1,7 +1,8 @@
 """In-process transports: run a `Call` on a `MemoryService` over a local store, no server.
 
-The service is built by `ampkit.service.build_service` from the same `Settings` the server
-uses, so the store, limits, lifecycle policy and access rules are the server's. Request
+The service is built by `ampkit.bootstrap.build_service` from the same `Settings` model the
+server uses (the store URL given, the rest from `AMPKIT_*` variables; the embedder is shared
+by every client in the process), so the store, limits, lifecycle policy and access rules are the server's. Request
 bodies are validated with the same pydantic models the routes use, and a validation failure
 becomes the same `ValidationFailed` (code, message, details) the server would answer. The
 answer then goes through `call.decode`, as an HTTP answer would.
@@ -18,7 +19,6 @@ from typing import Any, Callable, Optional
 import anyio.to_thread
 from pydantic import ValidationError
 
-from ..config import Settings
 from ..access import check_agent_id
 from ..errors import ValidationFailed, validation_to_api_error
 from ..models import (
@@ -34,7 +34,8 @@ from ..models import (
     PurgeRequest,
     SearchRequest,
 )
-from ..service import MemoryService, batch_response, build_service, spec_document
+from ..bootstrap import build_service, settings_for_store
+from ..service import MemoryService, batch_response, spec_document
 from ._calls import Call
 
 
@@ -106,7 +107,7 @@ class LocalTransport:
     def __init__(self, store_url: str, *, agent_id: Optional[str], service: Optional[MemoryService] = None):
         self.url = store_url
         self.agent_id = agent_id
-        self.service = service or build_service(Settings(store=store_url))
+        self.service = service or build_service(settings_for_store(store_url))
         self._opened = False
         self._lock = threading.Lock()
 

@@ -35,7 +35,8 @@ from ..models import (
     SearchRequest,
     SearchResponse,
 )
-from ..service import MemoryService, batch_response, build_service, spec_document
+from ..bootstrap import build_service, load_settings
+from ..service import MemoryService, batch_response, spec_document
 from .errors import BodySizeLimit, HeaderSizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 
@@ -57,7 +58,7 @@ async def require_json(request: Request) -> None:  # async: no thread-pool hop
 
 
 def create_app(settings: Optional[Settings] = None, service: Optional[MemoryService] = None) -> FastAPI:
-    settings = settings or Settings()
+    settings = settings or load_settings()
     service = service or build_service(settings)
     identity = IdentityResolver(settings, service.store)
 
