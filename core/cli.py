@@ -282,6 +282,60 @@ def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool,
 
 
 @main.command()
+@click.option("--owner", "owner_id", required=True, help="whose episodes to consolidate")
+@click.option("--session", "session_id", default=None, help="one session [default: every session of the owner]")
+@click.option("--agent", "agent_id", default=None, help="act as this agent [default: the owner]")
+@click.option("--playbooks", type=click.Choice(["propose", "apply"]), default="propose", show_default=True,
+              help="write playbook changes (apply) or only list them (propose)")
+@click.option("--dry-run", is_flag=True, help="decide everything, write nothing")
+@click.option("--json", "as_json", is_flag=True, help="print each session's response as one JSON line")
+@_store_option
+def consolidate(owner_id: str, session_id: Optional[str], agent_id: Optional[str], playbooks: str, dry_run: bool,
+                as_json: bool, store_url: Optional[str]) -> None:
+    """Distil an owner's episodes into facts and playbooks with the configured model
+    (AMPKIT_LLM_URL, AMPKIT_LLM_MODEL), printing every decision and its reason."""
+    from tqdm import tqdm
+
+    from .bootstrap import build_service, load_settings
+    from .consolidation import sessions_of
+    from .errors import APIError
+    from .llm import NOT_CONFIGURED_MESSAGE
+    from .models import ConsolidateRequest
+
+    settings = load_settings(store=store_url)
+    service = build_service(settings)
+    if service.model is None:
+        click.echo(f"ampkit: {NOT_CONFIGURED_MESSAGE}", err=True)
+        sys.exit(EXIT_USAGE)
+    agent = agent_id or owner_id
+    try:
+        service.store.open()
+    except Exception as exc:  # noqa: BLE001 - any failure to open is reported the same way
+        click.echo(f"ampkit: cannot open store {_shown(settings.store_url())}: {exc}", err=True)
+        sys.exit(EXIT_STARTUP_FAILURE)
+    try:
+        sessions = [session_id] if session_id else sessions_of(service, agent, owner_id)
+        requests = [ConsolidateRequest(owner_id=owner_id, session_id=s, playbooks=playbooks, dry_run=dry_run)
+                    for s in sessions]
+        consolidator_episodes = service.consolidator().episodes
+        total = sum(len(consolidator_episodes(agent, r)) for r in requests)
+        with tqdm(total=total, unit="episode", desc="consolidate", file=sys.stderr) as bar:
+            for req in requests:
+                result = service.consolidate(agent, req, progress=bar.update)
+                if as_json:
+                    click.echo(result.model_dump_json())
+                    continue
+                for d in result.decisions:
+                    state = "written" if d.applied else "not written"
+                    click.echo(f"{req.session_id}\t{d.action}\t{state}\t{d.text}\t({d.reason})")
+    except APIError as exc:
+        click.echo(f"ampkit: {exc.code}: {exc.message}", err=True)
+        sys.exit(1)
+    finally:
+        service.store.close()
+
+
+@main.command()
 @click.option("--base-url", required=True, help="server base URL, e.g. http://127.0.0.1:8765/amp/v1")
 @click.option("--vectors", default=None, help="vector file or directory [default: the bundled suite]")
 @click.option("--only", default=None, help="run only cases whose id contains this text")

@@ -5,7 +5,8 @@ writer uses, so a "duplicate" answer never reveals a cell the writer could not s
 same owner and type, active or stale, not superseded, not expired:
 
 - exact: the same normalised text (Unicode NFKC, case-folded, whitespace collapsed,
-  trailing punctuation dropped). Candidates come from the keyword leg (top `EXACT_POOL`).
+  trailing punctuation dropped). Candidates: the store's `same_text_candidates` (SQLite: an
+  FTS phrase query for the text's first 64 words; other stores: the keyword leg's top 25).
 - near: similarity >= the threshold (default 0.90): the cosine of the embedder's vectors
   when one is configured (the dense leg's raw score), otherwise the Jaccard overlap of the
   normalised word sets. Candidates come from both legs of the hybrid retriever.
@@ -101,8 +102,7 @@ def find_duplicate(
     key = normalise_text(cell.content.text)
     if not near:
         query = " ".join(cell.content.text.split()[:QUERY_WORDS])
-        ids = [c.cell_id for c in store.keyword_candidates(query, flt, EXACT_POOL)]
-        found = store.get_many(ids)
+        found = store.get_many(store.same_text_candidates(query, flt, EXACT_POOL))
         exact = sorted(
             (c for c in found.values() if can_read(c, agent) and normalise_text(c.content.text) == key),
             key=lambda c: c.id,

@@ -438,7 +438,10 @@ class MemoryService:
     def consolidate(self, agent: str, req: ConsolidateRequest,
                     progress: Optional[Callable[[int], None]] = None) -> ConsolidateResponse:
         """Distil episodes into facts and playbooks (core/consolidation.py); 501 without a model."""
-        return Consolidator(self, self.model, self.consolidation).run(agent, req, progress)
+        return self.consolidator().run(agent, req, progress)
+
+    def consolidator(self) -> Consolidator:
+        return Consolidator(self, self.model, self.consolidation)
 
     # ---------------------------------------------------------------- lifecycle
     def run_lifecycle(self, as_of: Optional[datetime] = None) -> LifecycleRunResponse:

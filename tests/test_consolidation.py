@@ -254,3 +254,24 @@ def test_without_a_model_consolidation_answers_501(server, tmp_path):
         # dedup on write needs no model
         first = memory.remember(TEA, owner_id=OWNER)
         assert memory.remember("the user prefers TEA over coffee", owner_id=OWNER).id == first.id
+
+
+def test_cli_consolidates_every_session_of_an_owner(tmp_path, model, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path}/m.db"
+    with ampkit.connect(url, agent_id=OWNER) as memory:
+        record_session(memory, "s1")
+    base = {**os.environ, "AMPKIT_STORE": url}
+    run = lambda env: subprocess.run([sys.executable, "-m", "ampkit.cli", "consolidate", "--owner", OWNER],  # noqa: E731
+                                     env=env, capture_output=True, text=True, timeout=120)
+    unconfigured = run(base)
+    assert unconfigured.returncode == 2 and "AMPKIT_LLM_URL" in unconfigured.stderr
+    done = run({**base, "AMPKIT_LLM_URL": model.url, "AMPKIT_LLM_MODEL": "fake-1"})
+    assert done.returncode == 0, done.stderr
+    lines = [line.split("\t") for line in done.stdout.splitlines()]
+    assert {(l[1], l[2], l[3]) for l in lines} == {
+        ("ADD", "written", BRISTOL), ("ADD", "written", TEA), ("ADD", "not written", PLAYBOOK_1), ("DROP", "not written", CAT)}
+    assert "4/4" in done.stderr  # the progress bar counted the episodes

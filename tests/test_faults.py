@@ -34,7 +34,8 @@ def assert_alive(base_url: str) -> None:
     """The server answers health and takes a normal write that reads back."""
     with httpx.Client(base_url=base_url, timeout=10) as http:
         assert http.get("/health").status_code == 200
-        made = http.post("/memories", json=cell("still alive"), headers=AGENT)
+        # dedup off: a new cell every time, so the write path itself is exercised
+        made = http.post("/memories", json={**cell("still alive"), "dedup": "off"}, headers=AGENT)
         assert made.status_code == 201, made.text
         assert http.get(f"/memories/{made.json()['id']}", headers=AGENT).status_code == 200
 

@@ -166,6 +166,11 @@ class Store(ABC):
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> list[Candidate]:
         """Top-k by the backend's keyword ranker (BM25 for SQLite), best first."""
 
+    def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> list[str]:
+        """Ids of cells that may have the same words as `text` (a superset is fine: the caller
+        compares the normalised texts), for dedup on write. Default: the keyword leg's top k."""
+        return [c.cell_id for c in self.keyword_candidates(text, flt, k)]
+
     def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
         """Top-k by cosine similarity among cells embedded with `model`. Default: no dense leg.
 

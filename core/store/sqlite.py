@@ -13,6 +13,7 @@ reader connection per thread; WAL lets readers run while a write commits.
 from __future__ import annotations
 
 import json
+import re
 import os
 import sqlite3
 import tempfile
@@ -505,6 +506,24 @@ class SQLiteStore(SQLKeyReads, Store):
             [match, *params, k],
         )
         return [Candidate(cid, -float(score)) for cid, score in rows]
+
+    def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> list[str]:
+        """An FTS phrase query: cells whose indexed text contains all of `text`'s words in
+        order. No ranking, so its cost does not grow with how common the words are."""
+        words = re.sub(r"[^\w]+", " ", text).split()
+        if not words:
+            return []
+        match = f'text : "{" ".join(words)}"'
+        if flt.owner_id is not None:
+            match += f' AND owner : "{owner_token(flt.owner_id)}"'
+        where, params = filter_sql(flt)
+        # The phrase match runs first (a CTE, materialised), the filter on its few rows after.
+        rows = self._query(
+            "WITH m AS MATERIALIZED (SELECT rowid FROM cells_fts WHERE cells_fts MATCH ?) "
+            f"SELECT c.id FROM m JOIN cells c ON c.rowid = m.rowid WHERE {where} LIMIT ?",
+            [match, *params, k],
+        )
+        return [cid for (cid,) in rows]
 
     def _catch_up_vectors(self) -> None:
         """Load vectors written since the last call (by this process or any other)."""
