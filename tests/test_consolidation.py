@@ -272,6 +272,6 @@ def test_cli_consolidates_every_session_of_an_owner(tmp_path, model, monkeypatch
     done = run({**base, "AMPKIT_LLM_URL": model.url, "AMPKIT_LLM_MODEL": "fake-1"})
     assert done.returncode == 0, done.stderr
     lines = [line.split("\t") for line in done.stdout.splitlines()]
-    assert {(l[1], l[2], l[3]) for l in lines} == {
+    assert {(row[1], row[2], row[3]) for row in lines} == {
         ("ADD", "written", BRISTOL), ("ADD", "written", TEA), ("ADD", "not written", PLAYBOOK_1), ("DROP", "not written", CAT)}
     assert "4/4" in done.stderr  # the progress bar counted the episodes

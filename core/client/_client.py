@@ -12,7 +12,16 @@ from typing import Any, AsyncIterator, Generator, Iterable, Iterator, Mapping, O
 
 import httpx
 
-from ..models import CellCreate, ConsolidateResponse, Health, HistoryEntry, LifecycleRunResponse, MemoryCell, MemoryType, PurgeResponse
+from ..models import (
+    CellCreate,
+    ConsolidateResponse,
+    Health,
+    HistoryEntry,
+    LifecycleRunResponse,
+    MemoryCell,
+    MemoryType,
+    PurgeResponse,
+)
 from . import _calls as calls
 from ._calls import Call, SearchResult
 from ._config import ClientConfig, resolve
