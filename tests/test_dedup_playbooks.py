@@ -37,7 +37,7 @@ def test_exact_duplicate_returns_the_existing_cell_and_counts_a_use(server):
     assert again.headers["X-AMP-Dedup"] == "exact" and again.json()["id"] == first.json()["id"]
     assert again.json()["scoring"]["access_count"] == first.json()["scoring"]["access_count"] + 1
     history = httpx.get(f"{server.base_url}/memories/{first.json()['id']}/history", headers=H).json()["results"]
-    assert [h["action"] for h in history] == ["create", "dedup"]
+    assert [h["action"] for h in history] == ["create"]  # a use, like a read: no history entry
     # not a duplicate: another owner, another type, an episode, or dedup off
     assert post(server, cell("Prefers the window seat", owner="dd-other")).status_code == 201
     assert post(server, cell("Prefers the window seat", type="procedural")).status_code == 201
