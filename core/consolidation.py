@@ -28,7 +28,7 @@ import re
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,10 +49,20 @@ from .models import (
     Status,
 )
 from .playbooks import outcome_counts
-from .store.base import CellFilter
+from .retrieval import Retriever
+from .store.base import CellFilter, Store
 
-if TYPE_CHECKING:
-    from .service import MemoryService
+class MemoryService(Protocol):
+    """What consolidation uses of `ampkit.service.MemoryService` (named here, not imported:
+    the service imports this module)."""
+
+    store: Store
+    retriever: Retriever
+    clock: Callable[[], datetime]
+    dedup_threshold: float
+
+    def create_many_detailed(self, agent: str, reqs: Sequence[CellCreate]) -> list[tuple[MemoryCell, Optional[str]]]: ...
+
 
 log = logging.getLogger("ampkit.consolidation")
 
@@ -209,7 +219,7 @@ class _Pending:
 
 
 class Consolidator:
-    def __init__(self, service: "MemoryService", model: Optional[ChatModel], policy: ConsolidationPolicy):
+    def __init__(self, service: MemoryService, model: Optional[ChatModel], policy: ConsolidationPolicy):
         self.service = service
         self.model = model
         self.policy = policy
@@ -429,7 +439,7 @@ class Consolidator:
 # ---------------------------------------------------------------- background runs
 
 
-def quiet_sessions(service: "MemoryService", now: datetime, quiet_seconds: float,
+def quiet_sessions(service: MemoryService, now: datetime, quiet_seconds: float,
                    done: dict[tuple[str, str], str]) -> list[tuple[str, str]]:
     """(owner, session) pairs whose newest episode is older than `quiet_seconds` and newer
     than what was consolidated last (`done`: pair -> id of the newest episode consolidated)."""
@@ -449,7 +459,7 @@ def quiet_sessions(service: "MemoryService", now: datetime, quiet_seconds: float
     return out
 
 
-def sessions_of(service: "MemoryService", agent: str, owner_id: str) -> list[str]:
+def sessions_of(service: MemoryService, agent: str, owner_id: str) -> list[str]:
     """The session ids of an owner's episodes that `agent` can read, in order of first episode."""
     seen: dict[str, None] = {}
     flt = CellFilter(reader=agent, owner_id=owner_id, types=[MemoryType.episodic.value],

@@ -11,8 +11,9 @@ from langchain.tools import tool
 from langchain_core.messages import AIMessage, HumanMessage
 
 from adapter_support import backend, unique  # noqa: F401  (fixture)
-from ampkit.adapters.autogen import AmpkitMemory
-from ampkit.adapters.fakes import AutoGenFakeModel, LangChainFakeModel
+from ampkit.adapters.autogen import AmpkitAutoGenMemory as AmpkitMemory
+from fakes.autogen import AutoGenFakeModel
+from fakes.langchain import LangChainFakeModel
 from ampkit.adapters.langchain import SharedMemoryMiddleware
 
 

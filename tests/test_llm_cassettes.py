@@ -23,7 +23,7 @@ from ampkit.llm import ChatModel, ModelConfig, json_text
 from fake_llm import FakeModel
 
 RECORD = os.environ.get("RECORD_CASSETTES") == "1"
-CASSETTES = Path(__file__).parent / "cassettes"
+CASSETTES = Path(__file__).parent / "cassettes" / "llm"  # not the client cassettes: another server
 REPLAY_URL = "http://127.0.0.1:9/v1"  # nothing listens: replay must not reach the network
 
 
