@@ -75,6 +75,15 @@ def open_client(backend: str, target: str, agent_id: str | None, **options):
     return client
 
 
+@pytest.fixture(scope="module", autouse=True)
+def clock_override():
+    """Lifecycle and purge tests here move the clock (`as_of`): this module's servers and
+    in-process clients are test servers that allow it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AMPKIT_ALLOW_CLOCK_OVERRIDE", "true")
+        yield
+
+
 @pytest.fixture(scope="module")
 def client_server(tmp_path_factory):
     """This module's own server, so that lifecycle runs here never touch other tests' cells."""

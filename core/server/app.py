@@ -32,7 +32,7 @@ from ..models import (
     SearchResponse,
 )
 from ..service import MemoryService, build_service, spec_document
-from .errors import BodySizeLimit, HeaderSizeLimit, install_error_handlers
+from .errors import BodySizeLimit, CatchUnexpected, HeaderSizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 
 log = logging.getLogger("ampkit.server")
@@ -42,6 +42,7 @@ PREFIX = "/amp/v1"
 _ERRORS: dict[Any, dict[str, Any]] = {
     code: {"model": ErrorEnvelope} for code in (400, 401, 403, 409, 413, 415, 422, 429, 503)
 }
+_WRITE_ONLY: dict[Any, dict[str, Any]] = {204: {"description": "created; the key lacks the read scope, so no cell"}}
 
 
 async def require_json(request: Request) -> None:  # async: no thread-pool hop
@@ -96,6 +97,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=service.limits.max_request_bytes)
     app.add_middleware(HeaderSizeLimit, max_bytes=settings.max_header_bytes)
+    app.add_middleware(CatchUnexpected)  # outermost of ours: see its docstring
 
     CallerDep = Annotated[Caller, Depends(identity.caller)]
     AdminDep = Annotated[Caller, Depends(identity.admin)]
@@ -113,15 +115,21 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     def spec() -> dict[str, Any]:
         return spec_document(service, identity.describe())
 
+    # A body that contains a cell needs the `read` scope: a write-only key gets 204 (and, for
+    # one new cell, its address in Location), never the cell.
     @router.post("/memories", status_code=201, response_model=MemoryCell, tags=["memories"],
-                 dependencies=[Depends(require_json)])
-    def create_memory(body: CellCreate, caller: CallerDep) -> MemoryCell:
-        return service.create(caller.write(), body)
+                 dependencies=[Depends(require_json)], responses=_WRITE_ONLY)
+    def create_memory(body: CellCreate, caller: CallerDep) -> Any:
+        cell = service.create(caller.write(), body)
+        if not caller.may("read"):
+            return Response(status_code=204, headers={"Location": f"{PREFIX}/memories/{cell.id}"})
+        return cell
 
     @router.post("/memories/batch", status_code=201, response_model=BatchCreateResponse, tags=["memories"],
-                 dependencies=[Depends(require_json)])
-    def create_memories(body: BatchCreate, caller: CallerDep) -> BatchCreateResponse:
-        return BatchCreateResponse(results=service.create_many(caller.write(), body.cells))
+                 dependencies=[Depends(require_json)], responses=_WRITE_ONLY)
+    def create_memories(body: BatchCreate, caller: CallerDep) -> Any:
+        cells = service.create_many(caller.write(), body.cells)
+        return BatchCreateResponse(results=cells) if caller.may("read") else Response(status_code=204)
 
     @router.post("/memories/search", response_model=SearchResponse,
                  tags=["memories"], dependencies=[Depends(require_json)])
@@ -170,14 +178,16 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
 
     @router.patch("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"],
                   dependencies=[Depends(require_json)],
-                  responses={204: {"description": "applied; the caller may write but not read this cell"}})
+                  responses={204: {"description": "applied; the caller may write but not read this cell "
+                                                  "(or its key lacks the read scope)"}})
     def patch_memory(
         memory_id: str,
         body: CellPatch,
         caller: CallerDep,
         if_match: Annotated[Optional[int], Header(description="extension: expected lifecycle.version")] = None,
     ) -> Any:
-        updated = service.update(caller.write(), memory_id, body, expected_version=if_match)
+        updated = service.update(caller.write(), memory_id, body, expected_version=if_match,
+                                 may_read=caller.may("read"))
         return Response(status_code=204) if updated is None else updated
 
     @router.delete("/memories/{memory_id}", status_code=204, tags=["memories"])
@@ -208,10 +218,10 @@ def _metadata_filter(raw: Optional[str]) -> Optional[dict[str, Any]]:
         return None
     try:
         value = json.loads(raw)
-    except ValueError as exc:
-        raise ValidationFailed("metadata must be a JSON object", {"metadata": raw}) from exc
+    except (ValueError, RecursionError) as exc:
+        raise ValidationFailed("metadata must be a JSON object", {"param": "metadata"}) from exc
     if not isinstance(value, dict):
-        raise ValidationFailed("metadata must be a JSON object", {"metadata": raw})
+        raise ValidationFailed("metadata must be a JSON object", {"param": "metadata"})
     return value
 
 
