@@ -45,6 +45,7 @@ CELL_FIELDS: dict[str, Optional[str]] = {
     "owner_id": "identity",
     "owner_type": "identity",
     "session_id": "identity",
+    "key": "identity",
     "importance": "scoring",
     "confidence": "scoring",
     "decay_rate": "scoring",
@@ -162,8 +163,22 @@ def remember_many(items: Iterable[Union[Mapping[str, Any], CellCreate]]) -> Call
                 body={"cells": cells}, idempotent=False)
 
 
-def get(cell_id: str) -> Call[MemoryCell]:
-    return Call("get", "GET", _cell_path(cell_id), _decode_cell, cell_id=cell_id)
+def _as_of_query(as_of: Optional[datetime]) -> dict[str, Any]:
+    """An as-of read travels as `?as_of=<RFC 3339>`; a naive datetime means UTC."""
+    return {} if as_of is None else {"as_of": to_jsonable_python(as_of)}
+
+
+def get(cell_id: str, as_of: Optional[datetime] = None) -> Call[MemoryCell]:
+    """With `as_of`: the cell as it was then (an as-of read; counts no access)."""
+    return Call("get", "GET", _cell_path(cell_id), _decode_cell, cell_id=cell_id, query=_as_of_query(as_of))
+
+
+def rollback(cell_id: str, to_version: int, *, expected_version: Optional[int] = None) -> Call[Optional[MemoryCell]]:
+    """Restore version `to_version` as a new version; conditional (and resendable) with `expected_version`."""
+    headers = {} if expected_version is None else {"If-Match": str(expected_version)}
+    return Call("rollback", "POST", _cell_path(cell_id, "/rollback"), _decode_optional_cell,
+                body={"to_version": to_version}, headers=headers, cell_id=cell_id,
+                idempotent=expected_version is not None)
 
 
 def _decode_optional_cell(body: Any) -> Optional[MemoryCell]:
@@ -185,7 +200,8 @@ def delete(cell_id: str) -> Call[None]:
 
 def search(query: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
            limit: int = 10, **filters: Any) -> Call[list[SearchResult]]:
-    """Filters: status, include_stale, include_superseded, session_id, metadata, explain."""
+    """Filters: status, include_stale, include_superseded, session_id, metadata, explain,
+    as_of (an as-of read: the cells as they were then)."""
     body: dict[str, Any] = {"query": query, "limit": limit, **filters}
     if owner_id is not None:
         body["owner_id"] = owner_id
@@ -198,7 +214,7 @@ def list_page(*, owner_id: Optional[str] = None, types: Optional[Iterable[str]] 
               status: Optional[Iterable[str]] = None, session_id: Optional[str] = None,
               include_stale: bool = False, include_superseded: bool = False,
               metadata: Optional[dict[str, Any]] = None, page_size: Optional[int] = None,
-              cursor: Optional[str] = None) -> Call[ListResponse]:
+              cursor: Optional[str] = None, as_of: Optional[datetime] = None) -> Call[ListResponse]:
     query = {
         "owner_id": owner_id,
         "type": _check_values(types, MemoryType),
@@ -209,6 +225,7 @@ def list_page(*, owner_id: Optional[str] = None, types: Optional[Iterable[str]] 
         "metadata": metadata,
         "limit": page_size,
         "cursor": cursor,
+        **_as_of_query(as_of),
     }
     return Call("list", "GET", "/memories", ListResponse.model_validate,
                 query={k: v for k, v in query.items() if v is not None})

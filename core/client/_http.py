@@ -13,7 +13,7 @@ import json
 from typing import Any, Optional, Union
 
 import httpx
-from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from ..errors import APIError, RateLimited, TransportError, Unavailable, error_from_envelope
 from ..models import AMP_VERSION
@@ -92,7 +92,9 @@ class _RetryPolicy:
 
     def __init__(self, retries: int):
         self.retries = max(0, int(retries))
-        self._backoff = wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.1)
+        # 0.1 s doubling up to 2 s, plus up to 0.1 s of jitter; spelled with the wait strategies
+        # every tenacity >= 8.2 has (wait_exponential_jitter's keywords changed between releases).
+        self._backoff = wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.1)
 
     def should_retry(self, call: Call, exc: BaseException) -> bool:
         if isinstance(exc, RateLimited):

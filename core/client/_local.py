@@ -1,7 +1,8 @@
 """In-process transports: run a `Call` on a `MemoryService` over a local store, no server.
 
-The service is built by `ampkit.service.build_service` from the same `Settings` the server
-uses, so the store, limits, lifecycle policy and access rules are the server's. Request
+The service is built by `ampkit.bootstrap.build_service` from the same `Settings` model the
+server uses (the store URL given, the rest from `AMPKIT_*` variables; the embedder is shared
+by every client in the process), so the store, limits, lifecycle policy and access rules are the server's. Request
 bodies are validated with the same pydantic models the routes use, and a validation failure
 becomes the same `ValidationFailed` (code, message, details) the server would answer. The
 answer then goes through `call.decode`, as an HTTP answer would.
@@ -13,12 +14,12 @@ background lifecycle scheduler: call `run_lifecycle()` when you want one.
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from typing import Any, Callable, Optional
 
 import anyio.to_thread
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from ..config import Settings
 from ..access import check_agent_id
 from ..errors import ValidationFailed, validation_to_api_error
 from ..models import (
@@ -30,9 +31,12 @@ from ..models import (
     LifecycleRunRequest,
     ListResponse,
     PurgeRequest,
+    RollbackRequest,
     SearchRequest,
+    UtcDatetime,
 )
-from ..service import MemoryService, build_service, spec_document
+from ..bootstrap import build_service, settings_for_store
+from ..service import MemoryService, spec_document
 from ._calls import Call
 
 
@@ -55,6 +59,17 @@ def _if_match(call: Call) -> Optional[int]:
         raise ValidationFailed("header.if-match: Input should be a valid integer") from None
 
 
+_AS_OF = TypeAdapter(Optional[UtcDatetime])
+
+
+def _as_of(call: Call) -> Optional[datetime]:
+    try:
+        return _AS_OF.validate_python(call.query.get("as_of"))
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("query", "as_of", *e.get("loc", ()))} for e in exc.errors()]
+        raise validation_to_api_error(errors) from None
+
+
 def _list(service: MemoryService, agent: str, call: Call) -> ListResponse:
     q = dict(call.query)
     results, total, next_cursor = service.list(
@@ -68,6 +83,7 @@ def _list(service: MemoryService, agent: str, call: Call) -> ListResponse:
         metadata=q.get("metadata"),
         limit=q.get("limit"),
         cursor=q.get("cursor"),
+        as_of=_as_of(call),
     )
     return ListResponse(results=results, total=total, next_cursor=next_cursor)
 
@@ -82,7 +98,9 @@ Handler = Callable[[MemoryService, str, Call], Any]
 HANDLERS: dict[str, Handler] = {
     "create": lambda s, agent, c: s.create(agent, _parse(CellCreate, c.body)),
     "create_many": lambda s, agent, c: {"results": s.create_many(agent, _parse(BatchCreate, c.body).cells)},
-    "get": lambda s, agent, c: s.get(agent, c.cell_id),
+    "get": lambda s, agent, c: s.get(agent, c.cell_id, as_of=_as_of(c)),
+    "rollback": lambda s, agent, c: s.rollback(agent, c.cell_id, _parse(RollbackRequest, c.body).to_version,
+                                               expected_version=_if_match(c)),
     "update": lambda s, agent, c: s.update(agent, c.cell_id, _parse(CellPatch, c.body), expected_version=_if_match(c)),
     "delete": lambda s, agent, c: s.delete(agent, c.cell_id),
     "search": lambda s, agent, c: s.search(agent, _parse(SearchRequest, c.body)),
@@ -102,7 +120,7 @@ class LocalTransport:
     def __init__(self, store_url: str, *, agent_id: Optional[str], service: Optional[MemoryService] = None):
         self.url = store_url
         self.agent_id = agent_id
-        self.service = service or build_service(Settings(store=store_url))
+        self.service = service or build_service(settings_for_store(store_url))
         self._opened = False
         self._lock = threading.Lock()
 

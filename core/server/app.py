@@ -10,11 +10,14 @@ from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 
+from .. import portable
 from ..config import Settings
 from ..errors import UnsupportedMediaType, ValidationFailed
 from ..models import (
     AMP_VERSION,
+    UtcDatetime,
     BatchCreate,
     BatchCreateResponse,
     CellCreate,
@@ -28,16 +31,23 @@ from ..models import (
     MemoryCell,
     PurgeRequest,
     PurgeResponse,
+    RollbackRequest,
     SearchRequest,
     SearchResponse,
 )
-from ..service import MemoryService, build_service, spec_document
+from ..bootstrap import build_service, load_settings
+from ..service import MemoryService, spec_document
 from .errors import BodySizeLimit, CatchUnexpected, HeaderSizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 
 log = logging.getLogger("ampkit.server")
 
 PREFIX = "/amp/v1"
+
+# An as-of read (extension): the cell or set as it was at this time, rebuilt from history.
+# Not the admin runs' `as_of` clock override; see docs/time-travel.md.
+AsOfQuery = Annotated[Optional[UtcDatetime], Query(
+    description="extension (as-of read): the state at this time (RFC 3339; no offset means UTC), rebuilt from history")]
 
 _ERRORS: dict[Any, dict[str, Any]] = {
     code: {"model": ErrorEnvelope} for code in (400, 401, 403, 409, 413, 415, 422, 429, 503)
@@ -54,7 +64,7 @@ async def require_json(request: Request) -> None:  # async: no thread-pool hop
 
 
 def create_app(settings: Optional[Settings] = None, service: Optional[MemoryService] = None) -> FastAPI:
-    settings = settings or Settings()
+    settings = settings or load_settings()
     service = service or build_service(settings)
     identity = IdentityResolver(settings, service.store)
 
@@ -147,6 +157,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         limit: Annotated[Optional[int], Query(ge=1, le=service.limits.max_page_size)] = None,
         cursor: Optional[str] = None,
         metadata: Annotated[Optional[str], Query(description="extension: JSON object, equality filter on content.metadata keys")] = None,
+        as_of: AsOfQuery = None,
     ) -> ListResponse:
         results, total, next_cursor = service.list(
             caller.read(),
@@ -159,6 +170,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
             metadata=_metadata_filter(metadata),
             limit=limit,
             cursor=cursor,
+            as_of=as_of,
         )
         return ListResponse(results=results, total=total, next_cursor=next_cursor)
 
@@ -173,8 +185,8 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         return {"amp_version": AMP_VERSION, "count": len(cells), "cells": [c.model_dump(mode="json") for c in cells]}
 
     @router.get("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"])
-    def get_memory(memory_id: str, caller: CallerDep) -> MemoryCell:
-        return service.get(caller.read(), memory_id)
+    def get_memory(memory_id: str, caller: CallerDep, as_of: AsOfQuery = None) -> MemoryCell:
+        return service.get(caller.read(), memory_id, as_of=as_of)
 
     @router.patch("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"],
                   dependencies=[Depends(require_json)],
@@ -195,6 +207,19 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         service.delete(caller.write(), memory_id)
         return Response(status_code=204)
 
+    @router.post("/memories/{memory_id}/rollback", response_model=MemoryCell, tags=["memories"],
+                 dependencies=[Depends(require_json)],
+                 responses={204: {"description": "applied; the caller may write but not read this cell"}})
+    def rollback_memory(
+        memory_id: str,
+        body: RollbackRequest,
+        caller: CallerDep,
+        if_match: Annotated[Optional[int], Header(description="extension: expected lifecycle.version")] = None,
+    ) -> Any:
+        restored = service.rollback(caller.write(), memory_id, body.to_version, expected_version=if_match,
+                                    may_read=caller.may("read"))
+        return Response(status_code=204) if restored is None else restored
+
     @router.get("/memories/{memory_id}/history", response_model=HistoryResponse, tags=["memories"])
     def memory_history(memory_id: str, caller: CallerDep) -> HistoryResponse:
         return HistoryResponse(results=service.history(caller.read(), memory_id))
@@ -202,6 +227,29 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     @router.post("/admin/lifecycle/run", response_model=LifecycleRunResponse, tags=["admin"])
     def run_lifecycle(caller: AdminDep, body: Optional[LifecycleRunRequest] = None) -> LifecycleRunResponse:
         return service.run_lifecycle(as_of=body.as_of if body else None)
+
+    @router.get("/admin/export", tags=["admin"], response_class=StreamingResponse,
+                responses={200: {"content": {portable.MEDIA_TYPE: {"schema": {"type": "string"}}},
+                                 "description": "the NDJSON export (docs/time-travel.md), streamed"}})
+    def export_ndjson(
+        caller: AdminDep,
+        owner_id: Optional[str] = None,
+        cursor: Annotated[Optional[str], Query(description="resume after the line carrying this cursor")] = None,
+    ) -> StreamingResponse:
+        portable.check_cursor(cursor)  # a bad cursor is a 422 before the stream starts
+        return StreamingResponse(portable.export_lines(service.store, owner_id, cursor), media_type=portable.MEDIA_TYPE)
+
+    @router.post("/admin/import", response_model=portable.ImportReport, tags=["admin"],
+                 openapi_extra={"requestBody": {"required": True, "content": {
+                     portable.MEDIA_TYPE: {"schema": {"type": "string", "description": "an NDJSON export"}}}}})
+    async def import_ndjson(request: Request, caller: AdminDep) -> portable.ImportReport:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in (portable.MEDIA_TYPE, "application/jsonl"):
+            raise UnsupportedMediaType(f"the body must be NDJSON (Content-Type: {portable.MEDIA_TYPE})",
+                                       {"content_type": ctype or None})
+        body = await request.body()  # bounded by max_request_bytes; larger files: `ampkit import`
+        return await run_in_threadpool(
+            portable.import_lines, service.store, lambda: body.splitlines(), service.retriever)
 
     @router.post("/admin/purge", response_model=PurgeResponse, tags=["admin"])
     def purge(caller: AdminDep, body: Optional[PurgeRequest] = None) -> PurgeResponse:

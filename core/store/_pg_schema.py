@@ -101,6 +101,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE TABLE lifecycle_schedule (name TEXT PRIMARY KEY, last_run TIMESTAMPTZ NOT NULL);
         """,
     ),
+    (
+        5,
+        "cell keys: one live cell per (owner, key)",
+        # Identity.key: a caller-chosen name. Archived, deleted and superseded cells release it.
+        """
+        ALTER TABLE cells ADD COLUMN cell_key TEXT;
+        CREATE UNIQUE INDEX cells_live_key ON cells (owner_id, cell_key)
+            WHERE cell_key IS NOT NULL AND status IN ('active', 'stale') AND superseded_by IS NULL;
+        """,
+    ),
 ]
 
 

@@ -108,6 +108,7 @@ def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
         "public": bool(cell.access_policy.public),
         "expires_at": cell.lifecycle.expires_at,
         "superseded_by": cell.lifecycle.superseded_by,
+        "cell_key": cell.identity.key,
         "text": text,
     }
     return columns, body
@@ -121,6 +122,12 @@ class WriteTx(ABC):
 
     @abstractmethod
     def insert(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None: ...
+
+    @abstractmethod
+    def key_holder(self, owner_id: str, key: str) -> Optional[MemoryCell]:
+        """The owner's live cell (active or stale, not superseded) holding `key`, locked until
+        the transaction ends; concurrent writers of the same key take turns here. A unique
+        index on (owner_id, cell_key) over live cells backs it."""
 
     @abstractmethod
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
@@ -181,6 +188,12 @@ class Store(ABC):
 
     @abstractmethod
     def history(self, cell_id: str) -> list[HistoryEntry]: ...
+
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+        """Up to `limit` history entries of every cell (purged ones too), ordered by
+        (cell_id, seq), starting after the entry `after` = (cell_id, seq): the export's
+        history section, one page at a time."""
+        raise NotImplementedError(f"{type(self).__name__} cannot scan its history")
 
     def scan(self, flt: CellFilter, batch_size: int = 500) -> Iterator[MemoryCell]:
         """Every cell matching `flt`, in id order, one `list` page at a time."""

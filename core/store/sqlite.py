@@ -137,6 +137,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX api_keys_agent ON api_keys(agent_id, created_at);
         """,
     ),
+    (
+        4,
+        "cell keys: one live cell per (owner, key)",
+        # Identity.key: a caller-chosen name. Archived, deleted and superseded cells release it.
+        """
+        ALTER TABLE cells ADD COLUMN cell_key TEXT;
+        CREATE UNIQUE INDEX cells_live_key ON cells(owner_id, cell_key)
+            WHERE cell_key IS NOT NULL AND status IN ('active', 'stale') AND superseded_by IS NULL;
+        """,
+    ),
 ]
 
 # Same-session neighbours on each side that a cell's keyword window includes. Measured on
@@ -219,6 +229,14 @@ class _SQLiteWriteTx(WriteTx):
 
     def get(self, cell_id: str) -> Optional[MemoryCell]:
         row = self.conn.execute("SELECT text, body FROM cells WHERE id = ?", (cell_id,)).fetchone()
+        return None if row is None else row_to_cell(*row)
+
+    def key_holder(self, owner_id: str, key: str) -> Optional[MemoryCell]:
+        # Writers are serialised (BEGIN IMMEDIATE): this read and the insert after it are atomic.
+        row = self.conn.execute(
+            "SELECT text, body FROM cells WHERE owner_id = ? AND cell_key = ? AND status IN ('active', 'stale') "
+            "AND superseded_by IS NULL", (owner_id, key),
+        ).fetchone()
         return None if row is None else row_to_cell(*row)
 
     def _vector_columns(self, vector: StoredVector) -> dict[str, Any]:
@@ -564,6 +582,17 @@ class SQLiteStore(SQLKeyReads, Store):
     def history(self, cell_id: str) -> list[HistoryEntry]:
         rows = self._query(
             "SELECT seq, cell_id, at, actor, action, changes FROM history WHERE cell_id = ? ORDER BY seq", (cell_id,)
+        )
+        return [
+            HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=json.loads(ch))
+            for s, c, a, ac, act, ch in rows
+        ]
+
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+        where, params = ("", []) if after is None else ("WHERE cell_id > ? OR (cell_id = ? AND seq > ?)", [after[0], *after])
+        rows = self._query(
+            f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT ?",
+            [*params, limit],
         )
         return [
             HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=json.loads(ch))
