@@ -65,6 +65,9 @@ class Settings(ClientDefaults):
         description="accept `as_of` on lifecycle runs and purges (test servers only; refused together with auth)",
     )
 
+    # MCP
+    mcp_http: bool = Field(default=True, description="also serve MCP over streamable HTTP at /mcp (needs the mcp extra)")
+
     # retrieval
     embedder: str = Field(default="default", description="none | default | sentence-transformers:<model> | openai:<url>")
 

@@ -349,8 +349,10 @@ class MemoryService:
         return updated if may_read and can_read(updated, agent) else None
 
     def history(self, agent: str, cell_id: str) -> list[HistoryEntry]:
+        """The cell's history, `seq` numbered from 1 within the cell: the store's sequence
+        runs across all cells, so its gaps would count writes to cells the caller cannot read."""
         self._readable(self.store.get(cell_id), agent)
-        return self.store.history(cell_id)
+        return [entry.model_copy(update={"seq": n}) for n, entry in enumerate(self.store.history(cell_id), start=1)]
 
     # ---------------------------------------------------------------- update
     def _with_status(self, cell: MemoryCell, status: str, now: datetime) -> MemoryCell:
@@ -414,7 +416,7 @@ class MemoryService:
             cell = self._writable(tx.get(cell_id), agent)
             check_delete_transition(cell.lifecycle.status)
             tx.update(self._with_status(cell, Status.deleted.value, now))
-            tx.add_history(HistoryRecord(cell_id, now, agent, "delete", {"lifecycle.status": [cell.lifecycle.status, "deleted"]}))
+            tx.add_history(HistoryRecord(cell_id, now, agent, "delete", {"lifecycle.status": [cell.lifecycle.status, Status.deleted.value]}))
 
     # ---------------------------------------------------------------- search and list
     def _statuses(self, status: Optional[Sequence[str]], include_stale: bool) -> list[str]:
@@ -447,10 +449,11 @@ class MemoryService:
         ]
         return SearchResponse(results=results, total=total, query=req.query)
 
-    def _search_as_of(self, agent: str, req: SearchRequest) -> SearchResponse:
+    def _search_as_of(self, agent: str, req: SearchRequest) -> SearchResponse:  # req.as_of is set
         """Keyword (BM25) ranking over the cells as they were at `req.as_of` that the caller
         may read: the stored indexes and vectors describe the present, so the past is ranked
         from its own texts, blended with decay as of that time like a live search."""
+        assert req.as_of is not None
         at = as_utc(req.as_of)
         cells = versions.iter_as_of(
             self.store, agent, at, owner_id=req.owner_id, types=req.types,
@@ -505,7 +508,7 @@ class MemoryService:
                 statuses=self._statuses(status, include_stale), include_superseded=include_superseded,
                 session_id=session_id, metadata=metadata,
             )
-            total, page = 0, []
+            total, page = 0, []  # type: tuple[int, list[MemoryCell]]
             for cell in matching:  # the total needs the whole set, so one pass gives both
                 total += 1
                 if (after is None or cell.id > after) and len(page) <= limit:
@@ -558,8 +561,7 @@ class MemoryService:
                             continue
                         tx.update(self._with_status(cell, new_status, now))
                         tx.add_history(HistoryRecord(cell_id, now, SYSTEM_ACTOR, "status", {"lifecycle.status": [cell.lifecycle.status, new_status], "reason": reason}))
-                        key = {"stale": "to_stale", "active": "to_active", "archived": "to_archived"}[new_status]
-                        counts[key] += 1
+                        counts[f"to_{new_status}"] += 1  # to_stale, to_active, to_archived
                         if reason == "expired":
                             counts["expired"] += 1
         return LifecycleRunResponse(**counts, ran_at=now)
@@ -600,6 +602,7 @@ EXTENSIONS = [
     "list_cursor",
     "as_of_reads",
     "rollback",
+    "ndjson_export",
     "cell_keys",
 ]
 # Advertised only by a server that accepts clock overrides (conformance cases that move the
@@ -607,8 +610,9 @@ EXTENSIONS = [
 CLOCK_OVERRIDE_EXTENSION = "lifecycle_as_of"
 
 
-def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any]:
-    """The body of GET /spec (also what an in-process client's `spec()` returns)."""
+def spec_document(service: MemoryService, auth: dict[str, Any], mcp: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The body of GET /spec (also what an in-process client's `spec()` returns); `mcp`
+    describes the MCP endpoint when the server offers one."""
     limits = service.limits
     return {
         "amp_version": AMP_VERSION,
@@ -632,7 +636,8 @@ def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any
             },
             "auth": auth,
             "embedder": service.retriever.embedder.name if service.retriever.embedder else None,
-            "mcp_compatible": False,
+            "mcp_compatible": mcp is not None,
+            **({"mcp": mcp} if mcp is not None else {}),
             "extensions": [e for e in EXTENSIONS
                            if e != CLOCK_OVERRIDE_EXTENSION or service.allow_clock_override],
         },
