@@ -4,7 +4,7 @@ from `AMPKIT_*` variables and flags override them."""
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import Callable, Iterable, Optional, Union
 
 import click
 
@@ -410,6 +410,7 @@ def import_command(file: str, store_url: str, source_format: str, owner_id: Opti
     from .importers import ImporterError, detect_format, to_export_lines
     from .portable import ImportConflict, ImportInvalid, import_lines, iter_file
 
+    open_lines: Callable[[], Iterable[Union[str, bytes]]]
     try:
         fmt = detect_format(file) if source_format == "auto" else source_format
         if fmt == "ampkit":

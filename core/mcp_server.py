@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, AsyncIterator, Callable, Generator, Literal, Optional, Protocol, Sequence
 
@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .client import _calls as calls
 from .client._calls import Call
+from .client._local import run_call
 from .errors import (
     APIError,
     InternalError,
@@ -48,8 +49,6 @@ from .errors import (
     validation_to_api_error,
 )
 from .models import HistoryResponse, ListResponse, MemoryCell, SearchResponse
-from .operations import Context as OperationContext
-from .operations import query_pairs
 from .service import MemoryService
 
 log = logging.getLogger("ampkit.mcp")
@@ -105,7 +104,8 @@ class Gateway(Protocol):
 class Caller(Protocol):
     """An identity with scopes (`ampkit.server.identity.Caller` is one)."""
 
-    agent_id: str
+    @property
+    def agent_id(self) -> str: ...
 
     def need(self, scope: str) -> str: ...
 
@@ -127,14 +127,6 @@ def caller_from_request(ctx: Context) -> Caller:
 MCP_AUTH = {"mode": "mcp", "header": None}
 
 
-def _run(service: MemoryService, agent: str, call: Call) -> Any:
-    """The call's operation, as its route runs it: the same input validation, the same row."""
-    operation = call.operation
-    inputs = operation.parse(path=call.path_params, query=query_pairs(call.query), headers=call.headers,
-                             body=call.body, limits=service.limits)
-    return call.decode(operation.run(OperationContext(service, agent, MCP_AUTH), inputs))
-
-
 @dataclass
 class ServiceGateway:
     """Runs calls on a service in worker threads, as the identity `caller_for(ctx)` names,
@@ -145,7 +137,7 @@ class ServiceGateway:
 
     async def send(self, ctx: Context, call: Call) -> Any:
         agent = self.caller_for(ctx).need(call.operation.scope or "")
-        return await anyio.to_thread.run_sync(_run, self.service, agent, call)
+        return await anyio.to_thread.run_sync(run_call, self.service, agent, call, MCP_AUTH)
 
     def agent_id(self, ctx: Context) -> Optional[str]:
         return self.caller_for(ctx).agent_id
@@ -180,7 +172,7 @@ def as_api_error(exc: BaseException) -> APIError:
         if isinstance(seen, APIError):
             return seen
         if isinstance(seen, ValidationError):
-            return validation_to_api_error(list(seen.errors()))
+            return validation_to_api_error([dict(e) for e in seen.errors()])
         if isinstance(seen, TransportError):
             return Unavailable(f"cannot reach the ampkit server: {seen}")
         # FastMCP re-raises with and without `from`: follow both links.
@@ -245,7 +237,7 @@ def _drop_none(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-async def _drive(gateway: Gateway, ctx: Context, flow: Generator) -> Any:
+async def _drive(gateway: Gateway, ctx: Context, flow: Generator[Any, Any, Any]) -> Any:
     """Run a multi-step flow from `_calls` (forget, supersede) through the gateway."""
     try:
         item = next(flow)
@@ -323,7 +315,7 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
         Returns the best matches with a relevance score, and how many memories matched in all."""
         call = calls.search(query, owner_id=owner_id, types=types, limit=limit,
                             **_drop_none(session_id=session_id, metadata=metadata, include_stale=include_stale or None))
-        return await gateway.send(ctx, replace(call, decode=SearchResponse.model_validate))
+        return await gateway.send(ctx, calls.with_decode(call, SearchResponse.model_validate))
 
     @mcp.tool(annotations=READ)
     async def get_memory(ctx: Context, id: MemoryId) -> MemoryCell:
@@ -418,7 +410,7 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
     ) -> SearchResponse:
         """AMP amp-mcp compatible: search one owner's memories (same as `recall`)."""
         call = calls.search(query, owner_id=owner_id, limit=limit, **_drop_none(include_stale=include_stale or None))
-        return await gateway.send(ctx, replace(call, decode=SearchResponse.model_validate))
+        return await gateway.send(ctx, calls.with_decode(call, SearchResponse.model_validate))
 
     @mcp.tool(annotations=DESTRUCTIVE)
     async def amp_forget(

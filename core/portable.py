@@ -221,11 +221,12 @@ def last_cursor(path: str) -> Optional[str]:
         if cut < 0:
             fh.truncate(0)
             return None
-        fh.truncate(pos + cut + 1)
         line = chunk[: cut].rsplit(b"\n", 1)[-1]
-    record = json.loads(line)
-    if record.get("kind") == "end":
-        raise ValidationFailed("the export file is already complete")
+        record = json.loads(line)
+        if record.get("kind") == "end":
+            raise ValidationFailed("the export file is already complete")
+        # Only the header so far: start again from nothing (a resumed stream has no header).
+        fh.truncate(0 if record.get("kind") == "header" else pos + cut + 1)
     return record.get("cursor")
 
 

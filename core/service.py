@@ -7,6 +7,7 @@ agent id and raise `ampkit.errors` exceptions; they never see HTTP.
 
 from __future__ import annotations
 
+import builtins
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -529,7 +530,7 @@ class MemoryService:
         next_cursor = encode_cursor(page[limit - 1].id) if len(page) > limit else None
         return page[:limit], self.store.count(flt), next_cursor
 
-    def export(self, agent: str, owner_id: Optional[str] = None) -> list[MemoryCell]:
+    def export(self, agent: str, owner_id: Optional[str] = None) -> builtins.list[MemoryCell]:
         """Every cell the caller may read (any status but deleted), for portability."""
         _check_params(owner_id=owner_id)
         statuses = [Status.active.value, Status.stale.value, Status.archived.value]
@@ -552,15 +553,15 @@ class MemoryService:
             for i in range(0, len(changes), 200):
                 with self.store.write() as tx:
                     for cell_id, new_status, reason in changes[i : i + 200]:
-                        cell = tx.get(cell_id)
-                        if cell is None:
+                        current = tx.get(cell_id)
+                        if current is None:
                             continue
                         # Re-evaluate under the row lock: a request may have touched it meanwhile.
-                        confirmed, reason = scheduled_status(cell, now, self.policy)
+                        confirmed, reason = scheduled_status(current, now, self.policy)
                         if confirmed != new_status:
                             continue
-                        tx.update(self._with_status(cell, new_status, now))
-                        tx.add_history(HistoryRecord(cell_id, now, SYSTEM_ACTOR, "status", {"lifecycle.status": [cell.lifecycle.status, new_status], "reason": reason}))
+                        tx.update(self._with_status(current, new_status, now))
+                        tx.add_history(HistoryRecord(cell_id, now, SYSTEM_ACTOR, "status", {"lifecycle.status": [current.lifecycle.status, new_status], "reason": reason}))
                         counts[f"to_{new_status}"] += 1  # to_stale, to_active, to_archived
                         if reason == "expired":
                             counts["expired"] += 1

@@ -182,6 +182,10 @@ def test_cli_export_resume_and_import(tmp_path):
     resumed = ampkit("export", "--store", src, "--resume", str(out))
     assert resumed.returncode == 0, resumed.stderr
     assert out.read_text().splitlines(keepends=True) == full
+    out.write_text(full[0] + full[1][:10])  # cut inside the first cell: starts again
+    assert ampkit("export", "--store", src, "--resume", str(out)).returncode == 0
+    assert out.read_text().splitlines(keepends=True) == full
+    assert ampkit("export", "--store", src, "--resume", str(out)).returncode == 2  # already complete
     first = ampkit("import", str(out), "--store", dst)
     assert first.returncode == 0, first.stderr
     assert "import (ampkit)" in first.stderr  # the progress bar

@@ -103,6 +103,11 @@ class Call(Generic[T]):
         return self.operation.scope is not None
 
 
+def with_decode(call: Call[Any], decode: Callable[[Any], T]) -> Call[T]:
+    """The same call, decoding its answer another way (e.g. the whole SearchResponse)."""
+    return replace(call, decode=decode)
+
+
 def call(name: str, decode: Callable[[Any], T], **inputs: Any) -> Call[T]:
     """The Call for the operation named `name` in the operations table."""
     return Call(BY_NAME[name], decode, **inputs)

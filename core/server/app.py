@@ -83,7 +83,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     )
     app.state.service = service
     app.state.settings = settings
-    app.openapi = _with_security_schemes(app)
+    app.openapi = _with_security_schemes(app)  # type: ignore[method-assign]  # FastAPI's documented hook
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=service.limits.max_request_bytes)
     app.add_middleware(HeaderSizeLimit, max_bytes=settings.max_header_bytes)

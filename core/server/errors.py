@@ -62,7 +62,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ValidationError)
     async def model_validation(request: Request, exc: ValidationError) -> JSONResponse:
-        return envelope_response(validation_to_api_error(list(exc.errors())))
+        return envelope_response(validation_to_api_error([dict(e) for e in exc.errors()]))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
