@@ -28,15 +28,28 @@ def main() -> None:
 @click.option("--insecure", is_flag=True, help="allow a non-loopback --host without --auth (anyone can claim any agent id)")
 @click.option("--rate-limit", default=None, type=float,
               help="sustained requests/s per agent, bursts of twice that (0 = off) [default: off; 50 with --auth]")
+@click.option("--allow-clock-override", "allow_clock_override", flag_value=True, default=None,
+              help="TESTING ONLY: accept `as_of` on lifecycle runs and purges (moves the clock for every cell; "
+                   "breaks the retention promise); same as AMPKIT_ALLOW_CLOCK_OVERRIDE=true; refused with --auth")
 @click.option("--no-mcp", "no_mcp", is_flag=True, help="do not serve MCP at /mcp; same as AMPKIT_MCP_HTTP=false")
 def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecycle_interval: Optional[float],
-          auth: Optional[str], insecure: bool, rate_limit: Optional[float], no_mcp: bool) -> None:
+          auth: Optional[str], insecure: bool, rate_limit: Optional[float], allow_clock_override: Optional[bool],
+          no_mcp: bool) -> None:
     """Run the /amp/v1 server (and MCP over streamable HTTP at /mcp)."""
     from .bootstrap import build_service, load_settings
     from .server.identity import is_loopback_host
 
     settings = load_settings(host=host, port=port, store=store, lifecycle_interval_seconds=lifecycle_interval,
-                             auth=auth, rate_limit=rate_limit, mcp_http=False if no_mcp else None)
+                             auth=auth, rate_limit=rate_limit, allow_clock_override=allow_clock_override,
+                             mcp_http=False if no_mcp else None)
+    if settings.auth == "required" and settings.allow_clock_override:
+        click.echo(
+            "ampkit: refusing to start with auth required and the clock override on: `as_of` lets any admin key "
+            "purge cells deleted moments ago. The clock override is for test servers; drop --allow-clock-override "
+            "(or AMPKIT_ALLOW_CLOCK_OVERRIDE).",
+            err=True,
+        )
+        sys.exit(EXIT_USAGE)
     if settings.auth != "required" and not insecure and not is_loopback_host(settings.host):
         click.echo(
             f"ampkit: refusing to listen on {settings.host} with auth off: any client on the network could read "

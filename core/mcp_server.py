@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .client import _calls as calls
 from .client._calls import Call
+from .client._local import run_call
 from .errors import (
     APIError,
     InternalError,
@@ -48,8 +49,6 @@ from .errors import (
     validation_to_api_error,
 )
 from .models import HistoryResponse, ListResponse, MemoryCell, SearchResponse
-from .operations import Context as OperationContext
-from .operations import query_pairs
 from .service import MemoryService
 
 log = logging.getLogger("ampkit.mcp")
@@ -128,14 +127,6 @@ def caller_from_request(ctx: Context) -> Caller:
 MCP_AUTH = {"mode": "mcp", "header": None}
 
 
-def _run(service: MemoryService, agent: str, call: Call) -> Any:
-    """The call's operation, as its route runs it: the same input validation, the same row."""
-    operation = call.operation
-    inputs = operation.parse(path=call.path_params, query=query_pairs(call.query), headers=call.headers,
-                             body=call.body, limits=service.limits)
-    return call.decode(operation.run(OperationContext(service, agent, MCP_AUTH), inputs))
-
-
 @dataclass
 class ServiceGateway:
     """Runs calls on a service in worker threads, as the identity `caller_for(ctx)` names,
@@ -146,7 +137,7 @@ class ServiceGateway:
 
     async def send(self, ctx: Context, call: Call) -> Any:
         agent = self.caller_for(ctx).need(call.operation.scope or "")
-        return await anyio.to_thread.run_sync(_run, self.service, agent, call)
+        return await anyio.to_thread.run_sync(run_call, self.service, agent, call, MCP_AUTH)
 
     def agent_id(self, ctx: Context) -> Optional[str]:
         return self.caller_for(ctx).agent_id

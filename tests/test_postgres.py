@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -357,7 +358,8 @@ def test_keyword_leg_sees_session_neighbours_and_forgets_purged_text(pg_store):
     assert other.id not in [c.cell_id for c in pg_store.keyword_candidates("Lisbon", CellFilter(), 10)]
     service.update("agent_a", question.id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
     service.delete("agent_a", question.id)
-    assert service.purge("admin", [question.id], as_of=utcnow() + timedelta(days=31)).purged == [question.id]
+    later = utcnow() + timedelta(days=31)
+    assert replace(service, clock=lambda: later).purge("admin", [question.id]).purged == [question.id]
     assert pg_store.keyword_candidates("grow up", CellFilter(statuses=("active", "deleted")), 10) == []
 
 

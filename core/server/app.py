@@ -22,7 +22,7 @@ from ..errors import UnsupportedMediaType
 from ..models import AMP_VERSION, ErrorEnvelope
 from ..operations import OPERATIONS, PREFIX, Context, Operation
 from ..service import MemoryService
-from .errors import BodySizeLimit, HeaderSizeLimit, install_error_handlers
+from .errors import BodySizeLimit, CatchUnexpected, HeaderSizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 
 log = logging.getLogger("ampkit.server")
@@ -92,6 +92,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=service.limits.max_request_bytes)
     app.add_middleware(HeaderSizeLimit, max_bytes=settings.max_header_bytes)
+    app.add_middleware(CatchUnexpected)  # outermost of ours: see its docstring
 
     router = APIRouter(prefix=PREFIX, responses=_ERRORS)
     auth = identity.describe()
@@ -207,7 +208,8 @@ def _endpoint(op: Operation, service: MemoryService, identity: IdentityResolver,
     def endpoint(**inputs: Any) -> Any:
         caller: Optional[Caller] = inputs.pop("caller", None)
         agent = "" if caller is None else caller.agent_id if op.scope == "admin" else caller.need(op.scope or "")
-        result = op.run(Context(service, agent, auth, mcp), inputs)
+        may_read = caller is None or caller.may("read")
+        result = op.run(Context(service, agent, auth, mcp, may_read=may_read), inputs)
         return Response(status_code=204) if result is None else result
 
     endpoint.__name__ = op.name
