@@ -107,7 +107,8 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
 
     async def update_context(self, model_context: ChatCompletionContext) -> UpdateContextResult:
         messages = await model_context.get_messages()
-        latest = [m.content for m in messages[-1:] if isinstance(getattr(m, "content", None), str)]
+        contents = [getattr(m, "content", None) for m in messages[-1:]]
+        latest = [c for c in contents if isinstance(c, str)]
         c = self._config
         if c.record_episodes and latest and isinstance(messages[-1], UserMessage) and latest[0].strip():
             # The user's turn, once: later calls of the same turn end with the model's or a tool's message.

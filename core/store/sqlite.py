@@ -12,6 +12,7 @@ reader connection per thread; WAL lets readers run while a write commits.
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 import os
@@ -30,7 +31,7 @@ from ..models import HistoryEntry, MemoryCell
 from ..textindex import fts_match, index_text, owner_token
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
-from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx, cell_columns
+from .base import ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx, cell_columns
 
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
@@ -308,7 +309,7 @@ class _SQLiteWriteTx(WriteTx):
             row.update(self._vector_columns(vector))
         cols = ",".join(row)
         cur = self.conn.execute(f"INSERT INTO cells({cols}) VALUES ({','.join('?' * len(row))})", list(row.values()))
-        self._touch(cur.lastrowid)
+        self._touch(cur.lastrowid or 0)  # an INSERT always sets lastrowid
         self._write_readers(cell)
 
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
@@ -510,7 +511,7 @@ class SQLiteStore(SQLKeyReads, Store):
         where, params = filter_sql(flt)
         return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
 
-    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         match = fts_match(query)
         if match is None:
             return []
@@ -554,7 +555,7 @@ class SQLiteStore(SQLKeyReads, Store):
                 )
                 if not rows:
                     return
-                by_model: dict[str, tuple[list[int], list[bytes]]] = {}
+                by_model: dict[str, tuple[list[int], list[np.ndarray]]] = {}
                 for rowid, model, blob, _, dim in rows:
                     ids, vecs = by_model.setdefault(model, ([], []))
                     ids.append(rowid)
@@ -581,7 +582,7 @@ class SQLiteStore(SQLKeyReads, Store):
             ))
         return out
 
-    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         self._catch_up_vectors()
         index = self._vectors.get(model)
         if index is None:
@@ -598,7 +599,7 @@ class SQLiteStore(SQLKeyReads, Store):
         ))
         return [Candidate(ids[r], score) for r, score in hits if r in ids]
 
-    def history(self, cell_id: str) -> list[HistoryEntry]:
+    def history(self, cell_id: str) -> HistoryPage:
         rows = self._query(
             "SELECT seq, cell_id, at, actor, action, changes FROM history WHERE cell_id = ? ORDER BY seq", (cell_id,)
         )
@@ -607,7 +608,7 @@ class SQLiteStore(SQLKeyReads, Store):
             for s, c, a, ac, act, ch in rows
         ]
 
-    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> HistoryPage:
         where, params = ("", []) if after is None else ("WHERE cell_id > ? OR (cell_id = ? AND seq > ?)", [after[0], *after])
         rows = self._query(
             f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT ?",
