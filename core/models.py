@@ -307,6 +307,7 @@ class ContentPatch(Closed):
 # detect concurrent writes).
 _SENT_BACK = "AMP compatibility: accepted when equal to the cell's value, refused when changed"
 _IGNORED = "AMP compatibility: accepted and ignored (the server keeps this field)"
+_SERVER_MANAGED = "AMP compatibility: may be sent back unchanged by a reader; a change is refused"
 
 
 class ScoringPatch(Closed):
@@ -314,6 +315,8 @@ class ScoringPatch(Closed):
     confidence: Optional[Unit] = None
     decay_rate: Optional[DecayRate] = None
     access_count: Optional[Annotated[int, Field(ge=0)]] = Field(default=None, description=_IGNORED)
+    success_count: Optional[Annotated[int, Field(ge=0)]] = Field(default=None, description=_SERVER_MANAGED)
+    failure_count: Optional[Annotated[int, Field(ge=0)]] = Field(default=None, description=_SERVER_MANAGED)
 
 
 class AccessPolicyPatch(Closed):
@@ -326,6 +329,8 @@ class ProvenancePatch(Closed):
     source_type: Optional[SourceType] = None
     source_ref: Optional[Annotated[StorableStr, Field(max_length=2048)]] = None
     extraction_method: Optional[ExtractionMethod] = None
+    extraction_model: Optional[str] = Field(default=None, description=_SERVER_MANAGED)
+    supporting_episode_ids: Optional[list[CellId]] = Field(default=None, description=_SERVER_MANAGED)
 
 
 class LifecyclePatch(Closed):
@@ -539,6 +544,8 @@ PATCH_SERVER_MANAGED: tuple[tuple[Optional[str], str], ...] = (
     (None, "amp_version"), (None, "id"), (None, "type"),
     ("identity", "owner_id"), ("identity", "owner_type"), ("identity", "created_by"), ("identity", "key"),
     ("lifecycle", "created_at"), ("lifecycle", "supersedes"), ("lifecycle", "superseded_by"),
+    ("scoring", "success_count"), ("scoring", "failure_count"),  # outcomes are recorded, not patched
+    ("provenance", "extraction_model"), ("provenance", "supporting_episode_ids"),  # set by consolidation
 )
 PATCH_IGNORED: tuple[tuple[Optional[str], str], ...] = (
     ("scoring", "access_count"), ("lifecycle", "last_accessed_at"),
