@@ -29,8 +29,7 @@ from crewai.memory.types import MemoryMatch, MemoryRecord, ScopeInfo
 from crewai.memory.unified_memory import Memory
 from pydantic import Field
 
-from ampkit import MemoryCell
-from ampkit.errors import APIError
+from ampkit import APIError, MemoryCell
 
 from ._mapping import LONG_TERM_TYPES, MAX_SEARCH, SCOPE_TAG, Clients, Sharing, tags, user_metadata
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-import click
+try:
+    import click
+except ModuleNotFoundError as missing:  # a base or framework-only install has no CLI dependencies
+    raise SystemExit(f"the ampkit command needs the server extra ({missing.name} is not installed): "
+                     "pip install 'ampkit[server]'") from None
 
 EXIT_USAGE = 2
 EXIT_STARTUP_FAILURE = 3
