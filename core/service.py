@@ -313,7 +313,7 @@ class MemoryService:
             cell = self._writable(tx.get(cell_id), agent)
             check_delete_transition(cell.lifecycle.status)
             tx.update(self._with_status(cell, Status.deleted.value, now))
-            tx.add_history(HistoryRecord(cell_id, now, agent, "delete", {"lifecycle.status": [cell.lifecycle.status, "deleted"]}))
+            tx.add_history(HistoryRecord(cell_id, now, agent, "delete", {"lifecycle.status": [cell.lifecycle.status, Status.deleted.value]}))
 
     # ---------------------------------------------------------------- search and list
     def _statuses(self, status: Optional[Sequence[str]], include_stale: bool) -> list[str]:
@@ -453,8 +453,7 @@ class MemoryService:
                             continue
                         tx.update(self._with_status(cell, new_status, now))
                         tx.add_history(HistoryRecord(cell_id, now, SYSTEM_ACTOR, "status", {"lifecycle.status": [cell.lifecycle.status, new_status], "reason": reason}))
-                        key = {"stale": "to_stale", "active": "to_active", "archived": "to_archived"}[new_status]
-                        counts[key] += 1
+                        counts[f"to_{new_status}"] += 1  # to_stale, to_active, to_archived
                         if reason == "expired":
                             counts["expired"] += 1
         return LifecycleRunResponse(**counts, ran_at=now)
@@ -495,6 +494,7 @@ EXTENSIONS = [
     "list_cursor",
     "as_of_reads",
     "rollback",
+    "ndjson_export",
     "cell_keys",
 ]
 

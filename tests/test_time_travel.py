@@ -188,3 +188,98 @@ def test_as_of_over_a_real_server_process(server):
                         headers={"X-AMP-Agent-ID": "tt-alice"})
         assert raw.status_code == 422 and raw.json()["error"]["code"] == "VALIDATION_ERROR"
         assert alice.rollback(cell.id, 1).content.text == "first words"
+
+
+# ------------------------------------------------------------------ non-interference
+def _world(tmp_path, name: str, seed: int, with_hidden: bool, monkeypatch) -> MemoryService:
+    """The same operations on the cells `eve` may read, in the same order at the same times
+    and with the same ids; with `with_hidden`, interleaved operations on cells eve cannot read
+    now (never shared, shared then revoked, deleted) that use the same words."""
+    import random
+
+    import ampkit.service as service_module
+    from ampkit.models import CellCreate, CellPatch
+
+    rng, rng_hidden = random.Random(seed), random.Random(-seed)  # one stream each: the visible one is shared
+    store = store_from_url(f"sqlite:///{tmp_path}/{name}.db")
+    store.open()
+    service = MemoryService(store=store, clock=Clock())
+    ids = {"visible": iter(f"mem_{i:026d}" for i in range(1, 10**6)), "hidden": iter(f"mem_9{i:025d}" for i in range(1, 10**6))}
+    words = ["tea", "coffee", "Rome", "Paris", "jazz", "piano"]
+    visible, hidden = [], []
+    for step in range(24):
+        service.clock.at(step)
+        kind = "visible"
+        monkeypatch.setattr(service_module, "new_cell_id", lambda: next(ids[kind]))
+        text = f"{rng.choice(words)} {rng.choice(words)} {step}"
+        roll = rng.random()
+        if roll < 0.35 or not visible:
+            owner, policy = rng.choice([("eve", {}), ("bob", {"readable_by": ["eve"]}), ("bob", {"public": True})])
+            cell = service.create(owner, CellCreate.model_validate(
+                {"content": {"text": text}, "identity": {"owner_id": owner}, "access_policy": policy}))
+            visible.append(cell)
+        elif roll < 0.7:
+            cell = rng.choice(visible)
+            service.update(cell.identity.owner_id, cell.id, CellPatch.model_validate(
+                {"content": {"text": text, "metadata": {"step": step}}}))
+        elif roll < 0.8:
+            cell = rng.choice(visible)
+            service.update(cell.identity.owner_id, cell.id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
+        if with_hidden:  # at the same instant, something eve will not be able to read now
+            kind = "hidden"
+            monkeypatch.setattr(service_module, "new_cell_id", lambda: next(ids[kind]))
+            fate = rng_hidden.choice(["private", "revoked", "deleted"])
+            cell = service.create("mallory", CellCreate.model_validate(
+                {"content": {"text": text}, "identity": {"owner_id": "mallory"},
+                 "access_policy": {"readable_by": [] if fate == "private" else ["eve"]}}))
+            hidden.append((cell, fate))
+            for old, old_fate in hidden[:-1]:
+                if old_fate == "revoked" and rng_hidden.random() < 0.2:
+                    service.update("mallory", old.id, CellPatch.model_validate({"content": {"text": f"{text} more"}}))
+    service.clock.at(30)
+    for cell, fate in hidden:  # now: revoke and delete
+        if fate == "revoked":
+            service.update("mallory", cell.id, CellPatch.model_validate({"access_policy": {"readable_by": []}}))
+        elif fate == "deleted":
+            service.update("mallory", cell.id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
+            service.delete("mallory", cell.id)
+    service.hidden_ids = [c.id for c, _ in hidden]  # type: ignore[attr-defined]
+    return service
+
+
+def _answers(service: MemoryService, probe_ids: list[str]) -> list:
+    """Everything eve receives from as-of reads, as JSON-ready values (errors included)."""
+    from ampkit.errors import APIError
+    from ampkit.models import SearchRequest
+
+    out: list = []
+
+    def record(fn):
+        try:
+            value = fn()
+            out.append(value.model_dump(mode="json") if hasattr(value, "model_dump") else value)
+        except APIError as exc:
+            out.append({"error": exc.code, "message": str(exc), "details": exc.details})
+
+    for minute in (0, 3, 7, 12, 18, 23, 31):
+        at = T0 + timedelta(minutes=minute, seconds=30)
+        for cell_id in probe_ids:
+            record(lambda: service.get("eve", cell_id, as_of=at))
+        for owner in (None, "mallory", "bob"):
+            for status in (None, ["active", "archived"]):
+                record(lambda: [[c.model_dump(mode="json") for c in r] if isinstance(r, list) else r
+                                for r in service.list("eve", owner_id=owner, status=status, limit=3, as_of=at)])
+        for query in ("tea", "Rome jazz", "coffee 5"):
+            record(lambda: service.search("eve", SearchRequest(query=query, limit=5, explain=True, as_of=at,
+                                                               include_stale=True)))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_as_of_reads_do_not_depend_on_cells_the_caller_cannot_read(tmp_path, monkeypatch, seed):
+    plain = _world(tmp_path, "plain", seed, False, monkeypatch)
+    noisy = _world(tmp_path, "noisy", seed, True, monkeypatch)
+    probes = [f"mem_{i:026d}" for i in range(1, 12)] + noisy.hidden_ids[:6] + ["mem_00000000000000000000000099"]
+    assert _answers(plain, probes) == _answers(noisy, probes)
+    plain.store.close()
+    noisy.store.close()

@@ -86,7 +86,7 @@ class Client(_BaseClient):
         self.close()
 
     # ------------------------------------------------------------ cells
-    def remember(self, text: str, *, owner_id: str, type: Union[str, MemoryType] = "semantic",
+    def remember(self, text: str, *, owner_id: str, type: Union[str, MemoryType] = MemoryType.semantic,
                  **cell_fields: Any) -> MemoryCell:
         return self._send(calls.remember(text, owner_id=owner_id, type=type, **cell_fields))
 
@@ -188,7 +188,7 @@ class AsyncClient(_BaseClient):
         await self.aclose()
 
     # ------------------------------------------------------------ cells
-    async def remember(self, text: str, *, owner_id: str, type: Union[str, MemoryType] = "semantic",
+    async def remember(self, text: str, *, owner_id: str, type: Union[str, MemoryType] = MemoryType.semantic,
                        **cell_fields: Any) -> MemoryCell:
         return await self._send(calls.remember(text, owner_id=owner_id, type=type, **cell_fields))
 

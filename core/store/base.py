@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterator, Optional, Sequence
 
-from ..models import HistoryEntry, MemoryCell
+from ..models import HistoryEntry, MemoryCell, Status
+
+ALL_STATUSES: tuple[str, ...] = tuple(status.value for status in Status)
 
 
 @dataclass
@@ -30,7 +32,7 @@ class CellFilter:
     reader: Optional[str] = None  # agent id; None = no access filter (lifecycle, admin, copy)
     owner_id: Optional[str] = None
     types: Optional[Sequence[str]] = None
-    statuses: Sequence[str] = ("active",)  # never contains "deleted" for a reader
+    statuses: Sequence[str] = (Status.active.value,)  # never contains "deleted" for a reader
     include_superseded: bool = False
     session_id: Optional[str] = None
     metadata: Optional[dict[str, Any]] = None
@@ -189,6 +191,12 @@ class Store(ABC):
     @abstractmethod
     def history(self, cell_id: str) -> list[HistoryEntry]: ...
 
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+        """Up to `limit` history entries of every cell (purged ones too), ordered by
+        (cell_id, seq), starting after the entry `after` = (cell_id, seq): the export's
+        history section, one page at a time."""
+        raise NotImplementedError(f"{type(self).__name__} cannot scan its history")
+
     def scan(self, flt: CellFilter, batch_size: int = 500) -> Iterator[MemoryCell]:
         """Every cell matching `flt`, in id order, one `list` page at a time."""
         after: Optional[str] = None
@@ -201,8 +209,7 @@ class Store(ABC):
 
     def iter_cells(self, statuses: Optional[Sequence[str]] = None, batch_size: int = 500) -> Iterator[MemoryCell]:
         """Every cell (optionally of some statuses), in id order; for lifecycle runs, purge, copy."""
-        every = ("active", "stale", "archived", "deleted")
-        return self.scan(CellFilter(statuses=tuple(statuses or every), include_superseded=True), batch_size)
+        return self.scan(CellFilter(statuses=tuple(statuses or ALL_STATUSES), include_superseded=True), batch_size)
 
     def try_lifecycle_lock(self) -> AbstractContextManager[bool]:
         """Held while a lifecycle run goes; yields False when another process holds it."""

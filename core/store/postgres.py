@@ -548,6 +548,14 @@ class PostgresStore(SQLKeyReads, Store):
         )
         return [HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=ch) for s, c, a, ac, act, ch in rows]
 
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+        where, params = ("", []) if after is None else ("WHERE cell_id > %s OR (cell_id = %s AND seq > %s)", [after[0], *after])
+        rows = self._query(
+            f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT %s",
+            [*params, limit],
+        )
+        return [HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=ch) for s, c, a, ac, act, ch in rows]
+
     @contextmanager
     def try_lifecycle_lock(self) -> Iterator[bool]:
         """A session advisory lock on one pooled connection: one run at a time across servers.

@@ -588,6 +588,17 @@ class SQLiteStore(SQLKeyReads, Store):
             for s, c, a, ac, act, ch in rows
         ]
 
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+        where, params = ("", []) if after is None else ("WHERE cell_id > ? OR (cell_id = ? AND seq > ?)", [after[0], *after])
+        rows = self._query(
+            f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT ?",
+            [*params, limit],
+        )
+        return [
+            HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=json.loads(ch))
+            for s, c, a, ac, act, ch in rows
+        ]
+
     @contextmanager
     def try_lifecycle_lock(self) -> Iterator[bool]:
         got = self._lifecycle_lock.acquire(blocking=False)
