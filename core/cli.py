@@ -348,7 +348,7 @@ def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool,
 
     from .bootstrap import load_settings, retriever_from_settings
     from .embeddings import reindex as reindex_store
-    from .store.transfer import everything
+    from .store.transfer import everything as every_cell
 
     settings = load_settings(store=store_url or None, embedder=embedder or None)
     retriever = retriever_from_settings(settings)
@@ -357,7 +357,7 @@ def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool,
         sys.exit(EXIT_USAGE)
     store = _store(settings.store_url())
     try:
-        total = store.count(everything())
+        total = store.count(every_cell())
         with tqdm(total=total, unit="cell", desc="reindex", file=sys.stderr) as bar:
             done = reindex_store(store, retriever, batch_size, bar.update, only_stale=not everything)
     finally:

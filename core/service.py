@@ -346,10 +346,11 @@ class MemoryService:
         ]
         return SearchResponse(results=results, total=total, query=req.query)
 
-    def _search_as_of(self, agent: str, req: SearchRequest) -> SearchResponse:
+    def _search_as_of(self, agent: str, req: SearchRequest) -> SearchResponse:  # req.as_of is set
         """Keyword (BM25) ranking over the cells as they were at `req.as_of` that the caller
         may read: the stored indexes and vectors describe the present, so the past is ranked
         from its own texts, blended with decay as of that time like a live search."""
+        assert req.as_of is not None
         at = as_utc(req.as_of)
         cells = versions.iter_as_of(
             self.store, agent, at, owner_id=req.owner_id, types=req.types,
@@ -401,7 +402,7 @@ class MemoryService:
                 statuses=self._statuses(status, include_stale), include_superseded=include_superseded,
                 session_id=session_id, metadata=metadata,
             )
-            total, page = 0, []
+            total, page = 0, []  # type: tuple[int, list[MemoryCell]]
             for cell in matching:  # the total needs the whole set, so one pass gives both
                 total += 1
                 if (after is None or cell.id > after) and len(page) <= limit:

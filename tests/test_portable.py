@@ -226,3 +226,26 @@ def test_admin_export_and_import_over_http(server_factory, tmp_path):
                          headers={**admin, "Content-Type": "application/x-ndjson"})
     assert invalid.status_code == 422 and invalid.json()["error"]["details"]["errors"][0]["line"] == 1
     assert httpx.get(f"{other.base_url}/admin/export", headers=admin).text == "".join(full)
+
+
+def test_cell_keys_are_kept_and_a_taken_key_is_a_conflict(tmp_path):
+    source = opened(f"sqlite:///{tmp_path}/a.db")
+    service = MemoryService(store=source, clock=Clock())
+    service.create("alice", CellCreate.model_validate({"content": {"text": "home: Rome"},
+                                                       "identity": {"owner_id": "alice", "key": "home"}}))
+    lines = list(export_lines(source))
+    copy = lines[1].replace(json.loads(lines[1])["cell"]["id"], "mem_" + "Z" * 26)  # another cell, same key
+    twice = lines[:2] + [copy] + lines[2:]
+    dest = opened(f"sqlite:///{tmp_path}/b.db")
+    with pytest.raises(ImportInvalid, match="problem") as caught:
+        import_lines(dest, lambda: iter([line for line in twice if '"kind":"history"' not in line]))
+    assert "two live cells with key 'home'" in caught.value.details["errors"][0]["error"]
+    other = MemoryService(store=dest, clock=Clock())
+    other.create("alice", CellCreate.model_validate({"content": {"text": "home: Oslo"},
+                                                     "identity": {"owner_id": "alice", "key": "home"}}))
+    with pytest.raises(ImportConflict) as conflict:
+        import_lines(dest, lambda: iter(lines))
+    assert "key 'home' of owner 'alice' is held by" in conflict.value.details["errors"][0]["error"]
+    fresh = opened(f"sqlite:///{tmp_path}/c.db")
+    import_lines(fresh, lambda: iter(lines))
+    assert list(export_lines(fresh)) == lines

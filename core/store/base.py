@@ -116,6 +116,10 @@ def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
     return columns, body
 
 
+# Module-level, because inside `Store` the name `list` is the method.
+HistoryPage = list[HistoryEntry]
+
+
 class WriteTx(ABC):
     """One open write transaction. Rows read with `get` are locked until it ends."""
 
@@ -189,9 +193,9 @@ class Store(ABC):
         return {}
 
     @abstractmethod
-    def history(self, cell_id: str) -> list[HistoryEntry]: ...
+    def history(self, cell_id: str) -> HistoryPage: ...
 
-    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> HistoryPage:
         """Up to `limit` history entries of every cell (purged ones too), ordered by
         (cell_id, seq), starting after the entry `after` = (cell_id, seq): the export's
         history section, one page at a time."""

@@ -58,7 +58,7 @@ from ._pg_schema import (
     CONTEXT_RADIUS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
 )
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
-from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx, cell_columns
+from .base import ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx, cell_columns
 
 # Advisory lock keys (any fixed bigints; they only need to be distinct within the database).
 MIGRATION_LOCK = 0x616D706B_0001  # "ampk" + 1
@@ -542,13 +542,13 @@ class PostgresStore(SQLKeyReads, Store):
             return {}
         return dict(self._query("SELECT cell_id, model FROM cell_vectors WHERE cell_id = ANY(%s)", (ids,)))
 
-    def history(self, cell_id: str) -> list[HistoryEntry]:
+    def history(self, cell_id: str) -> HistoryPage:
         rows = self._query(
             "SELECT seq, cell_id, at, actor, action, changes FROM history WHERE cell_id = %s ORDER BY seq", (cell_id,)
         )
         return [HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=ch) for s, c, a, ac, act, ch in rows]
 
-    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> HistoryPage:
         where, params = ("", []) if after is None else ("WHERE cell_id > %s OR (cell_id = %s AND seq > %s)", [after[0], *after])
         rows = self._query(
             f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT %s",

@@ -29,7 +29,7 @@ from ..models import HistoryEntry, MemoryCell
 from ..textindex import fts_match, index_text, owner_token
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
-from .base import ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx, cell_columns
+from .base import ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx, cell_columns
 
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
@@ -579,7 +579,7 @@ class SQLiteStore(SQLKeyReads, Store):
         ))
         return [Candidate(ids[r], score) for r, score in hits if r in ids]
 
-    def history(self, cell_id: str) -> list[HistoryEntry]:
+    def history(self, cell_id: str) -> HistoryPage:
         rows = self._query(
             "SELECT seq, cell_id, at, actor, action, changes FROM history WHERE cell_id = ? ORDER BY seq", (cell_id,)
         )
@@ -588,7 +588,7 @@ class SQLiteStore(SQLKeyReads, Store):
             for s, c, a, ac, act, ch in rows
         ]
 
-    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> HistoryPage:
         where, params = ("", []) if after is None else ("WHERE cell_id > ? OR (cell_id = ? AND seq > ?)", [after[0], *after])
         rows = self._query(
             f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT ?",
