@@ -37,3 +37,14 @@ def test_the_ampkit_command_names_the_missing_extra():
     out = run("from ampkit.cli import main; main()", "click")
     assert out.returncode == 1
     assert "pip install 'ampkit[server]'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_command_whose_server_modules_are_missing_names_the_extra(tmp_path):
+    out = run(f"""
+        import sys
+        sys.argv = ["ampkit", "serve", "--port", "0", "--store", "sqlite:///{tmp_path}/m.db"]
+        from ampkit.cli import main
+        main()
+    """, "uvicorn", "fastapi")
+    assert out.returncode == 1, out.stderr
+    assert "pip install 'ampkit[server]'" in out.stderr and "Traceback" not in out.stderr
