@@ -221,11 +221,12 @@ def last_cursor(path: str) -> Optional[str]:
         if cut < 0:
             fh.truncate(0)
             return None
-        fh.truncate(pos + cut + 1)
         line = chunk[: cut].rsplit(b"\n", 1)[-1]
-    record = json.loads(line)
-    if record.get("kind") == "end":
-        raise ValidationFailed("the export file is already complete")
+        record = json.loads(line)
+        if record.get("kind") == "end":
+            raise ValidationFailed("the export file is already complete")
+        # Only the header so far: start again from nothing (a resumed stream has no header).
+        fh.truncate(0 if record.get("kind") == "header" else pos + cut + 1)
     return record.get("cursor")
 
 
@@ -265,7 +266,11 @@ def _message(exc: ValidationError) -> str:
 def parse_lines(raw_lines: Iterable[Union[str, bytes]]) -> Iterator[tuple[int, Union[Line, LineError]]]:
     """(line number, parsed line or its error); blank lines are skipped."""
     for number, raw in enumerate(raw_lines, start=1):
-        text = raw.decode("utf-8", errors="strict") if isinstance(raw, bytes) else raw
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as exc:
+            yield number, LineError(number, f"not UTF-8: {exc}")
+            continue
         if not text.strip():
             continue
         try:
@@ -451,10 +456,11 @@ def import_lines(
     return report
 
 
-def iter_file(path: str) -> Callable[[], Iterator[str]]:
-    """`open_lines` for a file on disk (read lazily, once per pass)."""
-    def open_lines() -> Iterator[str]:
-        with open(path, encoding="utf-8") as fh:
+def iter_file(path: str) -> Callable[[], Iterator[bytes]]:
+    """`open_lines` for a file on disk (read lazily, once per pass; bytes, so a line that is
+    not UTF-8 is reported with its number like any other bad line)."""
+    def open_lines() -> Iterator[bytes]:
+        with open(path, "rb") as fh:
             yield from fh
     return open_lines
 

@@ -75,6 +75,15 @@ def open_client(backend: str, target: str, agent_id: str | None, **options):
     return client
 
 
+@pytest.fixture(scope="module", autouse=True)
+def clock_override():
+    """Lifecycle and purge tests here move the clock (`as_of`): this module's servers and
+    in-process clients are test servers that allow it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AMPKIT_ALLOW_CLOCK_OVERRIDE", "true")
+        yield
+
+
 @pytest.fixture(scope="module")
 def client_server(tmp_path_factory):
     """This module's own server, so that lifecycle runs here never touch other tests' cells."""
@@ -575,7 +584,7 @@ def test_api_key_is_sent_as_bearer_to_an_auth_server(server_factory, tmp_path):
                               "--store", store], capture_output=True, text=True, timeout=60)
     assert created.returncode == 0, created.stderr
     key = created.stdout.strip()
-    server = server_factory(store, args=["--auth"])
+    server = server_factory(store, args=["--auth"], env={"AMPKIT_ALLOW_CLOCK_OVERRIDE": "false"})  # refused together
     with ampkit.connect(server.base_url, agent_id="keyed-agent", api_key=key) as keyed:
         cell = keyed.remember("behind a key", owner_id="o")
         assert cell.identity.created_by == "keyed-agent"

@@ -182,15 +182,20 @@ def test_cli_export_resume_and_import(tmp_path):
     resumed = ampkit("export", "--store", src, "--resume", str(out))
     assert resumed.returncode == 0, resumed.stderr
     assert out.read_text().splitlines(keepends=True) == full
+    out.write_text(full[0] + full[1][:10])  # cut inside the first cell: starts again
+    assert ampkit("export", "--store", src, "--resume", str(out)).returncode == 0
+    assert out.read_text().splitlines(keepends=True) == full
+    assert ampkit("export", "--store", src, "--resume", str(out)).returncode == 2  # already complete
     first = ampkit("import", str(out), "--store", dst)
     assert first.returncode == 0, first.stderr
     assert "import (ampkit)" in first.stderr  # the progress bar
     second = ampkit("import", str(out), "--store", dst)
     assert second.returncode == 0 and "imported 0 cells and 0 history entries" in second.stdout
     bad = tmp_path / "bad.ndjson"
-    bad.write_text(full[0] + '{"kind":"cell","cell":{}}\n' + full[-1])
+    bad.write_bytes((full[0] + '{"kind":"cell","cell":{}}\n').encode() + b'{"kind":"\xff"}\n' + full[-1].encode())
     refused = ampkit("import", str(bad), "--store", dst)
     assert refused.returncode == 1 and f"{bad}:2: cell:" in refused.stderr
+    assert f"{bad}:3: not UTF-8" in refused.stderr
 
 
 def test_admin_export_and_import_over_http(server_factory, tmp_path):

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -271,7 +272,7 @@ def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
 
 
 def test_conformance_suite_passes_against_postgres(pg_url, server_factory):
-    server = server_factory(pg_url)
+    server = server_factory(pg_url, args=["--allow-clock-override"])  # the lifecycle cases move the clock
     result = ampkit("conformance", "--base-url", server.base_url, timeout=240)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert " 0 failed" in result.stdout
@@ -364,7 +365,8 @@ def test_keyword_leg_sees_session_neighbours_and_forgets_purged_text(pg_store):
     assert other.id not in [c.cell_id for c in pg_store.keyword_candidates("Lisbon", CellFilter(), 10)]
     service.update("agent_a", question.id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
     service.delete("agent_a", question.id)
-    assert service.purge("admin", [question.id], as_of=utcnow() + timedelta(days=31)).purged == [question.id]
+    later = utcnow() + timedelta(days=31)
+    assert replace(service, clock=lambda: later).purge("admin", [question.id]).purged == [question.id]
     assert pg_store.keyword_candidates("grow up", CellFilter(statuses=("active", "deleted")), 10) == []
 
 

@@ -46,6 +46,9 @@ class Caller:
             raise Forbidden(f"this key lacks the {scope!r} scope", {"required_scope": scope})
         return self.agent_id
 
+    def may(self, scope: str) -> bool:
+        return scope in self.scopes
+
     def read(self) -> str:
         return self.need("read")
 

@@ -13,6 +13,7 @@ Two guarantees matter:
 
 from __future__ import annotations
 
+import builtins
 import base64
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
@@ -176,10 +177,10 @@ class Store(ABC):
     def count(self, flt: CellFilter) -> int: ...
 
     @abstractmethod
-    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Top-k by the backend's keyword ranker (BM25 for SQLite), best first."""
 
-    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Top-k by cosine similarity among cells embedded with `model`. Default: no dense leg.
 
         `flt` must be applied before ranking, exactly as in `keyword_candidates`: the top-k
@@ -247,7 +248,7 @@ class Store(ABC):
         Called once per authenticated request: make it one indexed lookup."""
 
     @abstractmethod
-    def list_keys(self, agent_id: Optional[str] = None) -> list[ApiKeyRecord]:
+    def list_keys(self, agent_id: Optional[str] = None) -> builtins.list[ApiKeyRecord]:
         """Every key record (or only `agent_id`'s), oldest first (created_at, then key_id)."""
 
     @abstractmethod

@@ -34,6 +34,7 @@ Not storable, unlike SQLite: a NUL character (U+0000) in a text (PostgreSQL reje
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import math
@@ -104,6 +105,13 @@ FROM unnest(%s::text[]) AS t(lexeme)
 """
 
 _CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+
+def _one(cursor: psycopg.Cursor[Any]) -> tuple[Any, ...]:
+    """The row of a query that always returns one (an aggregate, a function call)."""
+    row = cursor.fetchone()
+    assert row is not None
+    return row
 
 
 def _first_line(exc: BaseException) -> str:
@@ -356,7 +364,7 @@ class PostgresStore(SQLKeyReads, Store):
         """(version, name) of the migrations `open()` would apply; reads only, needs no `open()`."""
         self._check_reachable()
         with psycopg.connect(self.conninfo) as conn:
-            exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()[0]
+            exists = _one(conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL"))[0]
             done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")} if exists else set()
         return [(version, name) for version, name, _ in MIGRATIONS if version not in done]
 
@@ -452,7 +460,7 @@ class PostgresStore(SQLKeyReads, Store):
         where, params = filter_sql(flt)
         return int(self._query(sql.SQL("SELECT COUNT(*) FROM cells c WHERE {}").format(where), params)[0][0])
 
-    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         terms = query_terms(query)
         if not terms:
             return []
@@ -470,7 +478,7 @@ class PostgresStore(SQLKeyReads, Store):
                                     [lexemes, [idf[x] for x in lexemes], *params, avgdl, k])
             return [Candidate(cid, float(score)) for cid, score in rows]
 
-    def _idf(self, conn: psycopg.Connection, lexemes: list[str]) -> tuple[dict[str, float], float]:
+    def _idf(self, conn: psycopg.Connection, lexemes: builtins.list[str]) -> tuple[dict[str, float], float]:
         """BM25 inverse document frequencies of these lexemes, and the mean document length.
 
         Counting a common term's documents reads thousands of rows (~15 ms per term at 100k
@@ -478,7 +486,7 @@ class PostgresStore(SQLKeyReads, Store):
         count anyway. IDF moves slowly: a minute-old count ranks the same."""
         now = time.monotonic()
         if self._stats is None or now - self._stats[2] > STATS_TTL_SECONDS:
-            n, avgdl = conn.execute("SELECT COUNT(*), COALESCE(AVG(len), 1) FROM cell_search").fetchone()
+            n, avgdl = _one(conn.execute("SELECT COUNT(*), COALESCE(AVG(len), 1) FROM cell_search"))
             self._stats = (float(n), max(float(avgdl), 1.0), now)
             self._document_frequencies.clear()
         n, avgdl, _ = self._stats
@@ -494,7 +502,7 @@ class PostgresStore(SQLKeyReads, Store):
         return idf, avgdl
 
     def vector_query(self, vector: Any, model: str, flt: CellFilter, k: int,
-                     exact: bool = False) -> tuple[sql.Composable, list[Any]]:
+                     exact: bool = False) -> tuple[sql.Composed, builtins.list[Any]]:
         """The dense leg's SQL (public so tests and operators can EXPLAIN it)."""
         dim = int(np.asarray(vector).size)
         where, params = filter_sql(flt)
@@ -517,7 +525,7 @@ class PostgresStore(SQLKeyReads, Store):
         query_vector = as_vector(vector)
         return query, [query_vector, *params, query_vector, k]
 
-    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         with self._connection() as conn:
             with conn.transaction():
                 self.set_search_options(conn, k)
@@ -561,7 +569,7 @@ class PostgresStore(SQLKeyReads, Store):
         """A session advisory lock on one pooled connection: one run at a time across servers.
         If that connection dies mid-run, PostgreSQL releases the lock with it."""
         with self._connection("lifecycle lock") as conn:
-            got = bool(conn.execute("SELECT pg_try_advisory_lock(%s)", (LIFECYCLE_LOCK,)).fetchone()[0])
+            got = bool(_one(conn.execute("SELECT pg_try_advisory_lock(%s)", (LIFECYCLE_LOCK,)))[0])
             try:
                 yield got
             finally:

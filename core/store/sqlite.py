@@ -12,6 +12,7 @@ reader connection per thread; WAL lets readers run while a write commits.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import sqlite3
@@ -307,7 +308,7 @@ class _SQLiteWriteTx(WriteTx):
             row.update(self._vector_columns(vector))
         cols = ",".join(row)
         cur = self.conn.execute(f"INSERT INTO cells({cols}) VALUES ({','.join('?' * len(row))})", list(row.values()))
-        self._touch(cur.lastrowid)
+        self._touch(cur.lastrowid or 0)  # an INSERT always sets lastrowid
         self._write_readers(cell)
 
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
@@ -509,7 +510,7 @@ class SQLiteStore(SQLKeyReads, Store):
         where, params = filter_sql(flt)
         return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
 
-    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         match = fts_match(query)
         if match is None:
             return []
@@ -535,7 +536,7 @@ class SQLiteStore(SQLKeyReads, Store):
                 )
                 if not rows:
                     return
-                by_model: dict[str, tuple[list[int], list[bytes]]] = {}
+                by_model: dict[str, tuple[list[int], list[np.ndarray]]] = {}
                 for rowid, model, blob, _, dim in rows:
                     ids, vecs = by_model.setdefault(model, ([], []))
                     ids.append(rowid)
@@ -562,7 +563,7 @@ class SQLiteStore(SQLKeyReads, Store):
             ))
         return out
 
-    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         self._catch_up_vectors()
         index = self._vectors.get(model)
         if index is None:
