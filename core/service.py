@@ -401,7 +401,7 @@ class MemoryService:
                 updated = MemoryCell.model_validate(merged)
             except ValidationError as exc:  # a merged cell that breaks a model rule
                 # The cleaned errors carry no input values: nothing of the cell leaks.
-                raise validation_to_api_error(list(exc.errors())) from None
+                raise validation_to_api_error([dict(e) for e in exc.errors()]) from None
             self._check_size(updated, measured=reader)
             vector = None
             if "content.text" in diff:

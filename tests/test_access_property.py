@@ -25,7 +25,7 @@ from ampkit.errors import AccessDenied
 from ampkit.models import CellCreate, CellPatch, MemoryCell, SearchRequest
 from ampkit.service import MemoryService
 from ampkit.store.sqlite import SQLiteStore
-from support import ServerProcess
+from support import AppServer
 
 AGENTS = ["alice", "alex", "al", "bob", "bot-1", "bot-2", "Carol", "c4", "ev[1]", "x*y"]
 PATTERNS = AGENTS + ["*", "a*", "al?ce", "bot-*", "bot-[12]", "[!a]*", "*o*", "[A-Z]*", "?4", "ev[[]1]",
@@ -169,7 +169,7 @@ def test_service_read_paths_agree_with_can_read(specs):
 @pytest.fixture(scope="module")
 def http_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prop-http")
-    with ServerProcess(f"sqlite:///{tmp}/prop.db", log_path=tmp / "server.log") as proc:
+    with AppServer(f"sqlite:///{tmp}/prop.db", log_path=tmp / "server.log") as proc:
         yield proc
 
 

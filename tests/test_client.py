@@ -1,7 +1,7 @@
 """One client test suite over every way of reaching a store.
 
-Each behaviour test runs four times: the sync and the async client over HTTP against a real
-`ampkit serve` process, and the sync and the async client in process over a real SQLite
+Each behaviour test runs four times: the sync and the async client over real HTTP against the
+server app (in this process: the transport is what varies here, not the process), and the sync and the async client in process over a real SQLite
 file. The async client is driven through `Driven`, which runs its coroutines on an event
 loop, so one test body serves both shells. `test_http_and_in_process_agree` then runs one
 scenario on fresh stores and asserts that HTTP and in-process give identical results and
@@ -36,7 +36,7 @@ from ampkit import (
     ValidationFailed,
 )
 from ampkit.client import ConfigError, resolve
-from support import ROOT, ServerProcess, free_port
+from support import ROOT, AppServer, free_port
 
 BACKENDS = ["http-sync", "http-async", "local-sync", "local-async"]
 MISSING_ID = "mem_" + "0" * 26
@@ -88,7 +88,7 @@ def clock_override():
 def client_server(tmp_path_factory):
     """This module's own server, so that lifecycle runs here never touch other tests' cells."""
     tmp = tmp_path_factory.mktemp("client-server")
-    with ServerProcess(f"sqlite:///{tmp}/memory.db", log_path=tmp / "server.log") as proc:
+    with AppServer(f"sqlite:///{tmp}/memory.db", log_path=tmp / "server.log") as proc:
         yield proc
 
 

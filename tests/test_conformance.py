@@ -124,7 +124,7 @@ def test_runner_fails_cleanly_when_nothing_listens(tmp_path):
 @pytest.mark.postgres
 def test_suite_passes_against_ampkit_serve_on_postgres(server_factory, pg_url):
     """The same vectors hold the PostgreSQL store to the same protocol."""
-    result = run_cli(server_factory(store_url=pg_url, args=["--allow-clock-override"]).base_url)
+    result = run_cli(server_factory(store_url=pg_url, args=["--allow-clock-override"], process=True).base_url)
     assert result.returncode == 0, result.stdout
     passed, failed, _ = SUMMARY.findall(result.stdout)[-1]
     assert int(passed) >= 40 and failed == "0", result.stdout

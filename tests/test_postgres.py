@@ -1,6 +1,6 @@
 """PostgreSQL-specific behaviour (the shared contract is in test_store_contract.py): the dense
 leg on pgvector, migrations and the lifecycle lock across processes, start-up and outage
-errors, conformance over HTTP, and `ampkit migrate` / `ampkit copy`."""
+errors, and `ampkit migrate` / `ampkit copy`."""
 
 from __future__ import annotations
 
@@ -269,13 +269,6 @@ def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
     finally:
         pg.stop()
         shutil.rmtree(root, ignore_errors=True)
-
-
-def test_conformance_suite_passes_against_postgres(pg_url, server_factory):
-    server = server_factory(pg_url, args=["--allow-clock-override"])  # the lifecycle cases move the clock
-    result = ampkit("conformance", "--base-url", server.base_url, timeout=240)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert " 0 failed" in result.stdout
 
 
 def test_migrate_dry_run_changes_nothing_then_applies(pg_url, tmp_path):

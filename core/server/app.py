@@ -7,6 +7,7 @@ import asyncio
 import importlib.util
 import inspect
 import logging
+import time
 from contextlib import asynccontextmanager, nullcontext
 from typing import Annotated, Any, Callable, Optional
 
@@ -42,10 +43,14 @@ async def require_json(request: Request) -> None:  # async: no thread-pool hop
         )
 
 
-def create_app(settings: Optional[Settings] = None, service: Optional[MemoryService] = None) -> FastAPI:
+def create_app(settings: Optional[Settings] = None, service: Optional[MemoryService] = None, *,
+               monotonic: Callable[[], float] = time.monotonic) -> FastAPI:
+    """The app for `settings` (loaded from the environment when absent), running `service`
+    (built from `settings` when absent). Keys expire on the service's clock; `monotonic`
+    refills the rate-limit buckets."""
     settings = settings or load_settings()
     service = service or build_service(settings)
-    identity = IdentityResolver(settings, service.store)
+    identity = IdentityResolver(settings, service.store, clock=service.clock, monotonic=monotonic)
 
     async def lifecycle_loop() -> None:
         interval = service.policy.interval_seconds
