@@ -2,12 +2,14 @@
 shared ampkit memory. Each framework has its own module, importable once its extra is
 installed (`pip install 'ampkit[langchain]'`, `[llamaindex]`, `[crewai]`, `[autogen]`):
 
-    ampkit.adapters.langchain   AmpkitStore, SharedMemoryMiddleware, AmpkitChatMessageHistory,
-                                AmpkitRetriever, memory_tools
-    ampkit.adapters.llamaindex  AmpkitMemory, AmpkitMemoryBlock
+    ampkit.adapters.langchain   AmpkitStore, SharedMemoryMiddleware, RefusedWriteMiddleware,
+                                AmpkitChatMessageHistory, AmpkitRetriever, memory_tools
+    ampkit.adapters.llamaindex  AmpkitLlamaIndexMemory, AmpkitMemoryBlock
     ampkit.adapters.crewai      AmpkitCrewMemory
-    ampkit.adapters.autogen     AmpkitMemory
-    ampkit.adapters.fakes       offline fake models that record their prompts (tests, demo)
+    ampkit.adapters.autogen     AmpkitAutoGenMemory
+
+Offline fake models for each framework (tests, examples, the demo) are in `examples/fakes/`,
+not in the package.
 
 This package itself imports no framework. See docs/adapters.md for the mapping table.
 """

@@ -184,27 +184,44 @@ def call(method: str, *args: Any, **kwargs: Any) -> Call:
     return Call(method, args, kwargs)
 
 
+def _collect(step: Call, value: Any) -> Any:
+    return list(value) if step.method == "list" else value
+
+
 def run_sync(client: Any, plan):
-    result = None
+    """Run `plan` on a sync client. A call's exception is thrown into the plan, so a plan can
+    catch, say, a `Conflict` and go another way; uncaught, it leaves `run_sync`."""
     try:
+        step = plan.send(None)
         while True:
+            try:
+                result = _collect(step, getattr(client, step.method)(*step.args, **step.kwargs))
+            except Exception as exc:  # noqa: BLE001 - handed to the plan, which re-raises what it does not handle
+                step = plan.throw(exc)
+                continue
             step = plan.send(result)
-            value = getattr(client, step.method)(*step.args, **step.kwargs)
-            result = list(value) if step.method == "list" else value
     except StopIteration as done:
         return done.value
 
 
+async def _await_step(client: Any, step: Call) -> Any:
+    value = getattr(client, step.method)(*step.args, **step.kwargs)
+    if step.method == "list":
+        return [cell async for cell in value] if hasattr(value, "__aiter__") else list(await value)
+    return await value
+
+
 async def run_async(client: Any, plan):
-    result = None
+    """`run_sync` on an async client."""
     try:
+        step = plan.send(None)
         while True:
+            try:
+                result = await _await_step(client, step)
+            except Exception as exc:  # noqa: BLE001 - see run_sync
+                step = plan.throw(exc)
+                continue
             step = plan.send(result)
-            value = getattr(client, step.method)(*step.args, **step.kwargs)
-            if step.method == "list":
-                result = [cell async for cell in value] if hasattr(value, "__aiter__") else list(await value)
-            else:
-                result = await value
     except StopIteration as done:
         return done.value
 

@@ -1,14 +1,14 @@
 """AutoGen 0.7 adapter: an `autogen_core.memory.Memory` on ampkit.
 
-    from ampkit.adapters.autogen import AmpkitMemory
+    from ampkit.adapters.autogen import AmpkitAutoGenMemory
 
-    memory = AmpkitMemory(client, owner_id="ada")        # client: ampkit Client or AsyncClient
+    memory = AmpkitAutoGenMemory(client, owner_id="ada")        # client: ampkit Client or AsyncClient
     agent = AssistantAgent("assistant", model_client=model, memory=[memory])   # a list, not a tuple
 
 Before every model call the agent runs `update_context`, which searches shared memory with
 the latest message and appends the hits as one system message. AutoGen agents never write
 memory by themselves: call `await memory.add(MemoryContent(...))` (or give the agent a tool).
-The component config round-trips (`dump_component()` / `AmpkitMemory.load_component(...)`);
+The component config round-trips (`dump_component()` / `AmpkitAutoGenMemory.load_component(...)`);
 the api key is not part of it, pass `api_key=` or rely on the client's own default.
 """
 
@@ -54,14 +54,14 @@ def _content_text(content: MemoryContent) -> str:
     return str(value)
 
 
-class AmpkitMemory(Memory, Component[AmpkitMemoryConfig]):
+class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
     """Shared ampkit memory for AutoGen agents. `owner_id` is whose memory it is; writes
     carry the client's agent id and the `sharing` policy; `clear()` forgets only the cells
     this agent added through a memory of the same `name`."""
 
     component_type = "memory"
     component_config_schema = AmpkitMemoryConfig
-    component_provider_override = "ampkit.adapters.autogen.AmpkitMemory"
+    component_provider_override = "ampkit.adapters.autogen.AmpkitAutoGenMemory"
 
     def __init__(self, client: Any, *, owner_id: str, name: str = "default", session_id: Optional[str] = None,
                  k: int = 5, types: Optional[Sequence[str]] = LONG_TERM_TYPES, memory_type: str = "semantic",
@@ -122,7 +122,7 @@ class AmpkitMemory(Memory, Component[AmpkitMemoryConfig]):
         return self._config.model_copy()
 
     @classmethod
-    def _from_config(cls, config: AmpkitMemoryConfig) -> "AmpkitMemory":
+    def _from_config(cls, config: AmpkitMemoryConfig) -> "AmpkitAutoGenMemory":
         import ampkit
 
         c = config
@@ -131,3 +131,15 @@ class AmpkitMemory(Memory, Component[AmpkitMemoryConfig]):
                      sharing=Sharing(readable_by=c.readable_by, writable_by=c.writable_by, public=c.public))
         memory._clients.owned = True  # it opened the client, so close() closes it
         return memory
+
+
+def __getattr__(name: str) -> Any:
+    # The LlamaIndex and AutoGen adapters both called their class `AmpkitMemory`; each now has
+    # its own name. The old one still works, with a warning, until 0.3.
+    if name == "AmpkitMemory":
+        import warnings
+
+        warnings.warn("ampkit.adapters.autogen.AmpkitMemory is renamed AmpkitAutoGenMemory; the old name goes in 0.3",
+                      DeprecationWarning, stacklevel=2)
+        return AmpkitAutoGenMemory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,22 +11,33 @@ tools, all on one ampkit client.
                          store=AmpkitStore(client, owner_id="ada"))
 
 Mapping (see docs/adapters.md): a store item `(namespace, key) -> value` is one semantic
-cell owned by `owner_id`; the value dict is kept whole in `metadata.langgraph_value`, the
-searchable text is the value's `index` fields (or its "text"/"content"/"memory" field, or the
-JSON); the namespace joined by "." is the scope tag. Chat messages are episodic cells in
-the session. `delete`/`clear` forget only cells this agent created in that scope.
+cell, owned by the user the namespace names (`("memories", user_id)`), with the cell key
+`langgraph:[...namespace, key]` so the server keeps one live item per key; the value dict is
+kept whole in `metadata.langgraph_value`, the searchable text is the value's `index` fields
+(or its "text"/"content"/"memory"/"data" field, or the JSON); the namespace joined by "." is
+the scope tag. Chat messages are episodic cells in the session. `delete`/`clear` forget only
+cells this agent created (or owns).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Iterable, Optional, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest
+from langchain.agents.middleware.types import ToolCallRequest
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.documents import Document
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, message_to_dict, messages_from_dict
+from langchain_core.messages import (
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    message_to_dict,
+    messages_from_dict,
+)
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.store.base import (
@@ -41,11 +52,13 @@ from langgraph.store.base import (
     SearchOp,
     get_text_at_path,
 )
-from langgraph.store.memory import _compare_values, _does_match
+from langgraph.store.base import TTLConfig
 from pydantic import ConfigDict, PrivateAttr
 
-from ampkit import MemoryCell
+from ampkit import AccessDenied, Conflict, MemoryCell
+from ampkit.errors import AmpkitError, APIError
 
+from ._filters import item_matches, namespace_matches
 from ._mapping import (
     FRAMEWORK_TAG,
     LONG_TERM_TYPES,
@@ -65,6 +78,7 @@ from ._mapping import (
 FRAMEWORK = "langgraph"
 KEY_TAG = "langgraph_key"
 VALUE_TAG = "langgraph_value"
+TTL_TAG = "langgraph_ttl"
 MESSAGE_TAG = "langchain_message"
 TEXT_FIELDS = ("text", "content", "memory", "data")
 
@@ -87,6 +101,12 @@ def prefix_filter(prefix: Sequence[str]) -> dict[str, str]:
     if not prefix:
         return {FRAMEWORK_TAG: FRAMEWORK}
     return {f"langgraph_ns_{len(prefix)}": ".".join(prefix)}
+
+
+def cell_key(namespace: Sequence[str], key: str) -> str:
+    """The cell key (`identity.key`) of a store item: unique among the owner's live cells,
+    so the server itself keeps one item per (owner, namespace, key)."""
+    return FRAMEWORK + ":" + json.dumps([*namespace, key], ensure_ascii=False, separators=(",", ":"))
 
 
 def _namespace_of(cell: MemoryCell) -> tuple[str, ...]:
@@ -117,22 +137,54 @@ def _item(cell: MemoryCell, score: Optional[float] = None, searched: bool = Fals
     return SearchItem(**fields, score=score) if searched else Item(**fields)
 
 
+def _expiry(ttl_minutes: Optional[float]) -> Optional[datetime]:
+    return None if ttl_minutes is None else datetime.now(timezone.utc) + timedelta(minutes=ttl_minutes)
+
+
+OwnerRule = Union[int, Callable[[tuple[str, ...]], Optional[str]]]
+
+
 class AmpkitStore(BaseStore):
-    """LangGraph long-term memory store backed by ampkit.
+    """LangGraph long-term memory store backed by ampkit: one item is one semantic cell.
 
-    `owner_id` is whose memory this is (a user id, usually); it defaults to the client's
-    agent id. `sharing` sets the access policy of the cells the store writes. Search is the
-    server's ranked search (keyword, plus dense vectors if the server has them) over the
-    owner's readable items under the namespace prefix (filtered by the server); a value
-    `filter` is applied here, to the best `MAX_SEARCH` hits. `batch` runs on the sync client
-    and `abatch` on the async one. TTLs are not supported."""
+    Whose memory an item is (its `owner_id`) comes from its namespace: by default the label
+    at index 1, so `("memories", user_id)` and LangMem's `("memories", "{langgraph_user_id}")`
+    are the user's. `owner=` changes the rule (another index, or a function of the namespace
+    returning the owner or None); `owner_id=` fixes one owner for every namespace. A namespace
+    the rule finds no owner in belongs to the client's agent.
 
-    supports_ttl = False
+    - `put` of a new key creates the cell with a cell key, so the server keeps one live item
+      per (owner, namespace, key) even when agents race; `put` of an existing key updates that
+      cell under the server's write rule (owner, creator, `writable_by`). A refused put raises
+      `ampkit.AccessDenied` with a message for the model (see `RefusedWriteMiddleware`).
+    - `delete` forgets the item only when this agent created it (or is its owner); an item a
+      teammate wrote stays, and the refusal is an `AccessDenied` too.
+    - `ttl` (minutes) becomes the cell's `expires_at`; reads with `refresh_ttl` push it on.
+    - `search` with a query is the server's ranked search inside the namespace prefix; without
+      one it pages through the prefix in creation order. A value `filter` is applied to what
+      the server returns (the best 100 hits of a ranked search). `batch` runs on the sync
+      client, `abatch` on the async one."""
 
-    def __init__(self, client: Any, *, owner_id: Optional[str] = None, sharing: Sharing = Sharing()):
+    supports_ttl = True
+
+    def __init__(self, client: Any, *, owner_id: Optional[str] = None, owner: OwnerRule = 1,
+                 sharing: Sharing = Sharing(), ttl_config: Optional[TTLConfig] = None):
         self.clients = Clients(client)
-        self.owner_id = owner_id or self.clients.agent_id
+        self.owner_id = owner_id
+        self.owner = owner
         self.sharing = sharing
+        self.ttl_config = ttl_config
+
+    def owner_of(self, namespace: Sequence[str]) -> Optional[str]:
+        """The owner of a namespace's items, or None when the rule finds none in it."""
+        if self.owner_id is not None:
+            return self.owner_id
+        if callable(self.owner):
+            return self.owner(tuple(namespace))
+        return namespace[self.owner] if -len(namespace) <= self.owner < len(namespace) else None
+
+    def _writer_owner(self, namespace: Sequence[str]) -> str:
+        return self.owner_of(namespace) or self.clients.agent_id
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         return [run_sync(self.clients.sync, self._plan(op)) for op in ops]
@@ -144,6 +196,8 @@ class AmpkitStore(BaseStore):
     def _plan(self, op: Op):
         if isinstance(op, GetOp):
             cell = yield from self._find(op.namespace, op.key)
+            if cell is not None and op.refresh_ttl:
+                yield from self._refresh([cell])
             return None if cell is None else _item(cell)
         if isinstance(op, PutOp):
             return (yield from self._put(op))
@@ -154,51 +208,103 @@ class AmpkitStore(BaseStore):
         raise TypeError(f"unknown store op {type(op).__name__}")
 
     def _find(self, namespace: tuple[str, ...], key: str):
-        cells = yield call("list", owner_id=self.owner_id, metadata={SCOPE_TAG: namespace_scope(namespace), KEY_TAG: key})
+        owner = self._writer_owner(namespace)
+        cells = yield call("list", owner_id=owner, limit=1,
+                           metadata={SCOPE_TAG: namespace_scope(namespace), KEY_TAG: key})
         return cells[0] if cells else None
 
+    def _refresh(self, cells: Sequence[MemoryCell]):
+        """Push the expiry of items stored with a ttl; an item this agent may not write keeps its own."""
+        for cell in cells:
+            ttl = cell.content.metadata.get(TTL_TAG)
+            if ttl is None:
+                continue
+            try:
+                yield call("update", cell.id, expires_at=_expiry(ttl))
+            except AmpkitError:
+                pass
+
     def _put(self, op: PutOp):
-        existing = yield from self._find(op.namespace, op.key)
+        where = f"{'/'.join(op.namespace)}/{op.key}"
         if op.value is None:
-            if existing is not None:
-                yield call("forget", existing.id)
-            return None
+            return (yield from self._delete(op.namespace, op.key, where))
         value = dict(op.value)
-        text = item_text(value, op.index or None, op.key)
-        metadata = tags(FRAMEWORK, namespace_scope(op.namespace), **prefix_tags(op.namespace),
-                        **{KEY_TAG: op.key, VALUE_TAG: value})
-        if existing is not None:
-            yield call("update", existing.id, text=text, metadata=metadata)
-        else:
-            yield call("remember", text, owner_id=self.owner_id, metadata=metadata, **self.sharing.fields())
+        fields = dict(
+            text=item_text(value, op.index or None, op.key),
+            metadata=tags(FRAMEWORK, namespace_scope(op.namespace), **prefix_tags(op.namespace),
+                          **{KEY_TAG: op.key, VALUE_TAG: value, TTL_TAG: op.ttl}),
+            expires_at=_expiry(op.ttl),
+        )
+        existing = yield from self._find(op.namespace, op.key)
+        if existing is None:
+            try:
+                yield call("remember", owner_id=self._writer_owner(op.namespace), key=cell_key(op.namespace, op.key),
+                           **fields, **self.sharing.fields())
+                return None
+            except Conflict:
+                # Another writer created the key since the look-up, or holds it unseen by this agent.
+                existing = yield from self._find(op.namespace, op.key)
+                if existing is None:
+                    raise AccessDenied(f"memory item {where} belongs to another agent and is not shared with this one; "
+                                       "it was not changed") from None
+        try:
+            yield call("update", existing.id, **fields)
+        except AccessDenied:
+            raise AccessDenied(f"memory item {where} was written by {existing.identity.created_by} and this agent may "
+                               "read but not change it (sharing needs writable_by); it was not changed") from None
+        return None
+
+    def _delete(self, namespace: tuple[str, ...], key: str, where: str):
+        existing = yield from self._find(namespace, key)
+        if existing is None:
+            return None
+        agent = self.clients.agent_id
+        if agent not in (existing.identity.created_by, existing.identity.owner_id):
+            raise AccessDenied(f"memory item {where} was written by {existing.identity.created_by}; only its writer "
+                               "or its owner may delete it; it was kept")
+        yield call("forget", existing.id)
         return None
 
     def _search(self, op: SearchOp):
+        owner = self.owner_of(op.namespace_prefix)
         in_prefix = prefix_filter(op.namespace_prefix)
+        wanted = op.offset + op.limit
         if op.query:
-            # The value filter runs here, after ranking: then rank a wider window.
-            window = MAX_SEARCH if op.filter else min(MAX_SEARCH, op.offset + op.limit)
-            hits = yield call("search", op.query, owner_id=self.owner_id, limit=window, metadata=in_prefix)
-            scored = [(h.cell, h.score) for h in hits]
+            # A value filter runs here, after ranking: then rank the widest window the server gives.
+            window = MAX_SEARCH if op.filter else min(MAX_SEARCH, wanted)
+            hits = yield call("search", op.query, owner_id=owner, limit=window, metadata=in_prefix)
+            scored = [(h.cell, h.score) for h in hits if item_matches(_value(h.cell), op.filter)]
         else:
-            cells = yield call("list", owner_id=self.owner_id, metadata=in_prefix)
-            cells.sort(key=lambda c: c.lifecycle.last_updated_at or c.lifecycle.created_at, reverse=True)
-            scored = [(c, None) for c in cells]
-        wanted = [
-            _item(cell, score, searched=True)
-            for cell, score in scored
-            if all(_compare_values(cell.content.metadata.get(VALUE_TAG, {}).get(k), v) for k, v in (op.filter or {}).items())
-        ]
-        return wanted[op.offset: op.offset + op.limit]
+            # Page through the prefix in the store (creation order); with a value filter, read
+            # a doubling window until enough items match or the prefix is exhausted.
+            window = wanted
+            while True:
+                cells = yield call("list", owner_id=owner, metadata=in_prefix, limit=window)
+                matching = [c for c in cells if item_matches(_value(c), op.filter)]
+                if len(matching) >= wanted or len(cells) < window:
+                    break
+                window *= 2
+            scored = [(c, None) for c in matching]
+        page = scored[op.offset: wanted]
+        if op.refresh_ttl:
+            yield from self._refresh([c for c, _ in page])
+        return [_item(cell, score, searched=True) for cell, score in page]
 
     def _list_namespaces(self, op: ListNamespacesOp):
-        cells = yield call("list", owner_id=self.owner_id, metadata={FRAMEWORK_TAG: FRAMEWORK})
+        prefixes = [c.path for c in op.match_conditions if c.match_type == "prefix" and "*" not in c.path]
+        owner = self.owner_of(prefixes[0] if prefixes else ())
+        in_prefix = prefix_filter(prefixes[0]) if prefixes else {FRAMEWORK_TAG: FRAMEWORK}
+        cells = yield call("list", owner_id=owner, metadata=in_prefix)
         namespaces = {_namespace_of(c) for c in cells}
-        if op.match_conditions:
-            namespaces = {ns for ns in namespaces if all(_does_match(cond, ns) for cond in op.match_conditions)}
+        namespaces = {ns for ns in namespaces
+                      if all(namespace_matches(c.match_type, c.path, ns) for c in op.match_conditions)}
         if op.max_depth is not None:
             namespaces = {ns[: op.max_depth] for ns in namespaces}
         return sorted(namespaces)[op.offset: op.offset + op.limit]
+
+
+def _value(cell: MemoryCell) -> dict[str, Any]:
+    return cell.content.metadata.get(VALUE_TAG, {})
 
 
 # ---------------------------------------------------------------- chat message history
@@ -265,13 +371,14 @@ def _document(hit: Any) -> Document:
 
 
 class AmpkitRetriever(BaseRetriever):
-    """Ranked search over every cell the client's agent may read (any framework wrote it)."""
+    """Ranked search over the cells the client's agent may read, whichever framework wrote
+    them: durable memory (semantic and procedural) by default; `types=None` adds chat logs."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     client: Any
     owner_id: Optional[str] = None
-    types: Optional[list[str]] = None
+    types: Optional[list[str]] = list(LONG_TERM_TYPES)
     k: int = 4
     _clients: Clients = PrivateAttr()
 
@@ -290,10 +397,45 @@ class AmpkitRetriever(BaseRetriever):
 # ---------------------------------------------------------------- middleware
 
 
-class SharedMemoryMiddleware(AgentMiddleware):
+def refusal_text(exc: APIError) -> str:
+    """What a model reads when memory refused a write: the reason, and that nothing changed."""
+    return f"Memory refused this ({exc.code}): {exc.message}"
+
+
+def _refused(request: ToolCallRequest, exc: APIError) -> ToolMessage:
+    call_ = request.tool_call
+    return ToolMessage(refusal_text(exc), tool_call_id=call_["id"], name=call_["name"], status="error")
+
+
+class RefusedWriteMiddleware(AgentMiddleware):
+    """Turns a memory write that ampkit refuses inside a tool (an `AccessDenied`, a `Conflict`,
+    a too-large or invalid value: any 4xx) into that tool's result, so the model reads why and
+    the turn goes on; without it the exception ends `invoke`. Server and network failures
+    (5xx, timeouts) still raise. `SharedMemoryMiddleware` includes it."""
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Callable) -> Any:
+        try:
+            return handler(request)
+        except APIError as exc:
+            if exc.status >= 500:
+                raise
+            return _refused(request, exc)
+
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: Callable) -> Any:
+        try:
+            return await handler(request)
+        except APIError as exc:
+            if exc.status >= 500:
+                raise
+            return _refused(request, exc)
+
+
+class SharedMemoryMiddleware(RefusedWriteMiddleware):
     """For `create_agent(..., middleware=[...])`: before every model call, search the owner's
     shared long-term memories (any framework's) with the latest human message and add the
-    hits to the system message of that call. Nothing is added to the agent's saved state."""
+    hits to the system message of that call. Nothing is added to the agent's saved state.
+    A memory write a tool makes that ampkit refuses becomes the tool's result (see
+    `RefusedWriteMiddleware`)."""
 
     def __init__(self, client: Any, *, owner_id: str, k: int = 5, types: Optional[Sequence[str]] = LONG_TERM_TYPES):
         super().__init__()
@@ -334,11 +476,22 @@ def memory_tools(client: Any, *, owner_id: str, sharing: Sharing = Sharing(), k:
     scope = f"langchain.tools:{owner_id}"
 
     def _remember(fact: str) -> str:
-        cell = clients.sync.remember(fact, owner_id=owner_id, metadata=tags("langchain", scope), **sharing.fields())
+        try:
+            cell = clients.sync.remember(fact, owner_id=owner_id, metadata=tags("langchain", scope), **sharing.fields())
+        except APIError as exc:
+            if exc.status >= 500:
+                raise
+            return refusal_text(exc)
         return f"remembered ({cell.id})"
 
     async def _aremember(fact: str) -> str:
-        cell = await clients.aio.remember(fact, owner_id=owner_id, metadata=tags("langchain", scope), **sharing.fields())
+        try:
+            cell = await clients.aio.remember(fact, owner_id=owner_id, metadata=tags("langchain", scope),
+                                              **sharing.fields())
+        except APIError as exc:
+            if exc.status >= 500:
+                raise
+            return refusal_text(exc)
         return f"remembered ({cell.id})"
 
     def _format(hits: list) -> str:

@@ -1,12 +1,12 @@
 """LlamaIndex adapters: a memory block for the new `Memory`, and a full `BaseMemory`.
 
     from llama_index.core.memory import Memory
-    from ampkit.adapters.llamaindex import AmpkitMemory, AmpkitMemoryBlock
+    from ampkit.adapters.llamaindex import AmpkitLlamaIndexMemory, AmpkitMemoryBlock
 
     # shared long-term memory as one block beside LlamaIndex's own short-term queue
     memory = Memory.from_defaults(session_id="s1", memory_blocks=[AmpkitMemoryBlock(client=client, owner_id="ada")])
     # or: the whole memory (session history + shared recall) in ampkit
-    memory = AmpkitMemory.from_defaults(client=client, owner_id="ada", session_id="s1")
+    memory = AmpkitLlamaIndexMemory.from_defaults(client=client, owner_id="ada", session_id="s1")
     await agent.run(user_msg="...", memory=memory)
 
 Workflow agents call only the async methods; those do real async I/O on an
@@ -53,6 +53,7 @@ class AmpkitMemoryBlock(BaseMemoryBlock[str]):
     client: Any = Field(exclude=True)
     owner_id: str
     limit: int = 5
+    recall_types: Optional[list[str]] = Field(default_factory=lambda: list(LONG_TERM_TYPES))
     sharing: Sharing = Sharing()
     _clients: Clients = PrivateAttr()
 
@@ -63,7 +64,7 @@ class AmpkitMemoryBlock(BaseMemoryBlock[str]):
         query = search_text(m.content for m in (messages or [])[-3:])
         if not query:
             return ""
-        hits = await self._clients.aio.search(query, owner_id=self.owner_id, types=LONG_TERM_TYPES, limit=self.limit)
+        hits = await self._clients.aio.search(query, owner_id=self.owner_id, types=self.recall_types, limit=self.limit)
         return render((h.cell.content.text for h in hits), header="")
 
     def _put(self, messages: List[ChatMessage]):
@@ -75,7 +76,7 @@ class AmpkitMemoryBlock(BaseMemoryBlock[str]):
         await run_async(self._clients.aio, self._put(messages))
 
 
-class AmpkitMemory(BaseMemory):
+class AmpkitLlamaIndexMemory(BaseMemory):
     """The whole agent memory in ampkit: the session's chat history (episodic cells with the
     session id) plus shared long-term memory recalled for the latest user message and given to
     the model as a system message. `reset()` forgets this session's messages written by
@@ -87,6 +88,7 @@ class AmpkitMemory(BaseMemory):
     owner_id: str
     session_id: str = "default"
     recall_limit: int = 5
+    recall_types: Optional[list[str]] = Field(default_factory=lambda: list(LONG_TERM_TYPES))
     sharing: Sharing = Sharing()
     _clients: Clients = PrivateAttr()
 
@@ -95,10 +97,10 @@ class AmpkitMemory(BaseMemory):
 
     @classmethod
     def class_name(cls) -> str:
-        return "AmpkitMemory"
+        return "AmpkitLlamaIndexMemory"
 
     @classmethod
-    def from_defaults(cls, *, client: Any, owner_id: str, session_id: str = "default", **kwargs: Any) -> "AmpkitMemory":
+    def from_defaults(cls, *, client: Any, owner_id: str, session_id: str = "default", **kwargs: Any) -> "AmpkitLlamaIndexMemory":
         return cls(client=client, owner_id=owner_id, session_id=session_id, **kwargs)
 
     @property
@@ -117,7 +119,7 @@ class AmpkitMemory(BaseMemory):
         query = search_text([input] if input else latest_user)
         if not query:
             return history
-        hits = yield call("search", query, owner_id=self.owner_id, types=LONG_TERM_TYPES, limit=self.recall_limit)
+        hits = yield call("search", query, owner_id=self.owner_id, types=self.recall_types, limit=self.recall_limit)
         recalled = render(h.cell.content.text for h in hits)
         return ([ChatMessage(role=MessageRole.SYSTEM, content=recalled)] if recalled else []) + history
 
@@ -166,3 +168,15 @@ class AmpkitMemory(BaseMemory):
 
     async def areset(self) -> None:
         await run_async(self._clients.aio, forget_scope(self.owner_id, self.scope, self._clients.agent_id))
+
+
+def __getattr__(name: str) -> Any:
+    # The LlamaIndex and AutoGen adapters both called their class `AmpkitMemory`; each now has
+    # its own name. The old one still works, with a warning, until 0.3.
+    if name == "AmpkitMemory":
+        import warnings
+
+        warnings.warn("ampkit.adapters.llamaindex.AmpkitMemory is renamed AmpkitLlamaIndexMemory; the old name goes in 0.3",
+                      DeprecationWarning, stacklevel=2)
+        return AmpkitLlamaIndexMemory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

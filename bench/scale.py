@@ -164,11 +164,10 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
         server.stop()
 
     # ---- in process: the same service code the server runs, on the same store
-    from ampkit.config import Settings
+    from ampkit.bootstrap import build_service, load_settings
     from ampkit.models import SearchRequest
-    from ampkit.service import build_service
 
-    service = build_service(Settings(store=store_url, embedder=embedder))
+    service = build_service(load_settings(store=store_url, embedder=embedder))
     service.store.open()
     try:
         for owner, q in workload[:20]:

@@ -31,12 +31,11 @@ def main() -> None:
 def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecycle_interval: Optional[float],
           auth: Optional[str], insecure: bool, rate_limit: Optional[float]) -> None:
     """Run the /amp/v1 server."""
-    from .config import Settings
+    from .bootstrap import build_service, load_settings
     from .server.identity import is_loopback_host
 
-    overrides = {"host": host, "port": port, "store": store, "lifecycle_interval_seconds": lifecycle_interval,
-                 "auth": auth, "rate_limit": rate_limit}
-    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    settings = load_settings(host=host, port=port, store=store, lifecycle_interval_seconds=lifecycle_interval,
+                             auth=auth, rate_limit=rate_limit)
     if settings.auth != "required" and not insecure and not is_loopback_host(settings.host):
         click.echo(
             f"ampkit: refusing to listen on {settings.host} with auth off: any client on the network could read "
@@ -46,7 +45,6 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
         )
         sys.exit(EXIT_USAGE)
     from .server import run
-    from .server.app import build_service
 
     try:
         service = build_service(settings)
@@ -69,10 +67,10 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
 
 # ---------------------------------------------------------------- keys
 def _store(url: Optional[str]):
-    from .config import Settings
+    from .bootstrap import load_settings
     from .store import store_from_url
 
-    store = store_from_url(Settings(**({"store": url} if url else {})).store_url())
+    store = store_from_url(load_settings(store=url).store_url())
     store.open()
     return store
 
@@ -232,14 +230,13 @@ def copy(source_url: str, dest_url: str, batch_size: int) -> None:
     verify the counts. Vectors are recomputed with the configured embedder (AMPKIT_EMBEDDER)."""
     from tqdm import tqdm
 
-    from .config import Settings
-    from .embeddings import retriever_from_settings
+    from .bootstrap import load_settings, retriever_from_settings
     from .store.transfer import DestinationNotEmpty, copy_store, everything
 
     source, dest = _open_or_exit(source_url), _open_or_exit(dest_url)
     try:
         with tqdm(total=source.count(everything()), unit="cell", desc="copy", file=sys.stderr) as bar:
-            report = copy_store(source, dest, retriever_from_settings(Settings()), batch_size, bar.update)
+            report = copy_store(source, dest, retriever_from_settings(load_settings()), batch_size, bar.update)
     except DestinationNotEmpty as exc:
         click.echo(f"ampkit: {exc}", err=True)
         sys.exit(EXIT_USAGE)
@@ -255,6 +252,86 @@ def copy(source_url: str, dest_url: str, batch_size: int) -> None:
     click.echo("verified: cell counts per status, history per cell and API keys match")
 
 
+@main.command("export")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--store", "store_url", required=True, help="store URL: sqlite:///PATH or postgresql://...")
+@click.option("--owner", "owner_id", default=None, help="only this owner's cells (and their history)")
+@click.option("--resume", is_flag=True, help="continue an interrupted export into FILE after its last complete line")
+@click.option("--cursor", default=None, help="start after the line carrying this cursor (for FILE = -)")
+def export_command(file: str, store_url: str, owner_id: Optional[str], resume: bool, cursor: Optional[str]) -> None:
+    """Export a store as NDJSON (cells, history, supersession links), streamed page by page.
+    FILE - writes to stdout. The format is in docs/time-travel.md."""
+    from .errors import ValidationFailed
+    from .portable import check_cursor, export_lines, last_cursor
+
+    try:
+        if resume:
+            if file == "-":
+                raise click.BadParameter("--resume needs a FILE, not -")
+            cursor = last_cursor(file)
+        check_cursor(cursor)
+    except (OSError, ValueError, ValidationFailed) as exc:
+        raise click.BadParameter(str(exc)) from exc
+    store = _open_or_exit(store_url)
+    count = 0
+    try:
+        out = sys.stdout if file == "-" else open(file, "a" if resume else "w", encoding="utf-8")
+        try:
+            for line in export_lines(store, owner_id, cursor):
+                out.write(line)
+                count += 1
+        finally:
+            if out is not sys.stdout:
+                out.close()
+    finally:
+        store.close()
+    click.echo(f"exported {count} lines from {_shown(store_url)}" + (f" to {file}" if file != "-" else ""), err=True)
+
+
+@main.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--store", "store_url", required=True, help="store URL: sqlite:///PATH or postgresql://...")
+@click.option("--from", "source_format", default="auto", show_default=True,
+              type=click.Choice(["auto", "ampkit", "amp", "mem0", "letta", "langgraph"]),
+              help="what FILE is: an ampkit NDJSON export or a peer's data (docs/time-travel.md#importers)")
+@click.option("--owner", "owner_id", default=None, help="owner id for peer data that names none (Letta .af)")
+@click.option("--agent", "agent_id", default=None, help="recorded as created_by where the peer data names no author")
+def import_command(file: str, store_url: str, source_format: str, owner_id: Optional[str], agent_id: Optional[str]) -> None:
+    """Import FILE into a store: all of it in one transaction, or nothing. Importing the same
+    file twice changes nothing; problems are reported by line number."""
+    from tqdm import tqdm
+
+    from .bootstrap import load_settings, retriever_from_settings
+    from .importers import ImporterError, detect_format, to_export_lines
+    from .portable import ImportConflict, ImportInvalid, import_lines, iter_file
+
+    try:
+        fmt = detect_format(file) if source_format == "auto" else source_format
+        if fmt == "ampkit":
+            open_lines = iter_file(file)
+        else:
+            converted = to_export_lines(fmt, file, owner_id=owner_id, agent_id=agent_id)
+            open_lines = lambda: iter(converted)  # noqa: E731
+    except ImporterError as exc:
+        click.echo(f"ampkit: {exc}", err=True)
+        sys.exit(1)
+    total = sum(1 for _ in open_lines())
+    store = _open_or_exit(store_url)
+    try:
+        with tqdm(total=total, unit="line", desc=f"import ({fmt})", file=sys.stderr) as bar:
+            report = import_lines(store, open_lines, retriever_from_settings(load_settings()), bar.update)
+    except (ImportInvalid, ImportConflict) as exc:
+        for err in exc.details.get("errors", []):
+            click.echo(f"{file}:{err['line']}: {err['error']}", err=True)
+        click.echo(f"ampkit: {exc}", err=True)
+        sys.exit(1)
+    finally:
+        store.close()
+    click.echo(f"imported {report.cells_written} cells and {report.history_written} history entries "
+               f"({report.cells_unchanged} cells and {report.history_unchanged} entries already there, unchanged) "
+               f"into {_shown(store_url)}")
+
+
 @main.command()
 @click.option("--store", "store_url", default=None, help="store URL [default: AMPKIT_STORE or the user data dir]")
 @click.option("--embedder", default=None, help="embedder to use [default: AMPKIT_EMBEDDER]")
@@ -265,19 +342,18 @@ def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool,
     new vectors up)."""
     from tqdm import tqdm
 
-    from .config import Settings
+    from .bootstrap import load_settings, retriever_from_settings
     from .embeddings import reindex as reindex_store
-    from .embeddings import retriever_from_settings
-    from .store.base import CellFilter
+    from .store.transfer import everything as every_cell
 
-    settings = Settings(**{k: v for k, v in {"store": store_url, "embedder": embedder}.items() if v})
+    settings = load_settings(store=store_url or None, embedder=embedder or None)
     retriever = retriever_from_settings(settings)
     if retriever.embedder is None:
         click.echo("ampkit: the embedder is 'none': nothing to index (set AMPKIT_EMBEDDER or --embedder)", err=True)
         sys.exit(EXIT_USAGE)
     store = _store(settings.store_url())
     try:
-        total = store.count(CellFilter(statuses=("active", "stale", "archived", "deleted"), include_superseded=True))
+        total = store.count(every_cell())
         with tqdm(total=total, unit="cell", desc="reindex", file=sys.stderr) as bar:
             done = reindex_store(store, retriever, batch_size, bar.update, only_stale=not everything)
     finally:

@@ -1,5 +1,10 @@
-"""One settings model. Environment variables `AMPKIT_*` (and a `.env` file) fill it; the CLI
-only overrides fields. Every field is documented in docs/configuration.md."""
+"""One settings model. Environment variables `AMPKIT_*` (and, for the server and the CLI, a
+`.env` file) fill it; the CLI only overrides fields. Every field is documented in
+docs/configuration.md.
+
+`ClientDefaults` is the part a client reads (`AMPKIT_URL`, `AMPKIT_AGENT_ID`,
+`AMPKIT_API_KEY`); `Settings` is all of it. Only `ampkit.bootstrap` turns settings into a
+store, a retriever and a service; the other modules take those as arguments."""
 
 from __future__ import annotations
 
@@ -7,19 +12,29 @@ import os
 from typing import Literal, Optional
 
 from platformdirs import user_data_dir
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .lifecycle import LifecyclePolicy
-from .models import MAX_BATCH_CELLS
-from .service import Limits
+from .limits import MAX_BATCH_CELLS, Limits
 
 
 def default_store_url() -> str:
     return "sqlite:///" + os.path.join(user_data_dir("ampkit", appauthor=False), "memory.db")
 
 
-class Settings(BaseSettings):
+class ClientDefaults(BaseSettings):
+    """Where a client connects and as whom, when `connect()` is not told (environment only:
+    a library does not read the working directory's `.env`)."""
+
+    model_config = SettingsConfigDict(env_prefix="AMPKIT_", extra="ignore")
+
+    url: Optional[str] = Field(default=None, description="client: server URL or store URL")
+    agent_id: Optional[str] = Field(default=None, description="client: the agent a client acts as")
+    api_key: Optional[SecretStr] = Field(default=None, description="client: API key sent as a Bearer token")
+
+
+class Settings(ClientDefaults):
     model_config = SettingsConfigDict(env_prefix="AMPKIT_", env_file=".env", extra="ignore")
 
     store: Optional[str] = Field(default=None, description="store URL; default: SQLite file in the user data dir")

@@ -28,7 +28,6 @@ from .retrieval import Retriever
 from .textindex import cjk_bigrams
 
 if TYPE_CHECKING:
-    from .config import Settings
     from .store.base import Store
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "data" / "minilm-m2v"
@@ -157,10 +156,6 @@ def embedder_from_name(name: str):
     if kind == "m2v" and arg:
         return StaticEmbedder(Path(arg))
     raise ValueError(f"unknown embedder {name!r}; use none, default, sentence-transformers:<model>, openai:<url>")
-
-
-def retriever_from_settings(settings: "Settings") -> Retriever:
-    return Retriever(embedder=embedder_from_name(settings.embedder))
 
 
 def reindex(

@@ -21,7 +21,7 @@ literal "^", SQL GLOB and regular expressions as negation). There is no escape c
 `ampkit.access`), `sqlite_glob` (SQLite's GLOB) and `postgres_regex` (PostgreSQL's `~`) are
 all generated from that one parsed form, and a property test holds them to the same answer on
 every pattern the grammar admits. Stored patterns written before this grammar existed and
-outside it are rewritten by a numbered migration (SQLite 4, PostgreSQL 5) into the pattern
+outside it are rewritten by a numbered migration (SQLite 5, PostgreSQL 6) into the pattern
 that matches their text literally (`upgrade_stored`): they grant exactly the agent id spelled
 like them, nothing a guess at their meaning would add.
 """

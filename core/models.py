@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, field_validator
 
+from .limits import MAX_BATCH_CELLS, MAX_PAGE_SIZE, MAX_SEARCH_LIMIT  # noqa: F401 - re-exported
+
 from .glob import GlobError, check as check_glob
 
 AMP_VERSION = "0.1.0"
@@ -51,6 +53,7 @@ def _as_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
+as_utc = _as_utc  # the public name, for callers that take a datetime from Python
 UtcDatetime = Annotated[datetime, AfterValidator(_as_utc)]
 
 
@@ -103,11 +106,23 @@ class Content(Closed):
     _check_text = field_validator("text")(_text_not_blank)
 
 
+# A cell key: a caller-chosen name, unique among one owner's live cells (see Identity.key).
+CellKey = Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+
 class Identity(Closed):
     owner_id: IdString
     owner_type: OwnerType = OwnerType.user
     created_by: Optional[IdString] = None  # set by the server from the caller's identity
     session_id: Optional[IdString] = None
+    key: Optional[CellKey] = Field(
+        default=None,
+        description=(
+            "extension: a caller-chosen name, unique among the owner's live cells (active or stale, "
+            "not superseded). Creating a second live cell with the same owner and key is a 409 "
+            "CONFLICT; set `supersedes` to replace the holder. Fixed at creation."
+        ),
+    )
 
 
 class Lifecycle(Closed):
@@ -232,9 +247,6 @@ class CellPatch(Closed):
     identity: Optional[IdentityPatch] = None
 
 
-MAX_SEARCH_LIMIT = 100
-MAX_PAGE_SIZE = 200
-MAX_BATCH_CELLS = 500
 
 
 class SearchRequest(Closed):
@@ -248,6 +260,11 @@ class SearchRequest(Closed):
     metadata: Optional[dict[str, Any]] = Field(default=None, description="equality filter on content.metadata keys")
     limit: StrictInt = Field(default=10, ge=1, le=MAX_SEARCH_LIMIT)
     explain: StrictBool = Field(default=False, description="extension: include each result's score breakdown")
+    as_of: Optional[UtcDatetime] = Field(
+        default=None,
+        description="extension (as-of read): search the cells as they were at this time, rebuilt from history; "
+        "keyword ranking only (docs/time-travel.md)",
+    )
 
     @field_validator("query")
     @classmethod
@@ -283,6 +300,12 @@ class HistoryEntry(Closed):
 
 class HistoryResponse(Closed):
     results: list[HistoryEntry]
+
+
+class RollbackRequest(Closed):
+    """POST /memories/{id}/rollback (extension): restore an earlier version as a new one."""
+
+    to_version: StrictInt = Field(ge=1, description="the lifecycle.version to restore (content, scoring, access policy, provenance)")
 
 
 class BatchCreate(Closed):

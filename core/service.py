@@ -10,24 +10,25 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from ulid import ULID
 
 from .access import can_read, can_write
 from .errors import Conflict, InvalidTransition, PayloadTooLarge, Unavailable, ValidationFailed, access_denied
+from . import versions
 from .lifecycle import (
     LifecyclePolicy,
+    decay_score,
     check_delete_transition,
     check_patch_transition,
+    is_expired,
     purge_eligible,
     scheduled_status,
 )
+from .limits import Limits
 from .models import (
     AMP_VERSION,
-    MAX_BATCH_CELLS,
-    MAX_PAGE_SIZE,
-    MAX_SEARCH_LIMIT,
     CellCreate,
     CellPatch,
     HistoryEntry,
@@ -39,27 +40,13 @@ from .models import (
     SearchRequest,
     SearchResponse,
     Status,
+    as_utc,
     utcnow,
 )
 from .retrieval import Retriever
-from .store.base import CellFilter, HistoryRecord, Store, decode_cursor, encode_cursor
-
-if TYPE_CHECKING:
-    from .config import Settings
+from .store.base import CellFilter, HistoryRecord, Store, WriteTx, decode_cursor, encode_cursor
 
 SYSTEM_ACTOR = "system:lifecycle"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Advertised in GET /spec and enforced (see docs/configuration.md)."""
-
-    max_cell_size_bytes: int = 65536
-    max_request_bytes: int = 4 * 1024 * 1024
-    max_search_limit: int = MAX_SEARCH_LIMIT
-    max_page_size: int = MAX_PAGE_SIZE
-    default_page_size: int = 20
-    max_batch_cells: int = MAX_BATCH_CELLS
 
 
 def new_cell_id() -> str:
@@ -131,6 +118,23 @@ class MemoryService:
         self._check_size(cell)
         return cell
 
+    def _claim_key(self, tx: WriteTx, cell: MemoryCell, agent: str, now: datetime) -> None:
+        """One live cell per (owner, key). An expired holder is archived now (what the next
+        lifecycle run would do) and frees the key; a live one makes this create a CONFLICT.
+        The refusal tells the caller the key is taken even when it may not read the holder:
+        a key is a name shared by everyone who writes into the owner's memory (docs/api.md)."""
+        owner_id, key = cell.identity.owner_id, str(cell.identity.key)
+        holder = tx.key_holder(owner_id, key)
+        if holder is None:
+            return
+        if is_expired(holder, now):
+            tx.update(self._with_status(holder, Status.archived.value, now))
+            tx.add_history(HistoryRecord(holder.id, now, SYSTEM_ACTOR, "status",
+                                         {"lifecycle.status": [holder.lifecycle.status, "archived"], "reason": "expired"}))
+            return
+        raise Conflict(f"owner {owner_id!r} already has a live cell with key {key!r}; supersede it to replace it",
+                       {"key": key})
+
     # ---------------------------------------------------------------- create
     def create(self, agent: str, req: CellCreate) -> MemoryCell:
         return self.create_many(agent, [req])[0]
@@ -167,6 +171,8 @@ class MemoryService:
                     )
                     tx.update(replaced)
                     tx.add_history(HistoryRecord(old_id, now, agent, "supersede", {"lifecycle.superseded_by": [None, cell.id]}))
+                if cell.identity.key is not None:
+                    self._claim_key(tx, cell, agent, now)
                 tx.insert(cell, vector)
                 created = {"type": cell.type, "owner_id": cell.identity.owner_id}
                 if old_id:
@@ -175,11 +181,14 @@ class MemoryService:
         return cells
 
     # ---------------------------------------------------------------- read
-    def get(self, agent: str, cell_id: str) -> MemoryCell:
-        """Read a cell; counts the access and restarts its decay clock.
+    def get(self, agent: str, cell_id: str, as_of: Optional[datetime] = None) -> MemoryCell:
+        """Read a cell; counts the access and restarts its decay clock. With `as_of`, the cell
+        as it was then (an as-of read: rebuilt from history, counts nothing, see `versions`).
 
         When the store cannot write (disk full or read-only) the read is still answered,
         uncounted: losing one access count is better than refusing every read."""
+        if as_of is not None:
+            return self.get_as_of(agent, cell_id, as_of)
         now = self.clock()
         try:
             with self.store.write() as tx:
@@ -195,6 +204,56 @@ class MemoryService:
         except Unavailable:
             return self._readable(self.store.get(cell_id), agent)
         return touched
+
+    def get_as_of(self, agent: str, cell_id: str, as_of: datetime) -> MemoryCell:
+        """The cell as it was at `as_of`, readable under its policy then AND now. A cell that
+        did not exist yet, was deleted then or since, or was purged: the usual ACCESS_DENIED."""
+        current = self.store.get(cell_id)
+        if current is None or not can_read(current, agent):
+            raise access_denied()
+        then = versions.cell_as_of(current, self.store.history(cell_id), as_utc(as_of))
+        if then is None or not versions.readable_as_of(then, current, agent):
+            raise access_denied()
+        return then
+
+    def rollback(
+        self, agent: str, cell_id: str, to_version: int, *, expected_version: Optional[int] = None
+    ) -> Optional[MemoryCell]:
+        """Restore the content, scoring, access policy and provenance of version `to_version`
+        as a new version (history action `rollback`, recording `to_version`), under the write
+        rule. Lifecycle (status, expiry, supersession) and identity are not rolled back.
+        Returns None, like `update`, when the caller may write but not read the cell."""
+        now = self.clock()
+        with self.store.write() as tx:
+            cell = self._writable(tx.get(cell_id), agent)
+            if expected_version is not None and expected_version != cell.lifecycle.version:
+                raise Conflict(
+                    f"cell is at version {cell.lifecycle.version}, not {expected_version}",
+                    {"current_version": cell.lifecycle.version},
+                )
+            target = versions.cell_at_version(cell, self.store.history(cell_id), to_version)
+            if target is None or to_version == cell.lifecycle.version:
+                raise ValidationFailed(
+                    f"to_version must be an earlier version this cell's history reaches (1 to {cell.lifecycle.version - 1})",
+                    {"to_version": to_version, "current_version": cell.lifecycle.version},
+                )
+            before = cell.model_dump(mode="json")
+            merged = json.loads(json.dumps(before))
+            restored = target.model_dump(mode="json")
+            for section in ("content", "access_policy", "provenance"):
+                merged[section] = restored[section]
+            for key in ("importance", "confidence", "decay_rate"):
+                merged["scoring"][key] = restored["scoring"][key]
+            diff = _diff(before, merged)
+            if not diff:
+                return cell if can_read(cell, agent) else None
+            merged["lifecycle"]["last_updated_at"] = now
+            merged["lifecycle"]["version"] = cell.lifecycle.version + 1
+            updated = MemoryCell.model_validate(merged)
+            vector = self.retriever.vectors_for([updated.content.text])[0] if "content.text" in diff else None
+            tx.update(updated, vector)
+            tx.add_history(HistoryRecord(cell_id, now, agent, "rollback", {**diff, "to_version": to_version}))
+        return updated if can_read(updated, agent) else None
 
     def history(self, agent: str, cell_id: str) -> list[HistoryEntry]:
         self._readable(self.store.get(cell_id), agent)
@@ -254,7 +313,7 @@ class MemoryService:
             cell = self._writable(tx.get(cell_id), agent)
             check_delete_transition(cell.lifecycle.status)
             tx.update(self._with_status(cell, Status.deleted.value, now))
-            tx.add_history(HistoryRecord(cell_id, now, agent, "delete", {"lifecycle.status": [cell.lifecycle.status, "deleted"]}))
+            tx.add_history(HistoryRecord(cell_id, now, agent, "delete", {"lifecycle.status": [cell.lifecycle.status, Status.deleted.value]}))
 
     # ---------------------------------------------------------------- search and list
     def _statuses(self, status: Optional[Sequence[str]], include_stale: bool) -> list[str]:
@@ -265,6 +324,8 @@ class MemoryService:
         return [s for s in dict.fromkeys(wanted) if s != Status.deleted.value]
 
     def search(self, agent: str, req: SearchRequest) -> SearchResponse:
+        if req.as_of is not None:
+            return self._search_as_of(agent, req)
         now = self.clock()
         flt = CellFilter(
             reader=agent,
@@ -285,6 +346,31 @@ class MemoryService:
         ]
         return SearchResponse(results=results, total=total, query=req.query)
 
+    def _search_as_of(self, agent: str, req: SearchRequest) -> SearchResponse:
+        """Keyword (BM25) ranking over the cells as they were at `req.as_of` that the caller
+        may read: the stored indexes and vectors describe the present, so the past is ranked
+        from its own texts, blended with decay as of that time like a live search."""
+        at = as_utc(req.as_of)
+        cells = versions.iter_as_of(
+            self.store, agent, at, owner_id=req.owner_id, types=req.types,
+            statuses=self._statuses(req.status, req.include_stale), include_superseded=req.include_superseded,
+            session_id=req.session_id, metadata=req.metadata,
+        )
+        scored = versions.bm25_scores(req.query, cells)
+        cfg = self.retriever.config
+        best = max((score for _, score in scored), default=1.0)
+        hits = []
+        for cell, raw in scored:
+            relevance, decay = raw / best, decay_score(cell, at)
+            score = cfg.relevance_weight * relevance + cfg.decay_weight * decay
+            hits.append((cell, score, {"keyword": raw, "relevance": relevance, "decay": decay, "score": score}))
+        hits.sort(key=lambda h: (-h[1], h[0].id))
+        results = [
+            SearchHit(**cell.model_dump(), score=round(score, 6), explain=parts if req.explain else None)
+            for cell, score, parts in hits[: req.limit]
+        ]
+        return SearchResponse(results=results, total=len(hits), query=req.query)
+
     def list(
         self,
         agent: str,
@@ -298,6 +384,7 @@ class MemoryService:
         metadata: Optional[dict[str, Any]] = None,
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
+        as_of: Optional[datetime] = None,
     ) -> tuple[list[MemoryCell], int, Optional[str]]:
         limit = self.limits.default_page_size if limit is None else limit
         if not 1 <= limit <= self.limits.max_page_size:
@@ -308,6 +395,19 @@ class MemoryService:
                 after = decode_cursor(cursor)
             except ValueError as exc:
                 raise ValidationFailed("invalid cursor", {"cursor": cursor}) from exc
+        if as_of is not None:
+            matching = versions.iter_as_of(
+                self.store, agent, as_utc(as_of), owner_id=owner_id, types=types,
+                statuses=self._statuses(status, include_stale), include_superseded=include_superseded,
+                session_id=session_id, metadata=metadata,
+            )
+            total, page = 0, []
+            for cell in matching:  # the total needs the whole set, so one pass gives both
+                total += 1
+                if (after is None or cell.id > after) and len(page) <= limit:
+                    page.append(cell)
+            next_cursor = encode_cursor(page[limit - 1].id) if len(page) > limit else None
+            return page[:limit], total, next_cursor
         flt = CellFilter(
             reader=agent,
             owner_id=owner_id,
@@ -353,8 +453,7 @@ class MemoryService:
                             continue
                         tx.update(self._with_status(cell, new_status, now))
                         tx.add_history(HistoryRecord(cell_id, now, SYSTEM_ACTOR, "status", {"lifecycle.status": [cell.lifecycle.status, new_status], "reason": reason}))
-                        key = {"stale": "to_stale", "active": "to_active", "archived": "to_archived"}[new_status]
-                        counts[key] += 1
+                        counts[f"to_{new_status}"] += 1  # to_stale, to_active, to_archived
                         if reason == "expired":
                             counts["expired"] += 1
         return LifecycleRunResponse(**counts, ran_at=now)
@@ -393,23 +492,11 @@ EXTENSIONS = [
     "lifecycle_as_of",
     "if_match_version",
     "list_cursor",
+    "as_of_reads",
+    "rollback",
+    "ndjson_export",
+    "cell_keys",
 ]
-
-
-def build_service(settings: "Settings") -> MemoryService:
-    """The service a Settings describes (not opened). The server and the in-process clients
-    both build it here, so both run the same store, limits, lifecycle policy and retriever."""
-    from .embeddings import retriever_from_settings
-    from .store import store_from_url
-
-    url = settings.store_url()
-    options = {"synchronous": settings.sqlite_synchronous} if url.startswith("sqlite") else {}
-    return MemoryService(
-        store=store_from_url(url, **options),
-        policy=settings.lifecycle_policy(),
-        limits=settings.limits(),
-        retriever=retriever_from_settings(settings),
-    )
 
 
 def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any]:
@@ -442,5 +529,5 @@ def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any
 
 
 __all__ = [
-    "EXTENSIONS", "MemoryService", "Limits", "build_service", "cell_size_bytes", "new_cell_id", "spec_document",
+    "EXTENSIONS", "MemoryService", "Limits", "cell_size_bytes", "new_cell_id", "spec_document",
 ]

@@ -51,13 +51,11 @@ def spec_dir() -> Path:
 
 
 def openapi_document() -> dict[str, Any]:
-    from .config import Settings
+    from .bootstrap import load_settings
     from .server.app import create_app
 
-    # Every field at its default (init values beat AMPKIT_* variables and .env), store in memory.
-    defaults = {name: field.default for name, field in Settings.model_fields.items()}
-    settings = Settings(_env_file=None, **{**defaults, "store": "memory://"})
-    return create_app(settings).openapi()
+    # Every field at its default (not AMPKIT_* variables or .env), store in memory.
+    return create_app(load_settings(env=False, store="memory://")).openapi()
 
 
 def cell_schema_document() -> dict[str, Any]:

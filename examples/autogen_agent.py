@@ -14,14 +14,14 @@ from autogen_agentchat.agents import AssistantAgent
 from autogen_core.memory import MemoryContent, MemoryMimeType
 
 import ampkit
-from ampkit.adapters.autogen import AmpkitMemory
-from ampkit.adapters.fakes import AutoGenFakeModel
+from ampkit.adapters.autogen import AmpkitAutoGenMemory
+from fakes.autogen import AutoGenFakeModel
 
 url = os.environ.get("AMPKIT_URL") or f"sqlite:///{tempfile.mkdtemp()}/memory.db"
 
 
 async def main() -> None:
-    memory = AmpkitMemory(ampkit.aconnect(url, agent_id="autogen-assistant"), owner_id="ada")
+    memory = AmpkitAutoGenMemory(ampkit.aconnect(url, agent_id="autogen-assistant"), owner_id="ada")
     # AutoGen agents never write memory themselves: your code (or a tool) adds to it.
     await memory.add(MemoryContent(content="Ada is vegetarian", mime_type=MemoryMimeType.TEXT))
 

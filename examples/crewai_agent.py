@@ -17,7 +17,7 @@ from crewai import Agent, Crew, Task  # noqa: E402
 
 import ampkit  # noqa: E402
 from ampkit.adapters.crewai import AmpkitCrewMemory  # noqa: E402
-from ampkit.adapters.fakes import CrewAIFakeLLM  # noqa: E402
+from fakes.crewai import CrewAIFakeLLM  # noqa: E402
 
 url = os.environ.get("AMPKIT_URL") or f"sqlite:///{tempfile.mkdtemp()}/memory.db"
 client = ampkit.connect(url, agent_id="crewai-researcher")

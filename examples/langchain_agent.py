@@ -13,7 +13,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
 
 import ampkit
-from ampkit.adapters.fakes import LangChainFakeModel
+from fakes.langchain import LangChainFakeModel
 from ampkit.adapters.langchain import AmpkitStore, memory_tools
 
 url = os.environ.get("AMPKIT_URL") or f"sqlite:///{tempfile.mkdtemp()}/memory.db"

@@ -14,8 +14,8 @@ from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.memory import Memory
 
 import ampkit
-from ampkit.adapters.fakes import LlamaIndexFakeLLM
-from ampkit.adapters.llamaindex import AmpkitMemory, AmpkitMemoryBlock
+from fakes.llamaindex import LlamaIndexFakeLLM
+from ampkit.adapters.llamaindex import AmpkitLlamaIndexMemory, AmpkitMemoryBlock
 
 url = os.environ.get("AMPKIT_URL") or f"sqlite:///{tempfile.mkdtemp()}/memory.db"
 
@@ -27,7 +27,7 @@ async def main() -> None:
         agent = FunctionAgent(name="assistant", description="helps Ada", llm=llm, tools=[])
 
         # The whole memory in ampkit: chat history per session + shared facts recalled.
-        memory = AmpkitMemory(client=client, owner_id="ada", session_id="monday")
+        memory = AmpkitLlamaIndexMemory(client=client, owner_id="ada", session_id="monday")
         await agent.run(user_msg="Book a desk in my office", memory=memory)
         print("the model saw:", llm.prompts[-1].splitlines()[:3])
         print("session history:", [m.content for m in await memory.aget_all()])

@@ -8,7 +8,7 @@ same turn and sees nothing: the cell's access policy does not admit it.
     AMPKIT_URL=http://127.0.0.1:8765/amp/v1 python examples/shared_preferences.py
 
 (without AMPKIT_URL it uses a fresh SQLite file in process). The models are offline fakes
-that record their prompts (`ampkit.adapters.fakes`); swap in real ones and nothing else changes.
+that record their prompts (`examples/fakes/`); swap in real ones and nothing else changes.
 Prints one line per framework: `<framework>: <what its agent saw from shared memory>`.
 """
 
@@ -31,7 +31,10 @@ from llama_index.core.agent.workflow import FunctionAgent  # noqa: E402
 import ampkit  # noqa: E402
 from ampkit.adapters import autogen as ag, crewai as crew, langchain as lc, llamaindex as li  # noqa: E402
 from ampkit.adapters import Sharing  # noqa: E402
-from ampkit.adapters.fakes import AutoGenFakeModel, CrewAIFakeLLM, LangChainFakeModel, LlamaIndexFakeLLM  # noqa: E402
+from fakes.autogen import AutoGenFakeModel  # noqa: E402
+from fakes.crewai import CrewAIFakeLLM  # noqa: E402
+from fakes.langchain import LangChainFakeModel  # noqa: E402
+from fakes.llamaindex import LlamaIndexFakeLLM  # noqa: E402
 
 URL = os.environ.get("AMPKIT_URL") or f"sqlite:///{tempfile.mkdtemp(prefix='ampkit-example-')}/memory.db"
 USER = "ada"
@@ -61,7 +64,8 @@ def langchain_turn() -> str:
 
 async def llamaindex_turn() -> str:
     llm = LlamaIndexFakeLLM("- decisions\n- owners")
-    memory = li.AmpkitMemory(client=ampkit.aconnect(URL, agent_id="team-llamaindex"), owner_id=USER, session_id="standup")
+    memory = li.AmpkitLlamaIndexMemory(client=ampkit.aconnect(URL, agent_id="team-llamaindex"), owner_id=USER,
+                                       session_id="standup")
     await FunctionAgent(name="notes", description="takes notes", llm=llm, tools=[]).run(user_msg=TASK, memory=memory)
     return seen(llm.prompts[-1])
 
@@ -77,7 +81,7 @@ def crewai_turn() -> str:
 
 async def autogen_turn(agent_id: str) -> str:
     model = AutoGenFakeModel("- decisions\n- owners")
-    memory = ag.AmpkitMemory(ampkit.aconnect(URL, agent_id=agent_id), owner_id=USER)
+    memory = ag.AmpkitAutoGenMemory(ampkit.aconnect(URL, agent_id=agent_id), owner_id=USER)
     await AssistantAgent("assistant", model_client=model, memory=[memory]).run(task=TASK)
     await memory.close()
     return seen(model.prompts[-1])

@@ -3,6 +3,8 @@ over HTTP against a real server and in process on SQLite."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from autogen_agentchat.agents import AssistantAgent
@@ -10,14 +12,14 @@ from autogen_core.memory import MemoryContent, MemoryMimeType
 
 from adapter_support import backend, unique  # noqa: F401  (fixture)
 from ampkit.adapters import Sharing
-from ampkit.adapters.autogen import AmpkitMemory
-from ampkit.adapters.fakes import AutoGenFakeModel
+from ampkit.adapters.autogen import AmpkitAutoGenMemory
+from fakes.autogen import AutoGenFakeModel
 
 
 async def test_agent_turn_sees_shared_memory_and_add_stores_it(backend):
     user = unique("user")
     agent_id = unique("ag-agent")
-    memory = AmpkitMemory(backend.aconnect(agent_id), owner_id=user, sharing=Sharing(readable_by=["lc-*"]))
+    memory = AmpkitAutoGenMemory(backend.aconnect(agent_id), owner_id=user, sharing=Sharing(readable_by=["lc-*"]))
     await memory.add(MemoryContent(content="Ada prefers green tea", mime_type=MemoryMimeType.TEXT,
                                    metadata={"topic": "drinks"}))
     model = AutoGenFakeModel("Green tea it is.")
@@ -35,13 +37,13 @@ async def test_agent_turn_sees_shared_memory_and_add_stores_it(backend):
 
 async def test_query_json_content_and_clear_only_own_cells(backend):
     user = unique("user")
-    memory = AmpkitMemory(backend.connect(unique("ag-agent")), owner_id=user, name="notes")
+    memory = AmpkitAutoGenMemory(backend.connect(unique("ag-agent")), owner_id=user, name="notes")
     await memory.add(MemoryContent(content={"drink": "tea", "who": "Ada"}, mime_type=MemoryMimeType.JSON))
     backend.connect(user).remember("user's own tea note", owner_id=user)
     found = await memory.query("tea")  # the user's note is not shared with this agent
     assert [json.loads(r.content) for r in found.results] == [{"drink": "tea", "who": "Ada"}]
 
-    colleague = AmpkitMemory(backend.connect(unique("ag-agent")), owner_id=user, name="notes",
+    colleague = AmpkitAutoGenMemory(backend.connect(unique("ag-agent")), owner_id=user, name="notes",
                              sharing=Sharing(readable_by=["ag-*"], writable_by=["ag-*"]))
     await colleague.add(MemoryContent(content="colleague's tea note", mime_type="text/plain"))
     await memory.clear()  # same name, and it may write the colleague's cell: still only its own goes
@@ -51,11 +53,11 @@ async def test_query_json_content_and_clear_only_own_cells(backend):
 
 async def test_component_config_round_trips(backend):
     user = unique("user")
-    memory = AmpkitMemory(backend.connect(unique("ag-agent")), owner_id=user, name="team", k=3,
+    memory = AmpkitAutoGenMemory(backend.connect(unique("ag-agent")), owner_id=user, name="team", k=3,
                           sharing=Sharing(readable_by=["team-*"], public=False))
     model = memory.dump_component()
-    assert model.provider == "ampkit.adapters.autogen.AmpkitMemory"
-    loaded = AmpkitMemory.load_component(model)
+    assert model.provider == "ampkit.adapters.autogen.AmpkitAutoGenMemory"
+    loaded = AmpkitAutoGenMemory.load_component(model)
     assert loaded.dump_component() == model
 
     await loaded.add(MemoryContent(content="written by the reloaded memory", mime_type="text/plain"))
@@ -63,3 +65,10 @@ async def test_component_config_round_trips(backend):
     assert cell.access_policy.readable_by == ["team-*"]
     assert cell.content.metadata["ampkit_scope"] == "autogen:team"
     await loaded.close()
+
+
+def test_the_old_class_name_still_works_with_a_deprecation_warning():
+    import ampkit.adapters.autogen as ag
+
+    with pytest.warns(DeprecationWarning, match="AmpkitAutoGenMemory"):
+        assert ag.AmpkitMemory is AmpkitAutoGenMemory

@@ -9,7 +9,7 @@ from crewai import Agent, Crew, Process, Task
 from adapter_support import backend, unique  # noqa: F401  (fixture)
 from ampkit.adapters import Sharing
 from ampkit.adapters.crewai import AmpkitCrewMemory
-from ampkit.adapters.fakes import CrewAIFakeLLM
+from fakes.crewai import CrewAIFakeLLM
 
 
 def one_task_crew(llm: CrewAIFakeLLM, memory=None, agent_memory=None) -> Crew:

@@ -15,7 +15,7 @@ from langgraph.store.base import ListNamespacesOp, MatchCondition
 
 from adapter_support import backend, unique  # noqa: F401  (fixture)
 from ampkit.adapters import Sharing
-from ampkit.adapters.fakes import LangChainFakeModel
+from fakes.langchain import LangChainFakeModel
 from ampkit.adapters.langchain import (
     AmpkitChatMessageHistory,
     AmpkitRetriever,

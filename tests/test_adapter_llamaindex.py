@@ -3,6 +3,8 @@ run argument, over HTTP against a real server and in process on SQLite."""
 
 from __future__ import annotations
 
+import pytest
+
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
@@ -10,8 +12,8 @@ from llama_index.core.memory import Memory
 import ampkit
 from adapter_support import backend, unique  # noqa: F401  (fixture)
 from ampkit.adapters import Sharing
-from ampkit.adapters.fakes import LlamaIndexFakeLLM
-from ampkit.adapters.llamaindex import AmpkitMemory, AmpkitMemoryBlock
+from fakes.llamaindex import LlamaIndexFakeLLM
+from ampkit.adapters.llamaindex import AmpkitLlamaIndexMemory, AmpkitMemoryBlock
 
 
 def agent_with(llm: LlamaIndexFakeLLM) -> FunctionAgent:
@@ -22,7 +24,7 @@ async def test_memory_keeps_the_session_and_brings_shared_facts_into_the_prompt(
     user, session = unique("user"), unique("session")
     backend.connect(unique("crew-agent")).remember("Ada's favourite colour is teal", owner_id=user,
                                                     readable_by=["li-*"])
-    memory = AmpkitMemory.from_defaults(client=backend.aconnect(unique("li-agent")), owner_id=user, session_id=session)
+    memory = AmpkitLlamaIndexMemory.from_defaults(client=backend.aconnect(unique("li-agent")), owner_id=user, session_id=session)
 
     llm = LlamaIndexFakeLLM(answer="Teal, noted.")
     await agent_with(llm).run(user_msg="Paint it in my favourite colour", memory=memory)
@@ -39,11 +41,11 @@ async def test_memory_keeps_the_session_and_brings_shared_facts_into_the_prompt(
 
 async def test_memory_sync_side_and_reset_forget_only_its_own_session(backend):
     user, session = unique("user"), unique("session")
-    memory = AmpkitMemory(client=backend.connect(unique("li-agent")), owner_id=user, session_id=session)
+    memory = AmpkitLlamaIndexMemory(client=backend.connect(unique("li-agent")), owner_id=user, session_id=session)
     memory.put(ChatMessage(role="user", content="first"))
     memory.set([ChatMessage(role="user", content="replaced"), ChatMessage(role="assistant", content="ok")])
     assert [m.content for m in memory.get_all()] == ["replaced", "ok"]
-    AmpkitMemory(client=backend.connect(unique("li-agent")), owner_id=user, session_id=unique("other")).put(
+    AmpkitLlamaIndexMemory(client=backend.connect(unique("li-agent")), owner_id=user, session_id=unique("other")).put(
         ChatMessage(role="user", content="another session"))
     backend.connect(user).remember("user's own note", owner_id=user)
 
@@ -77,9 +79,16 @@ async def test_a_memory_url_store_serves_the_async_agent_through_its_one_sync_cl
     # memory:// lives inside one client: the adapter must not open a second (empty) store.
     client = ampkit.connect("memory://", agent_id="li-agent")
     client.remember("Ada's desk is 4B", owner_id="ada", readable_by=["li-*"])
-    memory = AmpkitMemory(client=client, owner_id="ada", session_id="s")
+    memory = AmpkitLlamaIndexMemory(client=client, owner_id="ada", session_id="s")
     llm = LlamaIndexFakeLLM("Desk 4B.")
     await agent_with(llm).run(user_msg="Where is my desk?", memory=memory)
     assert "Ada's desk is 4B" in llm.prompts[0]
     assert [m.content for m in memory.get_all()] == ["Where is my desk?", "Desk 4B."]
     client.close()
+
+
+def test_the_old_class_name_still_works_with_a_deprecation_warning():
+    import ampkit.adapters.llamaindex as li
+
+    with pytest.warns(DeprecationWarning, match="AmpkitLlamaIndexMemory"):
+        assert li.AmpkitMemory is AmpkitLlamaIndexMemory

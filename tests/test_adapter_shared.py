@@ -19,7 +19,10 @@ import ampkit
 from adapter_support import backend, unique  # noqa: F401  (fixture)
 from ampkit.adapters import autogen as ag, crewai as crew, langchain as lc, llamaindex as li
 from ampkit.adapters import Sharing
-from ampkit.adapters.fakes import AutoGenFakeModel, CrewAIFakeLLM, LangChainFakeModel, LlamaIndexFakeLLM
+from fakes.autogen import AutoGenFakeModel
+from fakes.crewai import CrewAIFakeLLM
+from fakes.langchain import LangChainFakeModel
+from fakes.llamaindex import LlamaIndexFakeLLM
 from support import ROOT
 
 PREFERENCE = "the user prefers bullet-point summaries"
@@ -41,7 +44,7 @@ async def test_a_langchain_memory_reaches_every_other_framework_but_not_an_outsi
 
     # LlamaIndex, next turn.
     li_llm = LlamaIndexFakeLLM("- point one")
-    li_memory = li.AmpkitMemory(client=backend.aconnect(team["llamaindex"]), owner_id=user, session_id=unique("s"))
+    li_memory = li.AmpkitLlamaIndexMemory(client=backend.aconnect(team["llamaindex"]), owner_id=user, session_id=unique("s"))
     await FunctionAgent(name="a", description="d", llm=li_llm, tools=[]).run(user_msg=QUESTION, memory=li_memory)
     assert PREFERENCE in li_llm.prompts[0]
 
@@ -56,7 +59,7 @@ async def test_a_langchain_memory_reaches_every_other_framework_but_not_an_outsi
     # AutoGen, next turn; and an AutoGen agent outside the team.
     for agent_id, admitted in ((team["autogen"], True), (outsider, False)):
         ag_model = AutoGenFakeModel("- point one")
-        memory = ag.AmpkitMemory(backend.aconnect(agent_id), owner_id=user)
+        memory = ag.AmpkitAutoGenMemory(backend.aconnect(agent_id), owner_id=user)
         await AssistantAgent("assistant", model_client=ag_model, memory=[memory]).run(task=QUESTION)
         assert (PREFERENCE in ag_model.prompts[0]) is admitted
         await memory.close()

@@ -136,8 +136,8 @@ def test_pattern_outside_the_grammar_is_refused_and_breaks_nothing(server, patte
 
 
 def test_stored_pattern_outside_the_grammar_is_migrated_to_match_literally(tmp_path, pg_url):
-    """Cells stored before the grammar may hold such a pattern. The migration (SQLite 4,
-    PostgreSQL 5; its Python step is run here on a cell written the old way) rewrites it to
+    """Cells stored before the grammar may hold such a pattern. The migration (SQLite 5,
+    PostgreSQL 6; its Python step is run here on a cell written the old way) rewrites it to
     the pattern matching its text literally: it grants exactly the agent id spelled like it,
     in `can_read` and in the SQL filter alike, and the cell still loads."""
     from ampkit.models import CellCreate

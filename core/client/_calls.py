@@ -1,10 +1,10 @@
 """The request/response core shared by every client (no I/O here).
 
-Each wire operation is built as a `Call`: the HTTP request it is (method, path, query, JSON
-body, headers), whether it is safe to resend, and how to decode the answer into the models
-of `ampkit.models`. The HTTP transports send a Call over httpx; the in-process transports
-hand the same Call to `MemoryService`. Both decode with `call.decode`, so a result or an
-error looks the same whichever way it travelled.
+Each wire operation is built as a `Call`: a row of the operations table (`ampkit.operations`:
+method, path, whether it is safe to resend), the inputs (path parameters, query, JSON body,
+headers) and how to decode the answer into the models of `ampkit.models`. The HTTP transports
+send a Call over httpx; the in-process transports run the same row on `MemoryService`. Both
+decode with `call.decode`, so a result or an error looks the same whichever way it travelled.
 
 Flat keyword names (`importance=0.9`, `readable_by=[...]`) are mapped here into the nested
 cell body (`{"scoring": {"importance": 0.9}}`), once for every client.
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Callable, Generic, Iterable, Mapping, Optional, TypeVar, Union
-from urllib.parse import quote
+from typing import Any, Callable, Generator, Generic, Iterable, Mapping, Optional, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
 from ..errors import ValidationFailed, access_denied
+from ..operations import BY_NAME, Operation
 from ..models import (
     BatchCreateResponse,
     CellCreate,
@@ -45,6 +45,7 @@ CELL_FIELDS: dict[str, Optional[str]] = {
     "owner_id": "identity",
     "owner_type": "identity",
     "session_id": "identity",
+    "key": "identity",
     "importance": "scoring",
     "confidence": "scoring",
     "decay_rate": "scoring",
@@ -75,16 +76,36 @@ class SearchResult(BaseModel):
 class Call(Generic[T]):
     """One wire operation, described before it is sent."""
 
-    op: str  # the MemoryService operation the in-process transport runs
-    method: str
-    path: str  # relative to the base URL (which ends in /amp/v1)
+    operation: Operation
     decode: Callable[[Any], T]
     body: Any = None  # JSON-ready
     query: dict[str, Any] = field(default_factory=dict)  # wire names, Python values
     headers: dict[str, str] = field(default_factory=dict)
-    cell_id: Optional[str] = None
-    idempotent: bool = True  # safe to resend after a connection error or a 503
-    needs_agent: bool = True
+    path_params: dict[str, str] = field(default_factory=dict)
+    resend: Optional[bool] = None  # overrides the operation's idempotence for this call
+
+    @property
+    def method(self) -> str:
+        return self.operation.method
+
+    @property
+    def path(self) -> str:
+        """Relative to the base URL (which ends in /amp/v1)."""
+        return self.operation.url(self.path_params)
+
+    @property
+    def idempotent(self) -> bool:
+        """Safe to resend after a connection error or a 503."""
+        return self.operation.idempotent if self.resend is None else self.resend
+
+    @property
+    def needs_agent(self) -> bool:
+        return self.operation.scope is not None
+
+
+def call(name: str, decode: Callable[[Any], T], **inputs: Any) -> Call[T]:
+    """The Call for the operation named `name` in the operations table."""
+    return Call(BY_NAME[name], decode, **inputs)
 
 
 def nest(fields: Mapping[str, Any], *, allowed: Iterable[str] = CELL_FIELDS) -> dict[str, Any]:
@@ -102,10 +123,10 @@ def nest(fields: Mapping[str, Any], *, allowed: Iterable[str] = CELL_FIELDS) -> 
     return to_jsonable_python(body)
 
 
-def _cell_path(cell_id: str, suffix: str = "") -> str:
+def _cell(cell_id: str) -> dict[str, str]:
     if not isinstance(cell_id, str) or not cell_id.strip():
         raise access_denied()  # no such cell; the same answer the server gives for any unknown id
-    return f"/memories/{quote(cell_id, safe='')}{suffix}"
+    return {"memory_id": cell_id}
 
 
 def _decode_cell(body: Any) -> MemoryCell:
@@ -125,7 +146,7 @@ def _decode_nothing(body: Any) -> None:
     return None
 
 
-def _check_values(values: Optional[Iterable[Any]], enum: type) -> Optional[list[str]]:
+def _check_values(values: Optional[Iterable[Any]], enum: type[Any]) -> Optional[list[str]]:
     """List filters travel as query strings; refuse unknown values before they leave."""
     if values is None:
         return None
@@ -142,14 +163,13 @@ def _check_values(values: Optional[Iterable[Any]], enum: type) -> Optional[list[
 # ---------------------------------------------------------------- the wire operations
 
 
-def create_body(text: str, owner_id: str, type: Union[str, MemoryType] = "semantic", **cell_fields: Any) -> dict[str, Any]:
+def create_body(text: str, owner_id: str, type: Union[str, MemoryType] = MemoryType.semantic, **cell_fields: Any) -> dict[str, Any]:
     return nest({"text": text, "owner_id": owner_id, "type": type, **cell_fields},
                 allowed=set(CELL_FIELDS) - {"status"})
 
 
-def remember(text: str, *, owner_id: str, type: Union[str, MemoryType] = "semantic", **cell_fields: Any) -> Call[MemoryCell]:
-    return Call("create", "POST", "/memories", _decode_cell,
-                body=create_body(text, owner_id, type, **cell_fields), idempotent=False)
+def remember(text: str, *, owner_id: str, type: Union[str, MemoryType] = MemoryType.semantic, **cell_fields: Any) -> Call[MemoryCell]:
+    return call("create_memory", _decode_cell, body=create_body(text, owner_id, type, **cell_fields))
 
 
 def remember_many(items: Iterable[Union[Mapping[str, Any], CellCreate]]) -> Call[list[MemoryCell]]:
@@ -157,13 +177,24 @@ def remember_many(items: Iterable[Union[Mapping[str, Any], CellCreate]]) -> Call
         item.model_dump(mode="json", exclude_unset=True) if isinstance(item, CellCreate) else create_body(**item)
         for item in items
     ]
-    return Call("create_many", "POST", "/memories/batch",
-                lambda body: BatchCreateResponse.model_validate(body).results,
-                body={"cells": cells}, idempotent=False)
+    return call("create_memories", lambda body: BatchCreateResponse.model_validate(body).results, body={"cells": cells})
 
 
-def get(cell_id: str) -> Call[MemoryCell]:
-    return Call("get", "GET", _cell_path(cell_id), _decode_cell, cell_id=cell_id)
+def _as_of_query(as_of: Optional[datetime]) -> dict[str, Any]:
+    """An as-of read travels as `?as_of=<RFC 3339>`; a naive datetime means UTC."""
+    return {} if as_of is None else {"as_of": to_jsonable_python(as_of)}
+
+
+def get(cell_id: str, as_of: Optional[datetime] = None) -> Call[MemoryCell]:
+    """With `as_of`: the cell as it was then (an as-of read; counts no access)."""
+    return call("get_memory", _decode_cell, path_params=_cell(cell_id), query=_as_of_query(as_of))
+
+
+def rollback(cell_id: str, to_version: int, *, expected_version: Optional[int] = None) -> Call[Optional[MemoryCell]]:
+    """Restore version `to_version` as a new version; conditional (and resendable) with `expected_version`."""
+    headers = {} if expected_version is None else {"If-Match": str(expected_version)}
+    return call("rollback_memory", _decode_optional_cell, body={"to_version": to_version}, headers=headers,
+                path_params=_cell(cell_id), resend=expected_version is not None)
 
 
 def _decode_optional_cell(body: Any) -> Optional[MemoryCell]:
@@ -175,30 +206,31 @@ def update(cell_id: str, *, expected_version: Optional[int] = None, **changes: A
     Decodes to None when the caller may write but not read the cell (the server answers 204)."""
     headers = {} if expected_version is None else {"If-Match": str(expected_version)}
     body = nest(changes, allowed=set(CELL_FIELDS) - {"type", "supersedes"})
-    return Call("update", "PATCH", _cell_path(cell_id), _decode_optional_cell, body=body, headers=headers,
-                cell_id=cell_id, idempotent=expected_version is not None)
+    return call("patch_memory", _decode_optional_cell, body=body, headers=headers, path_params=_cell(cell_id),
+                resend=expected_version is not None)
 
 
 def delete(cell_id: str) -> Call[None]:
-    return Call("delete", "DELETE", _cell_path(cell_id), _decode_nothing, cell_id=cell_id)
+    return call("delete_memory", _decode_nothing, path_params=_cell(cell_id))
 
 
 def search(query: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
            limit: int = 10, **filters: Any) -> Call[list[SearchResult]]:
-    """Filters: status, include_stale, include_superseded, session_id, metadata, explain."""
+    """Filters: status, include_stale, include_superseded, session_id, metadata, explain,
+    as_of (an as-of read: the cells as they were then)."""
     body: dict[str, Any] = {"query": query, "limit": limit, **filters}
     if owner_id is not None:
         body["owner_id"] = owner_id
     if types is not None:
         body["types"] = [types] if isinstance(types, str) else list(types)
-    return Call("search", "POST", "/memories/search", _decode_search, body=to_jsonable_python(body))
+    return call("search_memories", _decode_search, body=to_jsonable_python(body))
 
 
 def list_page(*, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
               status: Optional[Iterable[str]] = None, session_id: Optional[str] = None,
               include_stale: bool = False, include_superseded: bool = False,
               metadata: Optional[dict[str, Any]] = None, page_size: Optional[int] = None,
-              cursor: Optional[str] = None) -> Call[ListResponse]:
+              cursor: Optional[str] = None, as_of: Optional[datetime] = None) -> Call[ListResponse]:
     query = {
         "owner_id": owner_id,
         "type": _check_values(types, MemoryType),
@@ -209,26 +241,24 @@ def list_page(*, owner_id: Optional[str] = None, types: Optional[Iterable[str]] 
         "metadata": metadata,
         "limit": page_size,
         "cursor": cursor,
+        **_as_of_query(as_of),
     }
-    return Call("list", "GET", "/memories", ListResponse.model_validate,
-                query={k: v for k, v in query.items() if v is not None})
+    return call("list_route", ListResponse.model_validate, query={k: v for k, v in query.items() if v is not None})
 
 
 def history(cell_id: str) -> Call[list[HistoryEntry]]:
-    return Call("history", "GET", _cell_path(cell_id, "/history"),
-                lambda body: HistoryResponse.model_validate(body).results, cell_id=cell_id)
+    return call("memory_history", lambda body: HistoryResponse.model_validate(body).results,
+                path_params=_cell(cell_id))
 
 
 def export(owner_id: Optional[str] = None) -> Call[list[MemoryCell]]:
     query = {} if owner_id is None else {"owner_id": owner_id}
-    return Call("export", "GET", "/export",
-                lambda body: [MemoryCell.model_validate(c) for c in body["cells"]], query=query)
+    return call("export", lambda body: [MemoryCell.model_validate(c) for c in body["cells"]], query=query)
 
 
 def run_lifecycle(as_of: Optional[datetime] = None) -> Call[LifecycleRunResponse]:
     body = {} if as_of is None else {"as_of": to_jsonable_python(as_of)}
-    # A lifecycle run only moves cells whose schedule says so: running it twice is harmless.
-    return Call("run_lifecycle", "POST", "/admin/lifecycle/run", LifecycleRunResponse.model_validate, body=body)
+    return call("run_lifecycle", LifecycleRunResponse.model_validate, body=body)
 
 
 def purge(ids: Optional[Iterable[str]] = None, as_of: Optional[datetime] = None) -> Call[PurgeResponse]:
@@ -237,15 +267,15 @@ def purge(ids: Optional[Iterable[str]] = None, as_of: Optional[datetime] = None)
         body["ids"] = list(ids)
     if as_of is not None:
         body["as_of"] = to_jsonable_python(as_of)
-    return Call("purge", "POST", "/admin/purge", PurgeResponse.model_validate, body=body)
+    return call("purge", PurgeResponse.model_validate, body=body)
 
 
 def health() -> Call[Health]:
-    return Call("health", "GET", "/health", Health.model_validate, needs_agent=False)
+    return call("health", Health.model_validate)
 
 
 def spec() -> Call[dict[str, Any]]:
-    return Call("spec", "GET", "/spec", dict, needs_agent=False)
+    return call("spec", dict)
 
 
 # ---------------------------------------------------------------- multi-step flows
@@ -253,15 +283,15 @@ def spec() -> Call[dict[str, Any]]:
 # drives it with a loop, the async client with an async loop. The steps are written once.
 
 
-def forget_flow(cell_id: str):
+def forget_flow(cell_id: str) -> Generator[Call[Any], Any, None]:
     """Archive (a no-op when already archived), then delete: the only order the lifecycle
     allows (active|stale -> archived -> deleted)."""
     archive = update(cell_id, status=Status.archived.value)
-    yield replace(archive, idempotent=True)  # archiving twice is a no-op, so this PATCH may be resent
+    yield replace(archive, resend=True)  # archiving twice is a no-op, so this PATCH may be resent
     yield delete(cell_id)
 
 
-def supersede_flow(old_id: str, text: str, cell_fields: dict[str, Any]):
+def supersede_flow(old_id: str, text: str, cell_fields: dict[str, Any]) -> Generator[Call[Any], Any, MemoryCell]:
     """A new cell replacing `old_id`; owner, type and access policy default to the old cell's."""
     old: MemoryCell = yield get(old_id)
     inherited = {
@@ -277,7 +307,7 @@ def supersede_flow(old_id: str, text: str, cell_fields: dict[str, Any]):
     return new
 
 
-def list_flow(filters: dict[str, Any], limit: Optional[int] = None):
+def list_flow(filters: dict[str, Any], limit: Optional[int] = None) -> Generator[Union[Call[Any], MemoryCell], Any, None]:
     """Cursor paging: yields Calls (to be answered with a ListResponse) and cells (to hand
     to the caller), stopping after `limit` cells if given."""
     if limit is not None and limit < 0:

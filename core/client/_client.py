@@ -86,15 +86,20 @@ class Client(_BaseClient):
         self.close()
 
     # ------------------------------------------------------------ cells
-    def remember(self, text: str, *, owner_id: str, type: Union[str, MemoryType] = "semantic",
+    def remember(self, text: str, *, owner_id: str, type: Union[str, MemoryType] = MemoryType.semantic,
                  **cell_fields: Any) -> MemoryCell:
         return self._send(calls.remember(text, owner_id=owner_id, type=type, **cell_fields))
 
     def remember_many(self, items: Iterable[CellItem]) -> list[MemoryCell]:
         return self._send(calls.remember_many(items))
 
-    def get(self, id: str) -> MemoryCell:
-        return self._send(calls.get(id))
+    def get(self, id: str, *, as_of: Optional[datetime] = None) -> MemoryCell:
+        """The cell; with `as_of`, as it was then (an as-of read, rebuilt from history)."""
+        return self._send(calls.get(id, as_of))
+
+    def rollback(self, id: str, to_version: int, *, expected_version: Optional[int] = None) -> Optional[MemoryCell]:
+        """Restore version `to_version` (content, scoring, access policy, provenance) as a new version."""
+        return self._send(calls.rollback(id, to_version, expected_version=expected_version))
 
     def update(self, id: str, *, expected_version: Optional[int] = None, **changes: Any) -> Optional[MemoryCell]:
         return self._send(calls.update(id, expected_version=expected_version, **changes))
@@ -183,15 +188,20 @@ class AsyncClient(_BaseClient):
         await self.aclose()
 
     # ------------------------------------------------------------ cells
-    async def remember(self, text: str, *, owner_id: str, type: Union[str, MemoryType] = "semantic",
+    async def remember(self, text: str, *, owner_id: str, type: Union[str, MemoryType] = MemoryType.semantic,
                        **cell_fields: Any) -> MemoryCell:
         return await self._send(calls.remember(text, owner_id=owner_id, type=type, **cell_fields))
 
     async def remember_many(self, items: Iterable[CellItem]) -> list[MemoryCell]:
         return await self._send(calls.remember_many(items))
 
-    async def get(self, id: str) -> MemoryCell:
-        return await self._send(calls.get(id))
+    async def get(self, id: str, *, as_of: Optional[datetime] = None) -> MemoryCell:
+        """The cell; with `as_of`, as it was then (an as-of read, rebuilt from history)."""
+        return await self._send(calls.get(id, as_of))
+
+    async def rollback(self, id: str, to_version: int, *, expected_version: Optional[int] = None) -> Optional[MemoryCell]:
+        """Restore version `to_version` (content, scoring, access policy, provenance) as a new version."""
+        return await self._send(calls.rollback(id, to_version, expected_version=expected_version))
 
     async def update(self, id: str, *, expected_version: Optional[int] = None, **changes: Any) -> Optional[MemoryCell]:
         return await self._send(calls.update(id, expected_version=expected_version, **changes))

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from platformdirs import user_config_path
 
+from ..config import ClientDefaults
 from ..errors import AmpkitError
 
 if sys.version_info >= (3, 11):
@@ -78,19 +79,21 @@ def _read_file() -> dict[str, Any]:
 
 def resolve(url: Optional[str] = None, *, agent_id: Optional[str] = None, api_key: Optional[str] = None) -> ClientConfig:
     file: Optional[dict[str, Any]] = None
+    env = ClientDefaults()  # AMPKIT_URL, AMPKIT_AGENT_ID, AMPKIT_API_KEY
+    env_key = env.api_key.get_secret_value() if env.api_key else None
 
-    def pick(value: Optional[str], env: str, key: str) -> Optional[str]:
+    def pick(value: Optional[str], from_env: Optional[str], key: str) -> Optional[str]:
         nonlocal file
         if value:
             return value
-        if os.environ.get(env):
-            return os.environ[env]
+        if from_env:
+            return from_env
         if file is None:
             file = _read_file()
         found = file.get(key)
         return str(found) if found else None
 
-    url = pick(url, "AMPKIT_URL", "url")
+    url = pick(url, env.url, "url")
     if not url:
         raise ConfigError(
             "no ampkit URL: pass connect(url), set AMPKIT_URL, or put `url = \"...\"` in "
@@ -101,6 +104,6 @@ def resolve(url: Optional[str] = None, *, agent_id: Optional[str] = None, api_ke
         raise ConfigError(f"unknown ampkit URL scheme {scheme!r} in {url!r}; use http(s)://, sqlite:///, memory:// or postgresql://")
     return ClientConfig(
         url=url,
-        agent_id=pick(agent_id, "AMPKIT_AGENT_ID", "agent_id"),
-        api_key=pick(api_key, "AMPKIT_API_KEY", "api_key"),
+        agent_id=pick(agent_id, env.agent_id, "agent_id"),
+        api_key=pick(api_key, env_key, "api_key"),
     )

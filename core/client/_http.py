@@ -9,14 +9,14 @@ before doing anything. No httpx exception leaves this module: connection failure
 
 from __future__ import annotations
 
-import json
 from typing import Any, Optional, Union
 
 import httpx
-from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from ..errors import APIError, RateLimited, TransportError, Unavailable, error_from_envelope
 from ..models import AMP_VERSION
+from ..operations import query_pairs
 from ._calls import Call
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
@@ -39,23 +39,9 @@ def _headers(agent_id: Optional[str], api_key: Optional[str]) -> dict[str, str]:
     return headers
 
 
-def _query(call: Call) -> list[tuple[str, str]]:
-    """Python values -> query pairs: lists repeat the key, dicts travel as JSON, bools as true/false."""
-    pairs: list[tuple[str, str]] = []
-    for key, value in call.query.items():
-        values = value if isinstance(value, (list, tuple)) else [value]
-        for v in values:
-            if isinstance(v, bool):
-                v = "true" if v else "false"
-            elif isinstance(v, dict):
-                v = json.dumps(v, separators=(",", ":"))
-            pairs.append((key, str(v)))
-    return pairs
-
-
 def build_request(http: Union[httpx.Client, httpx.AsyncClient], call: Call) -> httpx.Request:
     has_body = call.method in ("POST", "PATCH", "PUT")
-    return http.build_request(call.method, call.path.lstrip("/"), params=_query(call),
+    return http.build_request(call.method, call.path.lstrip("/"), params=query_pairs(call.query),
                               json=call.body if has_body else None, headers=call.headers)
 
 
@@ -92,7 +78,9 @@ class _RetryPolicy:
 
     def __init__(self, retries: int):
         self.retries = max(0, int(retries))
-        self._backoff = wait_exponential_jitter(multiplier=0.1, max=2.0, jitter=0.1)
+        # 0.1 s doubling up to 2 s, plus up to 0.1 s of jitter; spelled with the wait strategies
+        # every tenacity >= 8.2 has (wait_exponential_jitter's keywords changed between releases).
+        self._backoff = wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.1)
 
     def should_retry(self, call: Call, exc: BaseException) -> bool:
         if isinstance(exc, RateLimited):

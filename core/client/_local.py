@@ -1,10 +1,12 @@
 """In-process transports: run a `Call` on a `MemoryService` over a local store, no server.
 
-The service is built by `ampkit.service.build_service` from the same `Settings` the server
-uses, so the store, limits, lifecycle policy and access rules are the server's. Request
-bodies are validated with the same pydantic models the routes use, and a validation failure
-becomes the same `ValidationFailed` (code, message, details) the server would answer. The
-answer then goes through `call.decode`, as an HTTP answer would.
+The service is built by `ampkit.bootstrap.build_service` from the same `Settings` model the
+server uses (the store URL given, the rest from `AMPKIT_*` variables; the embedder is shared
+by every client in the process), so the store, limits, lifecycle policy and access rules are
+the server's. Inputs are validated with the same models and parameter types the routes use
+(both come from the operations table), and a validation failure becomes the same
+`ValidationFailed` (code, message, details) the server would answer. The answer then goes
+through `call.decode`, as an HTTP answer would.
 
 The in-process clients act with every scope (there is no API key to check) and run no
 background lifecycle scheduler: call `run_lifecycle()` when you want one.
@@ -13,87 +15,18 @@ background lifecycle scheduler: call `run_lifecycle()` when you want one.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import anyio.to_thread
-from pydantic import ValidationError
 
-from ..config import Settings
 from ..access import check_agent_id
-from ..errors import ValidationFailed, validation_to_api_error
-from ..models import (
-    AMP_VERSION,
-    BatchCreate,
-    CellCreate,
-    CellPatch,
-    Health,
-    LifecycleRunRequest,
-    ListResponse,
-    PurgeRequest,
-    SearchRequest,
-)
-from ..service import MemoryService, build_service, spec_document
+from ..bootstrap import build_service, settings_for_store
+from ..operations import Context, query_pairs
+from ..service import MemoryService
 from ._calls import Call
 
-
-def _parse(model: type, body: Any) -> Any:
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        # The server reports body errors at loc ("body", ...); keep the details identical.
-        errors = [{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors()]
-        raise validation_to_api_error(errors) from None
-
-
-def _if_match(call: Call) -> Optional[int]:
-    raw = call.headers.get("If-Match")
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValidationFailed("header.if-match: Input should be a valid integer") from None
-
-
-def _list(service: MemoryService, agent: str, call: Call) -> ListResponse:
-    q = dict(call.query)
-    results, total, next_cursor = service.list(
-        agent,
-        owner_id=q.get("owner_id"),
-        types=q.get("type"),
-        status=q.get("status"),
-        session_id=q.get("session_id"),
-        include_stale=bool(q.get("include_stale")),
-        include_superseded=bool(q.get("include_superseded")),
-        metadata=q.get("metadata"),
-        limit=q.get("limit"),
-        cursor=q.get("cursor"),
-    )
-    return ListResponse(results=results, total=total, next_cursor=next_cursor)
-
-
-def _export(service: MemoryService, agent: str, call: Call) -> dict[str, Any]:
-    cells = service.export(agent, owner_id=call.query.get("owner_id"))
-    return {"amp_version": AMP_VERSION, "count": len(cells), "cells": cells}
-
-
-# call.op -> what the route for that operation does, minus HTTP.
-Handler = Callable[[MemoryService, str, Call], Any]
-HANDLERS: dict[str, Handler] = {
-    "create": lambda s, agent, c: s.create(agent, _parse(CellCreate, c.body)),
-    "create_many": lambda s, agent, c: {"results": s.create_many(agent, _parse(BatchCreate, c.body).cells)},
-    "get": lambda s, agent, c: s.get(agent, c.cell_id),
-    "update": lambda s, agent, c: s.update(agent, c.cell_id, _parse(CellPatch, c.body), expected_version=_if_match(c)),
-    "delete": lambda s, agent, c: s.delete(agent, c.cell_id),
-    "search": lambda s, agent, c: s.search(agent, _parse(SearchRequest, c.body)),
-    "list": _list,
-    "history": lambda s, agent, c: {"results": s.history(agent, c.cell_id)},
-    "export": _export,
-    "run_lifecycle": lambda s, agent, c: s.run_lifecycle(as_of=_parse(LifecycleRunRequest, c.body).as_of),
-    "purge": lambda s, agent, c: s.purge(agent, **_parse(PurgeRequest, c.body).model_dump()),
-    "health": lambda s, agent, c: Health(),
-    "spec": lambda s, agent, c: spec_document(s, {"mode": "in-process", "header": None}),
-}
+# What GET /spec says about identity in process: no header, no key; every scope.
+IN_PROCESS_AUTH = {"mode": "in-process", "header": None}
 
 
 class LocalTransport:
@@ -102,7 +35,7 @@ class LocalTransport:
     def __init__(self, store_url: str, *, agent_id: Optional[str], service: Optional[MemoryService] = None):
         self.url = store_url
         self.agent_id = agent_id
-        self.service = service or build_service(Settings(store=store_url))
+        self.service = service or build_service(settings_for_store(store_url))
         self._opened = False
         self._lock = threading.Lock()
 
@@ -112,10 +45,15 @@ class LocalTransport:
                 self.service.store.open()
                 self._opened = True
 
-    def send(self, call: Call) -> Any:
+    def send(self, call: Call[Any]) -> Any:
+        """Run the call's operation as its route would: the same input validation (the
+        query travels in its wire form), the same row, the same decoding."""
+        operation = call.operation
         agent = check_agent_id(self.agent_id) if call.needs_agent else ""
+        inputs = operation.parse(path=call.path_params, query=query_pairs(call.query), headers=call.headers,
+                                 body=call.body, limits=self.service.limits)
         self.open()
-        return call.decode(HANDLERS[call.op](self.service, agent, call))
+        return call.decode(operation.run(Context(self.service, agent, IN_PROCESS_AUTH), inputs))
 
     def close(self) -> None:
         with self._lock:
@@ -134,7 +72,7 @@ class AsyncLocalTransport:
     async def open(self) -> None:
         await anyio.to_thread.run_sync(self._sync.open)
 
-    async def send(self, call: Call) -> Any:
+    async def send(self, call: Call[Any]) -> Any:
         return await anyio.to_thread.run_sync(self._sync.send, call)
 
     async def close(self) -> None:

@@ -1,43 +1,31 @@
-"""The `/amp/v1` HTTP app. Routes are thin: parse the wire model, call one service method,
-serialise. Errors are translated once, in `errors.py` of this package."""
+"""The `/amp/v1` HTTP app. Its routes are made from the operations table
+(`ampkit.operations`): each validates the row's inputs, runs the row (one service method) and
+serialises. Errors are translated once, in `errors.py` of this package."""
 
 
 import asyncio
-import json
+import inspect
 import logging
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 
+from .. import portable
+from ..bootstrap import build_service, load_settings
 from ..config import Settings
-from ..errors import UnsupportedMediaType, ValidationFailed
-from ..models import (
-    AMP_VERSION,
-    BatchCreate,
-    BatchCreateResponse,
-    CellCreate,
-    CellPatch,
-    ErrorEnvelope,
-    Health,
-    HistoryResponse,
-    LifecycleRunRequest,
-    LifecycleRunResponse,
-    ListResponse,
-    MemoryCell,
-    PurgeRequest,
-    PurgeResponse,
-    SearchRequest,
-    SearchResponse,
-)
-from ..service import MemoryService, build_service, spec_document
+from ..errors import UnsupportedMediaType
+from ..models import AMP_VERSION, ErrorEnvelope
+from ..operations import OPERATIONS, PREFIX, Context, Operation
+from ..service import MemoryService
 from .errors import BodySizeLimit, HeaderSizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 
 log = logging.getLogger("ampkit.server")
 
-PREFIX = "/amp/v1"
+KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 _ERRORS: dict[Any, dict[str, Any]] = {
     code: {"model": ErrorEnvelope} for code in (400, 401, 403, 409, 413, 415, 422, 429, 503)
@@ -53,7 +41,7 @@ async def require_json(request: Request) -> None:  # async: no thread-pool hop
 
 
 def create_app(settings: Optional[Settings] = None, service: Optional[MemoryService] = None) -> FastAPI:
-    settings = settings or Settings()
+    settings = settings or load_settings()
     service = service or build_service(settings)
     identity = IdentityResolver(settings, service.store)
 
@@ -97,122 +85,49 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     app.add_middleware(BodySizeLimit, max_bytes=service.limits.max_request_bytes)
     app.add_middleware(HeaderSizeLimit, max_bytes=settings.max_header_bytes)
 
-    CallerDep = Annotated[Caller, Depends(identity.caller)]
-    AdminDep = Annotated[Caller, Depends(identity.admin)]
     router = APIRouter(prefix=PREFIX, responses=_ERRORS)
-
-    @router.get("/health", response_model=Health, tags=["meta"],
-                responses={503: {"model": ErrorEnvelope, "description": "the store cannot be reached"}})
-    def health() -> Health:
-        # Readiness, not just liveness: a load balancer takes a server whose store is down
-        # out of rotation (503 UNAVAILABLE) and back when the store returns.
-        service.store.ping()
-        return Health()
-
-    @router.get("/spec", tags=["meta"])
-    def spec() -> dict[str, Any]:
-        return spec_document(service, identity.describe())
-
-    @router.post("/memories", status_code=201, response_model=MemoryCell, tags=["memories"],
-                 dependencies=[Depends(require_json)])
-    def create_memory(body: CellCreate, caller: CallerDep) -> MemoryCell:
-        return service.create(caller.write(), body)
-
-    @router.post("/memories/batch", status_code=201, response_model=BatchCreateResponse, tags=["memories"],
-                 dependencies=[Depends(require_json)])
-    def create_memories(body: BatchCreate, caller: CallerDep) -> BatchCreateResponse:
-        return BatchCreateResponse(results=service.create_many(caller.write(), body.cells))
-
-    @router.post("/memories/search", response_model=SearchResponse,
-                 tags=["memories"], dependencies=[Depends(require_json)])
-    def search_memories(body: SearchRequest, caller: CallerDep) -> SearchResponse:
-        return service.search(caller.read(), body)
-
-    def list_route(
-        caller: CallerDep,
-        owner_id: Optional[str] = None,
-        type: Annotated[Optional[list[str]], Query()] = None,
-        status: Annotated[Optional[list[str]], Query()] = None,
-        session_id: Optional[str] = None,
-        include_stale: bool = False,
-        include_superseded: bool = False,
-        limit: Annotated[Optional[int], Query(ge=1, le=service.limits.max_page_size)] = None,
-        cursor: Optional[str] = None,
-        metadata: Annotated[Optional[str], Query(description="extension: JSON object, equality filter on content.metadata keys")] = None,
-    ) -> ListResponse:
-        results, total, next_cursor = service.list(
-            caller.read(),
-            owner_id=owner_id,
-            types=_split(type, ("episodic", "semantic", "procedural")),
-            status=_split(status, ("active", "stale", "archived", "deleted")),
-            include_stale=include_stale,
-            include_superseded=include_superseded,
-            session_id=session_id,
-            metadata=_metadata_filter(metadata),
-            limit=limit,
-            cursor=cursor,
+    auth = identity.describe()
+    for op in OPERATIONS:
+        endpoint = _endpoint(op, service, identity, auth)
+        options: dict[str, Any] = dict(
+            methods=[op.method], name=op.name, response_model=op.response, status_code=op.status_code,
+            tags=list(op.tags), responses=dict(op.responses) or None,
+            dependencies=[Depends(require_json)] if op.request is not None and op.body_required else None,
         )
-        return ListResponse(results=results, total=total, next_cursor=next_cursor)
+        router.add_api_route(op.path, endpoint, **options)
+        for path, summary in op.aliases:
+            router.add_api_route(path, endpoint, summary=summary, **options)
 
-    # Registered before /memories/{memory_id} so that no id route shadows them.
-    router.add_api_route("/memories", list_route, methods=["GET"], response_model=ListResponse, tags=["memories"])
-    router.add_api_route("/memories/query", list_route, methods=["GET"], response_model=ListResponse,
-                         tags=["memories"], summary="Alias of GET /memories (AMP v0.1 name)")
+    # Byte streams, not JSON operations: NDJSON export and import (docs/time-travel.md) are
+    # written here rather than as rows, since neither has a model body nor an in-process twin.
+    admin = Annotated[Caller, Depends(identity.admin)]
 
-    @router.get("/export", tags=["memories"])
-    def export(caller: CallerDep, owner_id: Optional[str] = None) -> dict[str, Any]:
-        cells = service.export(caller.read(), owner_id=owner_id)
-        return {"amp_version": AMP_VERSION, "count": len(cells), "cells": [c.model_dump(mode="json") for c in cells]}
+    @router.get("/admin/export", tags=["admin"], response_class=StreamingResponse,
+                responses={200: {"content": {portable.MEDIA_TYPE: {"schema": {"type": "string"}}},
+                                 "description": "the NDJSON export (docs/time-travel.md), streamed"}})
+    def export_ndjson(
+        caller: admin,
+        owner_id: Optional[str] = None,
+        cursor: Annotated[Optional[str], Query(description="resume after the line carrying this cursor")] = None,
+    ) -> StreamingResponse:
+        portable.check_cursor(cursor)  # a bad cursor is a 422 before the stream starts
+        lines = portable.export_lines(service.store, owner_id, cursor)
+        return StreamingResponse(portable.in_chunks(lines), media_type=portable.MEDIA_TYPE)
 
-    @router.get("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"])
-    def get_memory(memory_id: str, caller: CallerDep) -> MemoryCell:
-        return service.get(caller.read(), memory_id)
-
-    @router.patch("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"],
-                  dependencies=[Depends(require_json)],
-                  responses={204: {"description": "applied; the caller may write but not read this cell"}})
-    def patch_memory(
-        memory_id: str,
-        body: CellPatch,
-        caller: CallerDep,
-        if_match: Annotated[Optional[int], Header(description="extension: expected lifecycle.version")] = None,
-    ) -> Any:
-        updated = service.update(caller.write(), memory_id, body, expected_version=if_match)
-        return Response(status_code=204) if updated is None else updated
-
-    @router.delete("/memories/{memory_id}", status_code=204, tags=["memories"])
-    def delete_memory(memory_id: str, caller: CallerDep) -> Response:
-        service.delete(caller.write(), memory_id)
-        return Response(status_code=204)
-
-    @router.get("/memories/{memory_id}/history", response_model=HistoryResponse, tags=["memories"])
-    def memory_history(memory_id: str, caller: CallerDep) -> HistoryResponse:
-        return HistoryResponse(results=service.history(caller.read(), memory_id))
-
-    @router.post("/admin/lifecycle/run", response_model=LifecycleRunResponse, tags=["admin"])
-    def run_lifecycle(caller: AdminDep, body: Optional[LifecycleRunRequest] = None) -> LifecycleRunResponse:
-        return service.run_lifecycle(as_of=body.as_of if body else None)
-
-    @router.post("/admin/purge", response_model=PurgeResponse, tags=["admin"])
-    def purge(caller: AdminDep, body: Optional[PurgeRequest] = None) -> PurgeResponse:
-        body = body or PurgeRequest()
-        return service.purge(caller.agent_id, ids=body.ids, as_of=body.as_of)
+    @router.post("/admin/import", response_model=portable.ImportReport, tags=["admin"],
+                 openapi_extra={"requestBody": {"required": True, "content": {
+                     portable.MEDIA_TYPE: {"schema": {"type": "string", "description": "an NDJSON export"}}}}})
+    async def import_ndjson(request: Request, caller: admin) -> portable.ImportReport:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in (portable.MEDIA_TYPE, "application/jsonl"):
+            raise UnsupportedMediaType(f"the body must be NDJSON (Content-Type: {portable.MEDIA_TYPE})",
+                                       {"content_type": ctype or None})
+        body = await request.body()  # bounded by max_request_bytes; larger files: `ampkit import`
+        return await run_in_threadpool(
+            portable.import_lines, service.store, lambda: body.splitlines(), service.retriever)
 
     app.include_router(router)
     return app
-
-
-def _metadata_filter(raw: Optional[str]) -> Optional[dict[str, Any]]:
-    """`?metadata={"k": "v"}`: the same equality filter that search takes in its body."""
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise ValidationFailed("metadata must be a JSON object", {"metadata": raw}) from exc
-    if not isinstance(value, dict):
-        raise ValidationFailed("metadata must be a JSON object", {"metadata": raw})
-    return value
 
 
 def _with_security_schemes(app: FastAPI):
@@ -230,8 +145,10 @@ def _with_security_schemes(app: FastAPI):
             "bearerKey": {"type": "http", "scheme": "bearer",
                           "description": "an API key from `ampkit keys create` (auth required)"},
         }
+        open_routes = {PREFIX + path for op in OPERATIONS if op.scope is None
+                       for path in (op.path, *(alias for alias, _ in op.aliases))}
         for path, operations in schema.get("paths", {}).items():
-            open_route = path in (f"{PREFIX}/health", f"{PREFIX}/spec")
+            open_route = path in open_routes
             for operation in operations.values():
                 operation["security"] = [] if open_route else [{"agentId": []}, {"bearerKey": []}]
         return schema
@@ -239,12 +156,34 @@ def _with_security_schemes(app: FastAPI):
     return openapi
 
 
-def _split(values: Optional[list[str]], allowed: tuple[str, ...]) -> Optional[list[str]]:
-    """Accept `?type=a&type=b` and `?type=a,b`; refuse unknown values."""
-    if not values:
-        return None
-    out = [v.strip() for value in values for v in value.split(",") if v.strip()]
-    bad = [v for v in out if v not in allowed]
-    if bad:
-        raise ValidationFailed(f"unknown value(s) {bad}; allowed: {list(allowed)}", {"invalid": bad})
-    return out or None
+def _endpoint(op: Operation, service: MemoryService, identity: IdentityResolver,
+              auth: dict[str, Any]) -> Callable[..., Any]:
+    """A FastAPI endpoint for one row: its signature declares the row's body, parameters and
+    identity dependency (FastAPI reads it for validation and the OpenAPI document); its body
+    runs the row. A plain `def`, so FastAPI runs it in a worker thread."""
+    parameters = []
+    if op.scope is not None:
+        resolve = identity.admin if op.scope == "admin" else identity.caller
+        parameters.append(inspect.Parameter("caller", KEYWORD, annotation=Annotated[Caller, Depends(resolve)]))
+    for param in op.params:
+        annotation = param.annotation
+        if param.source != "path":
+            marker = Query if param.source == "query" else Header
+            bounds = param.bounds(service.limits) if param.bounds else {}
+            annotation = Annotated[annotation, marker(description=param.description, **bounds)]
+        default = inspect.Parameter.empty if param.required else param.default
+        parameters.append(inspect.Parameter(param.name, KEYWORD, annotation=annotation, default=default))
+    if op.request is not None:
+        body_type = op.request if op.body_required else Optional[op.request]
+        default = inspect.Parameter.empty if op.body_required else None
+        parameters.append(inspect.Parameter("body", KEYWORD, annotation=body_type, default=default))
+
+    def endpoint(**inputs: Any) -> Any:
+        caller: Optional[Caller] = inputs.pop("caller", None)
+        agent = "" if caller is None else caller.agent_id if op.scope == "admin" else caller.need(op.scope or "")
+        result = op.run(Context(service, agent, auth), inputs)
+        return Response(status_code=204) if result is None else result
+
+    endpoint.__name__ = op.name
+    endpoint.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    return endpoint

@@ -40,16 +40,17 @@ class Caller:
     scopes: frozenset[str] = field(default=ALL_SCOPES)
     key_id: Optional[str] = None
 
-    def _need(self, scope: str) -> str:
+    def need(self, scope: str) -> str:
+        """The agent id, if this caller holds `scope` (else 403 FORBIDDEN)."""
         if scope not in self.scopes:
             raise Forbidden(f"this key lacks the {scope!r} scope", {"required_scope": scope})
         return self.agent_id
 
     def read(self) -> str:
-        return self._need("read")
+        return self.need("read")
 
     def write(self) -> str:
-        return self._need("write")
+        return self.need("write")
 
 
 def rate_limiter_from_settings(settings: Settings) -> Optional[RateLimiter]:
@@ -113,7 +114,7 @@ class IdentityResolver:
 
     async def admin(self, request: Request) -> Caller:
         caller = await self.caller(request)
-        caller._need("admin")
+        caller.need("admin")
         return caller
 
 

@@ -106,8 +106,18 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     ),
     (
         5,
+        "cell keys: one live cell per (owner, key)",
+        # Identity.key: a caller-chosen name. Archived, deleted and superseded cells release it.
+        """
+        ALTER TABLE cells ADD COLUMN cell_key TEXT;
+        CREATE UNIQUE INDEX cells_live_key ON cells (owner_id, cell_key)
+            WHERE cell_key IS NOT NULL AND status IN ('active', 'stale') AND superseded_by IS NULL;
+        """,
+    ),
+    (
+        6,
         "keyword windows only within one access class; readers in the one glob dialect",
-        # As SQLite's migration 4: neighbours are the nearest cells of the same window class,
+        # As SQLite's migration 5: neighbours are the nearest cells of the same window class,
         # so a window never crosses an access or status boundary; `reader_patterns` is
         # recompiled by ampkit.glob (the old translation let some patterns through as invalid
         # regular expressions), after stored patterns outside the grammar are rewritten to match
@@ -181,7 +191,7 @@ UNION ALL
 
 
 def rebuild_access_and_windows(conn: psycopg.Connection, batch_size: int = 1000) -> None:
-    """Migration 5: patterns outside the glob grammar rewritten to match literally
+    """Migration 6: patterns outside the glob grammar rewritten to match literally
     (`ampkit.glob.upgrade_stored`), every cell's window class and compiled reader patterns,
     then every window."""
     after = ""
@@ -207,4 +217,4 @@ def rebuild_access_and_windows(conn: psycopg.Connection, batch_size: int = 1000)
 
 
 # Python steps that run inside a migration's transaction, after its SQL.
-MIGRATION_STEPS = {3: rebuild_keyword_index, 5: rebuild_access_and_windows}
+MIGRATION_STEPS = {3: rebuild_keyword_index, 6: rebuild_access_and_windows}

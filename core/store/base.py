@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterator, Optional, Sequence
 
-from ..models import HistoryEntry, MemoryCell
+from ..models import HistoryEntry, MemoryCell, Status
+
+ALL_STATUSES: tuple[str, ...] = tuple(status.value for status in Status)
 
 # Same-session neighbours on each side that a cell's keyword window includes, in every SQL
 # store. Measured on LoCoMo (bench/locomo.py): recall@10 0.62 without windows, 0.70 with 1,
@@ -37,7 +39,7 @@ class CellFilter:
     reader: Optional[str] = None  # agent id; None = no access filter (lifecycle, admin, copy)
     owner_id: Optional[str] = None
     types: Optional[Sequence[str]] = None
-    statuses: Sequence[str] = ("active",)  # never contains "deleted" for a reader
+    statuses: Sequence[str] = (Status.active.value,)  # never contains "deleted" for a reader
     include_superseded: bool = False
     session_id: Optional[str] = None
     metadata: Optional[dict[str, Any]] = None
@@ -129,6 +131,7 @@ def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
         "public": bool(cell.access_policy.public),
         "expires_at": cell.lifecycle.expires_at,
         "superseded_by": cell.lifecycle.superseded_by,
+        "cell_key": cell.identity.key,
         "text": text,
         "window_class": window_class(
             cell.identity.owner_id, cell.identity.session_id, cell.identity.created_by, cell.access_policy.public,
@@ -146,6 +149,12 @@ class WriteTx(ABC):
 
     @abstractmethod
     def insert(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None: ...
+
+    @abstractmethod
+    def key_holder(self, owner_id: str, key: str) -> Optional[MemoryCell]:
+        """The owner's live cell (active or stale, not superseded) holding `key`, locked until
+        the transaction ends; concurrent writers of the same key take turns here. A unique
+        index on (owner_id, cell_key) over live cells backs it."""
 
     @abstractmethod
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
@@ -207,6 +216,12 @@ class Store(ABC):
     @abstractmethod
     def history(self, cell_id: str) -> list[HistoryEntry]: ...
 
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+        """Up to `limit` history entries of every cell (purged ones too), ordered by
+        (cell_id, seq), starting after the entry `after` = (cell_id, seq): the export's
+        history section, one page at a time."""
+        raise NotImplementedError(f"{type(self).__name__} cannot scan its history")
+
     def scan(self, flt: CellFilter, batch_size: int = 500) -> Iterator[MemoryCell]:
         """Every cell matching `flt`, in id order, one `list` page at a time."""
         after: Optional[str] = None
@@ -219,8 +234,7 @@ class Store(ABC):
 
     def iter_cells(self, statuses: Optional[Sequence[str]] = None, batch_size: int = 500) -> Iterator[MemoryCell]:
         """Every cell (optionally of some statuses), in id order; for lifecycle runs, purge, copy."""
-        every = ("active", "stale", "archived", "deleted")
-        return self.scan(CellFilter(statuses=tuple(statuses or every), include_superseded=True), batch_size)
+        return self.scan(CellFilter(statuses=tuple(statuses or ALL_STATUSES), include_superseded=True), batch_size)
 
     def try_lifecycle_lock(self) -> AbstractContextManager[bool]:
         """Held while a lifecycle run goes; yields False when another process holds it."""

@@ -195,6 +195,16 @@ class _PostgresWriteTx(WriteTx):
         row = self.conn.execute("SELECT text, body FROM cells WHERE id = %s FOR UPDATE", (cell_id,)).fetchone()
         return None if row is None else row_to_cell(*row)
 
+    def key_holder(self, owner_id: str, key: str) -> Optional[MemoryCell]:
+        # Concurrent writers of one (owner, key) take turns on a transaction-scoped lock, so
+        # the second sees the first's cell instead of tripping the unique index.
+        self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (json.dumps([owner_id, key]),))
+        row = self.conn.execute(
+            "SELECT text, body FROM cells WHERE owner_id = %s AND cell_key = %s AND status IN ('active', 'stale') "
+            "AND superseded_by IS NULL FOR UPDATE", (owner_id, key),
+        ).fetchone()
+        return None if row is None else row_to_cell(*row)
+
     def _write_vector(self, cell_id: str, vector: Optional[StoredVector]) -> None:
         if vector is None:
             return
@@ -517,6 +527,14 @@ class PostgresStore(SQLKeyReads, Store):
     def history(self, cell_id: str) -> list[HistoryEntry]:
         rows = self._query(
             "SELECT seq, cell_id, at, actor, action, changes FROM history WHERE cell_id = %s ORDER BY seq", (cell_id,)
+        )
+        return [HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=ch) for s, c, a, ac, act, ch in rows]
+
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+        where, params = ("", []) if after is None else ("WHERE cell_id > %s OR (cell_id = %s AND seq > %s)", [after[0], *after])
+        rows = self._query(
+            f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT %s",
+            [*params, limit],
         )
         return [HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=ch) for s, c, a, ac, act, ch in rows]
 

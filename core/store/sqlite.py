@@ -143,6 +143,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     ),
     (
         4,
+        "cell keys: one live cell per (owner, key)",
+        # Identity.key: a caller-chosen name. Archived, deleted and superseded cells release it.
+        """
+        ALTER TABLE cells ADD COLUMN cell_key TEXT;
+        CREATE UNIQUE INDEX cells_live_key ON cells(owner_id, cell_key)
+            WHERE cell_key IS NOT NULL AND status IN ('active', 'stale') AND superseded_by IS NULL;
+        """,
+    ),
+    (
+        5,
         "keyword windows only within one access class; access-scoped BM25; readers in the one glob dialect",
         # Windows no longer cross an access or status boundary: neighbours are the nearest
         # cells of the same `window_class` (ampkit.store.base.window_class). Each window keeps
@@ -260,6 +270,14 @@ class _SQLiteWriteTx(WriteTx):
 
     def get(self, cell_id: str) -> Optional[MemoryCell]:
         row = self.conn.execute("SELECT text, body FROM cells WHERE id = ?", (cell_id,)).fetchone()
+        return None if row is None else row_to_cell(*row)
+
+    def key_holder(self, owner_id: str, key: str) -> Optional[MemoryCell]:
+        # Writers are serialised (BEGIN IMMEDIATE): this read and the insert after it are atomic.
+        row = self.conn.execute(
+            "SELECT text, body FROM cells WHERE owner_id = ? AND cell_key = ? AND status IN ('active', 'stale') "
+            "AND superseded_by IS NULL", (owner_id, key),
+        ).fetchone()
         return None if row is None else row_to_cell(*row)
 
     def _vector_columns(self, vector: StoredVector) -> dict[str, Any]:
@@ -662,6 +680,17 @@ class SQLiteStore(SQLKeyReads, Store):
             for s, c, a, ac, act, ch in rows
         ]
 
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+        where, params = ("", []) if after is None else ("WHERE cell_id > ? OR (cell_id = ? AND seq > ?)", [after[0], *after])
+        rows = self._query(
+            f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT ?",
+            [*params, limit],
+        )
+        return [
+            HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=json.loads(ch))
+            for s, c, a, ac, act, ch in rows
+        ]
+
     @contextmanager
     def try_lifecycle_lock(self) -> Iterator[bool]:
         got = self._lifecycle_lock.acquire(blocking=False)
@@ -730,7 +759,7 @@ def _split_sql(script: str) -> list[str]:
 
 
 def _rebuild_access_and_windows(conn: sqlite3.Connection) -> None:
-    """Migration 4: patterns outside the glob grammar rewritten to match literally
+    """Migration 5: patterns outside the glob grammar rewritten to match literally
     (`ampkit.glob.upgrade_stored`), then every cell's window class and compiled readers, then
     every window."""
     conn.execute("DELETE FROM cell_readers")
@@ -758,4 +787,4 @@ def _rebuild_access_and_windows(conn: sqlite3.Connection) -> None:
 
 
 # Python steps that run inside a migration's transaction, after its SQL.
-MIGRATION_STEPS = {4: _rebuild_access_and_windows}
+MIGRATION_STEPS = {5: _rebuild_access_and_windows}

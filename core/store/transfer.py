@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..retrieval import Retriever
-from .base import CellFilter, HistoryRecord, Store
-
-ALL_STATUSES = ("active", "stale", "archived", "deleted")
+from .base import ALL_STATUSES, CellFilter, HistoryRecord, Store
 
 
 def everything() -> CellFilter:

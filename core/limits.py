@@ -1,0 +1,27 @@
+"""The wire bounds: the hard maxima the request models enforce, and `Limits`, the bounds a
+server runs with (advertised in GET /spec; see docs/configuration.md). Settings may lower the
+configurable ones; nothing may advertise more than the models accept."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_SEARCH_LIMIT = 100
+MAX_PAGE_SIZE = 200
+MAX_BATCH_CELLS = 500
+DEFAULT_PAGE_SIZE = 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Advertised in GET /spec and enforced (see docs/configuration.md)."""
+
+    max_cell_size_bytes: int = 65536
+    max_request_bytes: int = 4 * 1024 * 1024
+    max_search_limit: int = MAX_SEARCH_LIMIT
+    max_page_size: int = MAX_PAGE_SIZE
+    default_page_size: int = DEFAULT_PAGE_SIZE
+    max_batch_cells: int = MAX_BATCH_CELLS
+
+
+__all__ = ["DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT"]

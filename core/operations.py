@@ -1,0 +1,317 @@
+"""Every wire operation, once: one row per operation, from which the FastAPI routes
+(`server/app.py`), the in-process transport (`client/_local.py`) and the client's call
+builders (`client/_calls.py`) are all made.
+
+A row says what an operation is on the wire (method, path, query/header/path parameters,
+request and response models, status code, required scope, whether it is safe to resend) and
+what it does (`run`: a call of one `MemoryService` method). Nothing here does I/O or knows
+HTTP frameworks, so the plain client (no `server` extra) can import it.
+
+Adding an operation: one `Operation` row in `OPERATIONS` plus the service method it calls
+(docs/architecture.md walks through it).
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from urllib.parse import quote
+
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+
+from .auth import SCOPES
+from .errors import ValidationFailed, validation_to_api_error
+from .limits import Limits
+from .models import (
+    AMP_VERSION,
+    BatchCreate,
+    BatchCreateResponse,
+    CellCreate,
+    CellPatch,
+    ErrorEnvelope,
+    Health,
+    HistoryResponse,
+    LifecycleRunRequest,
+    LifecycleRunResponse,
+    ListResponse,
+    MemoryCell,
+    MemoryType,
+    PurgeRequest,
+    PurgeResponse,
+    RollbackRequest,
+    SearchRequest,
+    SearchResponse,
+    Status,
+    UtcDatetime,
+)
+
+if TYPE_CHECKING:
+    from .service import MemoryService
+
+PREFIX = "/amp/v1"
+
+
+@dataclass(frozen=True)
+class Param:
+    """A path, query or header parameter. `name` is the Python name; a header travels as the
+    name with `-` for `_` (`if_match` -> `If-Match`)."""
+
+    name: str
+    annotation: Any  # the parsed type, e.g. Optional[list[str]]
+    source: str  # "path" | "query" | "header"
+    default: Any = None
+    description: Optional[str] = None
+    bounds: Optional[Callable[[Limits], dict[str, Any]]] = None  # e.g. ge/le from the server's limits
+
+    @property
+    def required(self) -> bool:
+        return self.source == "path"
+
+    @property
+    def wire_name(self) -> str:
+        return self.name.replace("_", "-") if self.source == "header" else self.name
+
+    @property
+    def repeated(self) -> bool:
+        """A list parameter (`?type=a&type=b`)."""
+        inner = [a for a in typing.get_args(self.annotation) if a is not type(None)] or [self.annotation]
+        return any(typing.get_origin(a) is list for a in inner)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an operation runs with: the service, the calling agent ("" on open routes) and
+    the description of how callers identify (part of GET /spec)."""
+
+    service: "MemoryService"
+    agent: str
+    auth: Mapping[str, Any]
+
+
+Inputs = Mapping[str, Any]  # parameter name -> parsed value; the body under "body"
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str  # also the route's name, hence its OpenAPI operationId and summary
+    method: str
+    path: str  # relative to PREFIX; `{name}` marks a path parameter
+    run: Callable[[Context, Inputs], Any]  # None answers 204 No Content
+    request: Optional[type[BaseModel]] = None  # the JSON body
+    body_required: bool = True
+    response: Any = None  # the response model (None: no body)
+    status_code: int = 200
+    scope: Optional[str] = "read"  # None: an open route, no identity needed
+    params: tuple[Param, ...] = ()
+    idempotent: bool = True  # safe to resend after a connection error or a 503
+    tags: tuple[str, ...] = ("memories",)
+    responses: Mapping[int, Any] = field(default_factory=dict)  # extra documented answers
+    aliases: tuple[tuple[str, str], ...] = ()  # (path, summary): the same operation at another path
+
+    def __post_init__(self) -> None:
+        if self.scope is not None and self.scope not in SCOPES:
+            raise ValueError(f"{self.name}: unknown scope {self.scope!r}")
+
+    def url(self, path_params: Mapping[str, str]) -> str:
+        """The path with its parameters filled in (quoted), relative to PREFIX."""
+        return self.path.format(**{k: quote(str(v), safe="") for k, v in path_params.items()})
+
+    def parse(self, *, path: Mapping[str, str], query: Sequence[tuple[str, str]], headers: Mapping[str, str],
+              body: Any, limits: Limits) -> dict[str, Any]:
+        """Validate wire inputs exactly as the server's routes do (same types, bounds and error
+        locations), for transports that do not go through the HTTP framework."""
+        lowered = {k.lower(): v for k, v in headers.items()}
+        values: dict[str, Any] = {}
+        errors: list[dict[str, Any]] = []
+        for param in self.params:
+            if param.source == "path":
+                raw: Any = path.get(param.name)
+            elif param.source == "header":
+                raw = lowered.get(param.wire_name)
+            else:
+                found = [v for k, v in query if k == param.wire_name]
+                raw = (found or None) if param.repeated else (found[-1] if found else None)
+            if raw is None:
+                values[param.name] = param.default
+                continue
+            try:
+                values[param.name] = _adapter(param, limits).validate_python(raw)
+            except ValidationError as exc:
+                errors += [{**e, "loc": (param.source, param.wire_name, *e.get("loc", ()))} for e in exc.errors()]
+        if errors:
+            raise validation_to_api_error(errors)
+        if self.request is not None:
+            if body is None and not self.body_required:
+                values["body"] = None
+            else:
+                try:
+                    values["body"] = self.request.model_validate(body)
+                except ValidationError as exc:
+                    # The server reports body errors at loc ("body", ...); keep the details identical.
+                    raise validation_to_api_error(
+                        [{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors()]
+                    ) from None
+        return values
+
+
+def _adapter(param: Param, limits: Limits) -> TypeAdapter[Any]:
+    bounds = param.bounds(limits) if param.bounds else {}
+    return TypeAdapter(typing.Annotated[param.annotation, Field(**bounds)] if bounds else param.annotation)
+
+
+def query_pairs(query: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Python values -> query pairs: lists repeat the key, dicts travel as JSON, bools as true/false."""
+    pairs: list[tuple[str, str]] = []
+    for key, value in query.items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for v in values:
+            if isinstance(v, bool):
+                v = "true" if v else "false"
+            elif isinstance(v, dict):
+                v = json.dumps(v, separators=(",", ":"))
+            pairs.append((key, str(v)))
+    return pairs
+
+
+# ---------------------------------------------------------------- input helpers
+
+
+def split_values(values: Optional[list[str]], enum: type[Any]) -> Optional[list[str]]:
+    """Accept `?type=a&type=b` and `?type=a,b`; refuse values the enum does not name."""
+    if not values:
+        return None
+    allowed = [member.value for member in enum]
+    out = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    bad = [v for v in out if v not in allowed]
+    if bad:
+        raise ValidationFailed(f"unknown value(s) {bad}; allowed: {allowed}", {"invalid": bad})
+    return out or None
+
+
+def metadata_filter(raw: Optional[str]) -> Optional[dict[str, Any]]:
+    """`?metadata={"k": "v"}`: the same equality filter that search takes in its body."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ValidationFailed("metadata must be a JSON object", {"metadata": raw}) from exc
+    if not isinstance(value, dict):
+        raise ValidationFailed("metadata must be a JSON object", {"metadata": raw})
+    return value
+
+
+# ---------------------------------------------------------------- what each operation does
+
+
+def _health(ctx: Context, inputs: Inputs) -> Health:
+    # Readiness, not just liveness: a load balancer takes a server whose store is down
+    # out of rotation (503 UNAVAILABLE) and back when the store returns.
+    ctx.service.store.ping()
+    return Health()
+
+
+def _spec(ctx: Context, inputs: Inputs) -> dict[str, Any]:
+    from .service import spec_document
+
+    return spec_document(ctx.service, dict(ctx.auth))
+
+
+def _list(ctx: Context, inputs: Inputs) -> ListResponse:
+    results, total, next_cursor = ctx.service.list(
+        ctx.agent,
+        owner_id=inputs["owner_id"],
+        types=split_values(inputs["type"], MemoryType),
+        status=split_values(inputs["status"], Status),
+        include_stale=inputs["include_stale"],
+        include_superseded=inputs["include_superseded"],
+        session_id=inputs["session_id"],
+        metadata=metadata_filter(inputs["metadata"]),
+        limit=inputs["limit"],
+        cursor=inputs["cursor"],
+        as_of=inputs["as_of"],
+    )
+    return ListResponse(results=results, total=total, next_cursor=next_cursor)
+
+
+def _export(ctx: Context, inputs: Inputs) -> dict[str, Any]:
+    cells = ctx.service.export(ctx.agent, owner_id=inputs["owner_id"])
+    return {"amp_version": AMP_VERSION, "count": len(cells), "cells": [c.model_dump(mode="json") for c in cells]}
+
+
+def _purge(ctx: Context, inputs: Inputs) -> PurgeResponse:
+    body = inputs["body"] or PurgeRequest()
+    return ctx.service.purge(ctx.agent, ids=body.ids, as_of=body.as_of)
+
+
+MEMORY_ID = Param("memory_id", str, "path")
+IF_MATCH = Param("if_match", Optional[int], "header", description="extension: expected lifecycle.version")
+# An as-of read (extension): the cell or set as it was at this time, rebuilt from history.
+# Not the admin runs' `as_of` clock override; see docs/time-travel.md.
+AS_OF = Param("as_of", Optional[UtcDatetime], "query", description=(
+    "extension (as-of read): the state at this time (RFC 3339; no offset means UTC), rebuilt from history"))
+WRITER_ONLY_204 = {204: {"description": "applied; the caller may write but not read this cell"}}
+LIST_PARAMS = (
+    Param("owner_id", Optional[str], "query"),
+    Param("type", Optional[list[str]], "query"),
+    Param("status", Optional[list[str]], "query"),
+    Param("session_id", Optional[str], "query"),
+    Param("include_stale", bool, "query", default=False),
+    Param("include_superseded", bool, "query", default=False),
+    Param("limit", Optional[int], "query", bounds=lambda limits: {"ge": 1, "le": limits.max_page_size}),
+    Param("cursor", Optional[str], "query"),
+    Param("metadata", Optional[str], "query",
+          description="extension: JSON object, equality filter on content.metadata keys"),
+    AS_OF,
+)
+ERROR_503 = {503: {"model": ErrorEnvelope, "description": "the store cannot be reached"}}
+
+# Registration order matters: the static /memories/... paths come before /memories/{memory_id}.
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("health", "GET", "/health", _health, response=Health, scope=None, tags=("meta",), responses=ERROR_503),
+    Operation("spec", "GET", "/spec", _spec, response=dict[str, Any], scope=None, tags=("meta",)),
+    Operation("create_memory", "POST", "/memories", lambda c, i: c.service.create(c.agent, i["body"]),
+              request=CellCreate, response=MemoryCell, status_code=201, scope="write", idempotent=False),
+    Operation("create_memories", "POST", "/memories/batch",
+              lambda c, i: BatchCreateResponse(results=c.service.create_many(c.agent, i["body"].cells)),
+              request=BatchCreate, response=BatchCreateResponse, status_code=201, scope="write", idempotent=False),
+    Operation("search_memories", "POST", "/memories/search", lambda c, i: c.service.search(c.agent, i["body"]),
+              request=SearchRequest, response=SearchResponse),
+    Operation("list_route", "GET", "/memories", _list, response=ListResponse, params=LIST_PARAMS,
+              aliases=(("/memories/query", "Alias of GET /memories (AMP v0.1 name)"),)),
+    Operation("export", "GET", "/export", _export, response=dict[str, Any], params=(Param("owner_id", Optional[str], "query"),)),
+    Operation("get_memory", "GET", "/memories/{memory_id}",
+              lambda c, i: c.service.get(c.agent, i["memory_id"], as_of=i["as_of"]),
+              response=MemoryCell, params=(MEMORY_ID, AS_OF)),
+    Operation("patch_memory", "PATCH", "/memories/{memory_id}",
+              lambda c, i: c.service.update(c.agent, i["memory_id"], i["body"], expected_version=i["if_match"]),
+              request=CellPatch, response=MemoryCell, scope="write", idempotent=False,
+              params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
+    Operation("delete_memory", "DELETE", "/memories/{memory_id}", lambda c, i: c.service.delete(c.agent, i["memory_id"]),
+              status_code=204, scope="write", params=(MEMORY_ID,)),
+    Operation("rollback_memory", "POST", "/memories/{memory_id}/rollback",
+              lambda c, i: c.service.rollback(c.agent, i["memory_id"], i["body"].to_version,
+                                              expected_version=i["if_match"]),
+              request=RollbackRequest, response=MemoryCell, scope="write", idempotent=False,
+              params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
+    Operation("memory_history", "GET", "/memories/{memory_id}/history",
+              lambda c, i: HistoryResponse(results=c.service.history(c.agent, i["memory_id"])),
+              response=HistoryResponse, params=(MEMORY_ID,)),
+    # A lifecycle run only moves cells whose schedule says so: running it twice is harmless.
+    Operation("run_lifecycle", "POST", "/admin/lifecycle/run",
+              lambda c, i: c.service.run_lifecycle(as_of=i["body"].as_of if i["body"] else None),
+              request=LifecycleRunRequest, body_required=False, response=LifecycleRunResponse, scope="admin",
+              tags=("admin",)),
+    Operation("purge", "POST", "/admin/purge", _purge, request=PurgeRequest, body_required=False,
+              response=PurgeResponse, scope="admin", tags=("admin",)),
+)
+
+BY_NAME: dict[str, Operation] = {op.name: op for op in OPERATIONS}
+
+
+__all__ = [
+    "BY_NAME", "Context", "Inputs", "OPERATIONS", "Operation", "PREFIX", "Param", "metadata_filter", "query_pairs",
+    "split_values",
+]
