@@ -105,7 +105,8 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
 
     async def update_context(self, model_context: ChatCompletionContext) -> UpdateContextResult:
         messages = await model_context.get_messages()
-        latest = [m.content for m in messages[-1:] if isinstance(getattr(m, "content", None), str)]
+        contents = [getattr(m, "content", None) for m in messages[-1:]]
+        latest = [c for c in contents if isinstance(c, str)]
         result = await self.query(latest[0]) if latest else MemoryQueryResult(results=[])
         if result.results:
             text = render(str(m.content) for m in result.results)

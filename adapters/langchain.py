@@ -291,13 +291,14 @@ class AmpkitStore(BaseStore):
         return [_item(cell, score, searched=True) for cell, score in page]
 
     def _list_namespaces(self, op: ListNamespacesOp):
-        prefixes = [c.path for c in op.match_conditions if c.match_type == "prefix" and "*" not in c.path]
+        conditions = op.match_conditions or ()
+        prefixes = [c.path for c in conditions if c.match_type == "prefix" and "*" not in c.path]
         owner = self.owner_of(prefixes[0] if prefixes else ())
         in_prefix = prefix_filter(prefixes[0]) if prefixes else {FRAMEWORK_TAG: FRAMEWORK}
         cells = yield call("list", owner_id=owner, metadata=in_prefix)
         namespaces = {_namespace_of(c) for c in cells}
         namespaces = {ns for ns in namespaces
-                      if all(namespace_matches(c.match_type, c.path, ns) for c in op.match_conditions)}
+                      if all(namespace_matches(c.match_type, c.path, ns) for c in conditions)}
         if op.max_depth is not None:
             namespaces = {ns[: op.max_depth] for ns in namespaces}
         return sorted(namespaces)[op.offset: op.offset + op.limit]

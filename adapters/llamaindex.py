@@ -100,7 +100,10 @@ class AmpkitLlamaIndexMemory(BaseMemory):
         return "AmpkitLlamaIndexMemory"
 
     @classmethod
-    def from_defaults(cls, *, client: Any, owner_id: str, session_id: str = "default", **kwargs: Any) -> "AmpkitLlamaIndexMemory":
+    # The base declares only **kwargs; this one needs a client and an owner, so it names them.
+    def from_defaults(  # type: ignore[override]
+        cls, *, client: Any, owner_id: str, session_id: str = "default", **kwargs: Any
+    ) -> "AmpkitLlamaIndexMemory":
         return cls(client=client, owner_id=owner_id, session_id=session_id, **kwargs)
 
     @property

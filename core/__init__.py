@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+
 from .client import AsyncClient, Client, ConfigError, SearchResult, aconnect, connect
 from .errors import (
     AccessDenied,
@@ -21,7 +23,10 @@ from .errors import (
 )
 from .models import AMP_VERSION, MemoryCell
 
-__version__ = "0.1.0"
+try:
+    __version__ = version("ampkit")  # one source: the version in pyproject.toml
+except PackageNotFoundError:  # pragma: no cover - running from a source tree that is not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "AMP_VERSION",

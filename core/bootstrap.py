@@ -72,6 +72,7 @@ def build_service(settings: Settings, *, clock: Callable[[], datetime] = utcnow)
         limits=settings.limits(),
         retriever=retriever_from_settings(settings),
         clock=clock,
+        allow_clock_override=settings.allow_clock_override,
     )
 
 

@@ -4,7 +4,7 @@ from `AMPKIT_*` variables and flags override them."""
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import Callable, Iterable, Optional, Union
 
 import click
 
@@ -28,14 +28,28 @@ def main() -> None:
 @click.option("--insecure", is_flag=True, help="allow a non-loopback --host without --auth (anyone can claim any agent id)")
 @click.option("--rate-limit", default=None, type=float,
               help="sustained requests/s per agent, bursts of twice that (0 = off) [default: off; 50 with --auth]")
+@click.option("--allow-clock-override", "allow_clock_override", flag_value=True, default=None,
+              help="TESTING ONLY: accept `as_of` on lifecycle runs and purges (moves the clock for every cell; "
+                   "breaks the retention promise); same as AMPKIT_ALLOW_CLOCK_OVERRIDE=true; refused with --auth")
+@click.option("--no-mcp", "no_mcp", is_flag=True, help="do not serve MCP at /mcp; same as AMPKIT_MCP_HTTP=false")
 def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecycle_interval: Optional[float],
-          auth: Optional[str], insecure: bool, rate_limit: Optional[float]) -> None:
-    """Run the /amp/v1 server."""
+          auth: Optional[str], insecure: bool, rate_limit: Optional[float], allow_clock_override: Optional[bool],
+          no_mcp: bool) -> None:
+    """Run the /amp/v1 server (and MCP over streamable HTTP at /mcp)."""
     from .bootstrap import build_service, load_settings
     from .server.identity import is_loopback_host
 
     settings = load_settings(host=host, port=port, store=store, lifecycle_interval_seconds=lifecycle_interval,
-                             auth=auth, rate_limit=rate_limit)
+                             auth=auth, rate_limit=rate_limit, allow_clock_override=allow_clock_override,
+                             mcp_http=False if no_mcp else None)
+    if settings.auth == "required" and settings.allow_clock_override:
+        click.echo(
+            "ampkit: refusing to start with auth required and the clock override on: `as_of` lets any admin key "
+            "purge cells deleted moments ago. The clock override is for test servers; drop --allow-clock-override "
+            "(or AMPKIT_ALLOW_CLOCK_OVERRIDE).",
+            err=True,
+        )
+        sys.exit(EXIT_USAGE)
     if settings.auth != "required" and not insecure and not is_loopback_host(settings.host):
         click.echo(
             f"ampkit: refusing to listen on {settings.host} with auth off: any client on the network could read "
@@ -61,8 +75,99 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
     if active_keys == 0:
         click.echo("ampkit: warning: auth is required but this store has no active API key; "
                    "create one with `ampkit keys create --agent ID`", err=True)
-    click.echo(f"ampkit: listening on http://{settings.host}:{settings.port}/amp/v1")
+    click.echo(f"ampkit: listening on http://{settings.host}:{settings.port}/amp/v1"
+               + (f" and MCP at http://{settings.host}:{settings.port}/mcp" if settings.mcp_http else ""))
     run(settings, service)  # the checked service, so the embedding model loads once
+
+
+# ---------------------------------------------------------------- MCP over stdio
+@main.command("mcp")
+@click.option("--url", default=None, help="an ampkit server, http(s)://HOST:PORT [default: AMPKIT_URL or the config file]")
+@click.option("--store", "store_url", default=None,
+              help="use a store in process instead: sqlite:///PATH, postgresql://... [default: AMPKIT_STORE or the user data dir]")
+@click.option("--agent-id", default=None, help="the agent to act as [default: AMPKIT_AGENT_ID]; a key in AMPKIT_API_KEY decides instead")
+def mcp_stdio(url: Optional[str], store_url: Optional[str], agent_id: Optional[str]) -> None:
+    """Serve MCP over stdio (for desktop, IDE and CLI agents): the same memory, identities and
+    access rules as the HTTP API. Nothing but MCP is written to stdout."""
+    import os
+
+    from .client import ConfigError, resolve
+
+    if url and store_url:
+        raise click.UsageError("give --url (a server) or --store (in process), not both")
+    config = None
+    if not store_url:
+        try:
+            config = resolve(url, agent_id=agent_id)
+        except ConfigError:
+            if url:
+                raise
+    api_key = config.api_key if config else os.environ.get("AMPKIT_API_KEY")
+    agent_id = config.agent_id if config else (agent_id or os.environ.get("AMPKIT_AGENT_ID"))
+    if config is not None and config.is_http:
+        _mcp_remote(config.url, agent_id, api_key)
+    else:
+        from .bootstrap import load_settings
+
+        _mcp_local(store_url or (config.url if config else load_settings().store_url()), agent_id, api_key)
+
+
+def _mcp_remote(url: str, agent_id: Optional[str], api_key: Optional[str]) -> None:
+    import anyio
+
+    from .client._http import AsyncHTTPTransport
+    from .mcp_server import ClientGateway, build_mcp_server
+
+    if not agent_id and not api_key:
+        click.echo("ampkit: name the agent to act as: --agent-id (or AMPKIT_AGENT_ID), or a key in AMPKIT_API_KEY", err=True)
+        sys.exit(EXIT_USAGE)
+    transport = AsyncHTTPTransport(url, agent_id=agent_id, api_key=api_key)
+    server = build_mcp_server(ClientGateway(transport, agent_id))
+    click.echo(f"ampkit: MCP over stdio, through {url}" + (f" as {agent_id}" if agent_id else " as the key's agent"), err=True)
+
+    async def serve() -> None:
+        try:
+            await server.run_stdio_async()
+        finally:
+            await transport.close()
+
+    anyio.run(serve)
+
+
+def _mcp_local(store_url: str, agent_id: Optional[str], api_key: Optional[str]) -> None:
+    import anyio
+
+    from .access import check_agent_id
+    from .auth import verify_key
+    from .bootstrap import build_service, load_settings
+    from .errors import APIError
+    from .mcp_server import ServiceGateway, build_mcp_server, fixed_caller
+    from .server.identity import Caller
+
+    service = build_service(load_settings(store=store_url))
+    try:
+        service.store.open()
+    except Exception as exc:  # noqa: BLE001 - any failure to open is reported the same way
+        click.echo(f"ampkit: cannot open store {_shown(store_url)}: {exc}", err=True)
+        sys.exit(EXIT_STARTUP_FAILURE)
+    try:
+        try:
+            if api_key:
+                key = verify_key(service.store, api_key)
+                if agent_id and check_agent_id(agent_id) != key.agent_id:
+                    raise click.UsageError(f"--agent-id {agent_id!r} is not the key's agent {key.agent_id!r}")
+                caller = Caller(key.agent_id, frozenset(key.scopes), key.key_id)
+            else:
+                caller = Caller(check_agent_id(agent_id))
+        except APIError as exc:
+            click.echo(f"ampkit: {exc.message}: name the agent with --agent-id (or AMPKIT_AGENT_ID), "
+                       "or give a key in AMPKIT_API_KEY", err=True)
+            sys.exit(EXIT_USAGE)
+        server = build_mcp_server(ServiceGateway(service, fixed_caller(caller)))
+        click.echo(f"ampkit: MCP over stdio, store {_shown(store_url)}, as {caller.agent_id}", err=True)
+        anyio.run(server.run_stdio_async)
+    finally:
+        service.store.close()
 
 
 # ---------------------------------------------------------------- keys
@@ -305,6 +410,7 @@ def import_command(file: str, store_url: str, source_format: str, owner_id: Opti
     from .importers import ImporterError, detect_format, to_export_lines
     from .portable import ImportConflict, ImportInvalid, import_lines, iter_file
 
+    open_lines: Callable[[], Iterable[Union[str, bytes]]]
     try:
         fmt = detect_format(file) if source_format == "auto" else source_format
         if fmt == "ampkit":

@@ -60,6 +60,13 @@ class Settings(ClientDefaults):
         default=None, description="sustained requests/s per agent; 0 = off; unset = off, or 50 when auth is required"
     )
     rate_burst: int = Field(default=0, description="bucket size; 0 = twice the rate")
+    allow_clock_override: bool = Field(
+        default=False,
+        description="accept `as_of` on lifecycle runs and purges (test servers only; refused together with auth)",
+    )
+
+    # MCP
+    mcp_http: bool = Field(default=True, description="also serve MCP over streamable HTTP at /mcp (needs the mcp extra)")
 
     # retrieval
     embedder: str = Field(default="default", description="none | default | sentence-transformers:<model> | openai:<url>")

@@ -166,7 +166,7 @@ def from_letta(data: Any, *, owner_id: Optional[str] = None, agent_id: Optional[
     if not isinstance(data, dict) or not isinstance(data.get("agents"), list):
         raise ImporterError("letta: expected an agent file with an \"agents\" list")
     exported = _time(data.get("created_at"), datetime.now(timezone.utc))
-    blocks = {b.get("id"): b for b in data.get("blocks", []) if isinstance(b, dict)}
+    blocks = {str(b.get("id")): b for b in data.get("blocks", []) if isinstance(b, dict)}
     users: dict[str, list[str]] = {}  # block id -> names of the agents that attach it
     for agent in data["agents"]:
         for bid in agent.get("block_ids") or []:
@@ -250,7 +250,8 @@ def from_langgraph(data: Any, *, owner_id: Optional[str] = None, agent_id: Optio
         if not owner:
             raise ImporterError(f"{where}: an empty namespace names no owner (pass --owner)")
         lowered = (kind or "").lower()
-        type_ = "episodic" if "episode" in lowered else "procedural" if "procedur" in lowered or "instruction" in lowered else "semantic"
+        type_ = "episodic" if "episode" in lowered else (
+            "procedural" if "procedur" in lowered or "instruction" in lowered else "semantic")
         ref = "/".join(namespace + [key])
         cid = derived_id("langgraph", ref, created)
         author = agent_id or "import:langgraph"

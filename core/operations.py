@@ -88,6 +88,10 @@ class Context:
     service: "MemoryService"
     agent: str
     auth: Mapping[str, Any]
+    mcp: Optional[Mapping[str, Any]] = None  # the MCP endpoint GET /spec advertises, if served
+    # Whether the caller's key holds the `read` scope. A body that contains a cell needs it:
+    # writes by a key without it answer 204, whatever the access policy lets its agent read.
+    may_read: bool = True
 
 
 Inputs = Mapping[str, Any]  # parameter name -> parsed value; the body under "body"
@@ -196,10 +200,10 @@ def metadata_filter(raw: Optional[str]) -> Optional[dict[str, Any]]:
         return None
     try:
         value = json.loads(raw)
-    except ValueError as exc:
-        raise ValidationFailed("metadata must be a JSON object", {"metadata": raw}) from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to decode
+        raise ValidationFailed("metadata must be a JSON object", {"param": "metadata"}) from exc
     if not isinstance(value, dict):
-        raise ValidationFailed("metadata must be a JSON object", {"metadata": raw})
+        raise ValidationFailed("metadata must be a JSON object", {"param": "metadata"})
     return value
 
 
@@ -216,7 +220,7 @@ def _health(ctx: Context, inputs: Inputs) -> Health:
 def _spec(ctx: Context, inputs: Inputs) -> dict[str, Any]:
     from .service import spec_document
 
-    return spec_document(ctx.service, dict(ctx.auth))
+    return spec_document(ctx.service, dict(ctx.auth), mcp=dict(ctx.mcp) if ctx.mcp else None)
 
 
 def _list(ctx: Context, inputs: Inputs) -> ListResponse:
@@ -252,7 +256,19 @@ IF_MATCH = Param("if_match", Optional[int], "header", description="extension: ex
 # Not the admin runs' `as_of` clock override; see docs/time-travel.md.
 AS_OF = Param("as_of", Optional[UtcDatetime], "query", description=(
     "extension (as-of read): the state at this time (RFC 3339; no offset means UTC), rebuilt from history"))
-WRITER_ONLY_204 = {204: {"description": "applied; the caller may write but not read this cell"}}
+WRITER_ONLY_204 = {204: {"description": "applied; the caller may write but not read this cell "
+                                          "(or its key lacks the read scope)"}}
+WRITE_ONLY_KEY_204 = {204: {"description": "created; the key lacks the read scope, so no cell in the answer"}}
+
+
+def _create(ctx: Context, inputs: Inputs) -> Optional[MemoryCell]:
+    cell = ctx.service.create(ctx.agent, inputs["body"])
+    return cell if ctx.may_read else None
+
+
+def _create_many(ctx: Context, inputs: Inputs) -> Optional[BatchCreateResponse]:
+    cells = ctx.service.create_many(ctx.agent, inputs["body"].cells)
+    return BatchCreateResponse(results=cells) if ctx.may_read else None
 LIST_PARAMS = (
     Param("owner_id", Optional[str], "query"),
     Param("type", Optional[list[str]], "query"),
@@ -272,11 +288,11 @@ ERROR_503 = {503: {"model": ErrorEnvelope, "description": "the store cannot be r
 OPERATIONS: tuple[Operation, ...] = (
     Operation("health", "GET", "/health", _health, response=Health, scope=None, tags=("meta",), responses=ERROR_503),
     Operation("spec", "GET", "/spec", _spec, response=dict[str, Any], scope=None, tags=("meta",)),
-    Operation("create_memory", "POST", "/memories", lambda c, i: c.service.create(c.agent, i["body"]),
-              request=CellCreate, response=MemoryCell, status_code=201, scope="write", idempotent=False),
-    Operation("create_memories", "POST", "/memories/batch",
-              lambda c, i: BatchCreateResponse(results=c.service.create_many(c.agent, i["body"].cells)),
-              request=BatchCreate, response=BatchCreateResponse, status_code=201, scope="write", idempotent=False),
+    Operation("create_memory", "POST", "/memories", _create, request=CellCreate, response=MemoryCell,
+              status_code=201, scope="write", idempotent=False, responses=WRITE_ONLY_KEY_204),
+    Operation("create_memories", "POST", "/memories/batch", _create_many, request=BatchCreate,
+              response=BatchCreateResponse, status_code=201, scope="write", idempotent=False,
+              responses=WRITE_ONLY_KEY_204),
     Operation("search_memories", "POST", "/memories/search", lambda c, i: c.service.search(c.agent, i["body"]),
               request=SearchRequest, response=SearchResponse),
     Operation("list_route", "GET", "/memories", _list, response=ListResponse, params=LIST_PARAMS,
@@ -286,14 +302,15 @@ OPERATIONS: tuple[Operation, ...] = (
               lambda c, i: c.service.get(c.agent, i["memory_id"], as_of=i["as_of"]),
               response=MemoryCell, params=(MEMORY_ID, AS_OF)),
     Operation("patch_memory", "PATCH", "/memories/{memory_id}",
-              lambda c, i: c.service.update(c.agent, i["memory_id"], i["body"], expected_version=i["if_match"]),
+              lambda c, i: c.service.update(c.agent, i["memory_id"], i["body"], expected_version=i["if_match"],
+                                            may_read=c.may_read),
               request=CellPatch, response=MemoryCell, scope="write", idempotent=False,
               params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
     Operation("delete_memory", "DELETE", "/memories/{memory_id}", lambda c, i: c.service.delete(c.agent, i["memory_id"]),
               status_code=204, scope="write", params=(MEMORY_ID,)),
     Operation("rollback_memory", "POST", "/memories/{memory_id}/rollback",
               lambda c, i: c.service.rollback(c.agent, i["memory_id"], i["body"].to_version,
-                                              expected_version=i["if_match"]),
+                                              expected_version=i["if_match"], may_read=c.may_read),
               request=RollbackRequest, response=MemoryCell, scope="write", idempotent=False,
               params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
     Operation("memory_history", "GET", "/memories/{memory_id}/history",

@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Literal, Optional, Union
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, ValidationError
 
 from .errors import Conflict, ValidationFailed
 from .models import AMP_VERSION, CellId, Closed, MemoryCell, UtcDatetime
@@ -84,8 +84,10 @@ class EndLine(Closed):
 
 
 Line = Union[HeaderLine, CellLine, HistoryLine, SupersessionLine, EndLine]
-_LINE = TypeAdapter(Line)  # type: ignore[var-annotated]
 _SECTION = {"header": 0, "cell": 1, "history": 2, "supersession": 3, "end": 4}
+_LINE_MODELS: dict[str, type[Line]] = {
+    "header": HeaderLine, "cell": CellLine, "history": HistoryLine, "supersession": SupersessionLine, "end": EndLine,
+}
 
 
 def dumps(obj: dict[str, Any]) -> str:
@@ -219,11 +221,12 @@ def last_cursor(path: str) -> Optional[str]:
         if cut < 0:
             fh.truncate(0)
             return None
-        fh.truncate(pos + cut + 1)
         line = chunk[: cut].rsplit(b"\n", 1)[-1]
-    record = json.loads(line)
-    if record.get("kind") == "end":
-        raise ValidationFailed("the export file is already complete")
+        record = json.loads(line)
+        if record.get("kind") == "end":
+            raise ValidationFailed("the export file is already complete")
+        # Only the header so far: start again from nothing (a resumed stream has no header).
+        fh.truncate(0 if record.get("kind") == "header" else pos + cut + 1)
     return record.get("cursor")
 
 
@@ -263,7 +266,11 @@ def _message(exc: ValidationError) -> str:
 def parse_lines(raw_lines: Iterable[Union[str, bytes]]) -> Iterator[tuple[int, Union[Line, LineError]]]:
     """(line number, parsed line or its error); blank lines are skipped."""
     for number, raw in enumerate(raw_lines, start=1):
-        text = raw.decode("utf-8", errors="strict") if isinstance(raw, bytes) else raw
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as exc:
+            yield number, LineError(number, f"not UTF-8: {exc}")
+            continue
         if not text.strip():
             continue
         try:
@@ -274,8 +281,7 @@ def parse_lines(raw_lines: Iterable[Union[str, bytes]]) -> Iterator[tuple[int, U
         if not isinstance(data, dict) or data.get("kind") not in _SECTION:
             yield number, LineError(number, f"not an export line: kind must be one of {sorted(_SECTION)}")
             continue
-        model = {"header": HeaderLine, "cell": CellLine, "history": HistoryLine,
-                 "supersession": SupersessionLine, "end": EndLine}[data["kind"]]
+        model = _LINE_MODELS[data["kind"]]
         try:
             yield number, model.model_validate(data)
         except ValidationError as exc:
@@ -290,6 +296,7 @@ def validate(raw_lines: Iterable[Union[str, bytes]]) -> tuple[int, list[LineErro
     superseded: dict[str, str] = {}
     history_cell, history_n = None, 0
     history_cells: set[str] = set()
+    live_keys: set[tuple[str, str]] = set()
     ended = False
     for number, item in parse_lines(raw_lines):
         lines += 1
@@ -303,13 +310,19 @@ def validate(raw_lines: Iterable[Union[str, bytes]]) -> tuple[int, list[LineErro
         if number == 1 and item.kind != "header" or item.kind == "header" and lines != 1:
             errors.append(LineError(number, "the first line must be the header, and only the first"))
         if order < section:
-            errors.append(LineError(number, f"{item.kind} line after the {[k for k, v in _SECTION.items() if v == section][0]} section"))
+            previous = next(k for k, v in _SECTION.items() if v == section)
+            errors.append(LineError(number, f"{item.kind} line after the {previous} section"))
         section = max(section, order)
         if isinstance(item, CellLine):
             cid = item.cell.id
             if cid in cell_ids:
                 errors.append(LineError(number, f"cell {cid} appears twice"))
             cell_ids.add(cid)
+            key = _live_key(item.cell)
+            if key is not None:
+                if key in live_keys:
+                    errors.append(LineError(number, f"cell {cid}: owner {key[0]!r} has two live cells with key {key[1]!r}"))
+                live_keys.add(key)
             if item.cell.lifecycle.superseded_by:
                 superseded[cid] = item.cell.lifecycle.superseded_by
         elif isinstance(item, HistoryLine):
@@ -336,6 +349,12 @@ def validate(raw_lines: Iterable[Union[str, bytes]]) -> tuple[int, list[LineErro
     return lines, errors
 
 
+def _live_key(cell: MemoryCell) -> Optional[tuple[str, str]]:
+    """(owner, key) when the cell holds its key (cell keys: one live cell per owner and key)."""
+    live = cell.lifecycle.status in ("active", "stale") and cell.lifecycle.superseded_by is None
+    return (cell.identity.owner_id, cell.identity.key) if live and cell.identity.key else None
+
+
 def _comparable(cell: MemoryCell) -> dict[str, Any]:
     data = cell.model_dump(mode="json")
     data["scoring"]["access_count"] = 0  # reads move these without a new version
@@ -345,7 +364,7 @@ def _comparable(cell: MemoryCell) -> dict[str, Any]:
 
 def _same_history(a: list[HistoryEntry], b: list[HistoryLine]) -> bool:
     return len(a) == len(b) and all(
-        (x.at, x.actor, x.action, x.changes) == (y.at, y.actor, y.action, y.changes) for x, y in zip(a, b)
+        (x.at, x.actor, x.action, x.changes) == (y.at, y.actor, y.action, y.changes) for x, y in zip(a, b, strict=True)
     )
 
 
@@ -374,7 +393,7 @@ def import_lines(
     with store.write() as tx:
         def flush_cells() -> None:
             vectors = retriever.vectors_for([c.content.text for c in pending])
-            for cell, vector in zip(pending, vectors):
+            for cell, vector in zip(pending, vectors, strict=True):
                 tx.insert(cell, vector)
             report.cells_written += len(pending)
             pending.clear()
@@ -399,7 +418,12 @@ def import_lines(
             progress(1)
             if isinstance(item, CellLine):
                 existing_cell = tx.get(item.cell.id)
-                if existing_cell is None:
+                key = _live_key(item.cell)
+                holder = tx.key_holder(*key) if existing_cell is None and key else None
+                if key is not None and holder is not None:
+                    conflicts.append(LineError(number, f"cell {item.cell.id}: key {key[1]!r} of owner {key[0]!r} is held "
+                                                       f"by {holder.id} in the store"))
+                elif existing_cell is None:
                     pending.append(item.cell)
                     if len(pending) >= batch_size:
                         flush_cells()
@@ -432,10 +456,11 @@ def import_lines(
     return report
 
 
-def iter_file(path: str) -> Callable[[], Iterator[str]]:
-    """`open_lines` for a file on disk (read lazily, once per pass)."""
-    def open_lines() -> Iterator[str]:
-        with open(path, encoding="utf-8") as fh:
+def iter_file(path: str) -> Callable[[], Iterator[bytes]]:
+    """`open_lines` for a file on disk (read lazily, once per pass; bytes, so a line that is
+    not UTF-8 is reported with its number like any other bad line)."""
+    def open_lines() -> Iterator[bytes]:
+        with open(path, "rb") as fh:
             yield from fh
     return open_lines
 

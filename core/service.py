@@ -7,15 +7,26 @@ agent id and raise `ampkit.errors` exceptions; they never see HTTP.
 
 from __future__ import annotations
 
+import builtins
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Optional, Sequence
 
+from pydantic import TypeAdapter, ValidationError
 from ulid import ULID
 
 from .access import can_read, can_write
-from .errors import Conflict, InvalidTransition, PayloadTooLarge, Unavailable, ValidationFailed, access_denied
+from .errors import (
+    Conflict,
+    Forbidden,
+    InvalidTransition,
+    PayloadTooLarge,
+    Unavailable,
+    ValidationFailed,
+    access_denied,
+    validation_to_api_error,
+)
 from . import versions
 from .lifecycle import (
     LifecyclePolicy,
@@ -29,8 +40,12 @@ from .lifecycle import (
 from .limits import Limits
 from .models import (
     AMP_VERSION,
+    MAX_METADATA_DEPTH,
+    PATCH_IGNORED,
+    PATCH_SERVER_MANAGED,
     CellCreate,
     CellPatch,
+    IdString,
     HistoryEntry,
     LifecycleRunResponse,
     MemoryCell,
@@ -41,6 +56,9 @@ from .models import (
     SearchResponse,
     Status,
     as_utc,
+    check_json_value,
+    is_cell_id,
+    storable_text,
     utcnow,
 )
 from .retrieval import Retriever
@@ -57,6 +75,59 @@ def cell_size_bytes(cell: MemoryCell) -> int:
     """The measured size of a cell: its `content` object as compact UTF-8 JSON."""
     content = cell.content.model_dump(mode="json")
     return len(json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def _check_sent_back(patch: CellPatch, cell: MemoryCell, reader: bool) -> None:
+    """Server-managed fields in a PATCH (AMP 0.1 clients send them back) must equal the cell's.
+    Only a reader may send them: comparing them for a writer-only caller would answer its
+    guesses about fields it may not read, so that caller is refused on sight of the field."""
+    sent = []
+    for section, name in PATCH_SERVER_MANAGED:
+        part = patch if section is None else getattr(patch, section)
+        if part is not None and name in part.model_fields_set:
+            sent.append((section, name, getattr(part, name)))
+    if sent and not reader:
+        fields = [f"{s}.{n}" if s else n for s, n, _ in sent]
+        raise ValidationFailed(
+            f"{', '.join(fields)}: server-managed fields can only be sent back by a caller that may read the cell",
+            {"fields": fields},
+        )
+    for section, name, value in sent:
+        current = getattr(cell if section is None else getattr(cell, section), name)
+        if value != current:
+            path = f"{section}.{name}" if section else name
+            raise ValidationFailed(
+                f"{path} is managed by the server and cannot be changed; send it unchanged or leave it out",
+                {"field": path},
+            )
+
+
+_ID_PARAM: TypeAdapter[str] = TypeAdapter(IdString)
+
+
+def storable_or_none(value: str) -> Optional[str]:
+    """`value` when it can be echoed in an error's details (as JSON), else None."""
+    try:
+        return storable_text(value)
+    except ValueError:
+        return None
+
+
+def _check_params(*, metadata: Optional[dict[str, Any]] = None, **ids: Optional[str]) -> None:
+    """List and export parameters, checked like the same fields of a search body (HTTP query
+    strings and in-process calls both come through here)."""
+    for name, value in ids.items():
+        if value is None:
+            continue
+        try:
+            _ID_PARAM.validate_python(value)
+        except ValidationError as exc:
+            raise ValidationFailed(f"{name}: {exc.errors()[0]['msg']}", {"param": name}) from None
+    if metadata is not None:
+        try:
+            check_json_value(metadata)
+        except ValueError as exc:
+            raise ValidationFailed(f"metadata: {exc}", {"param": "metadata"}) from None
 
 
 def _diff(old: Any, new: Any, prefix: str = "") -> dict[str, list[Any]]:
@@ -76,10 +147,31 @@ class MemoryService:
     limits: Limits = field(default_factory=Limits)
     retriever: Retriever = field(default_factory=Retriever)
     clock: Callable[[], datetime] = utcnow
+    # `as_of` on lifecycle runs and purges moves the clock for the whole store: it would purge
+    # a cell deleted a second ago. Only test servers allow it (`--allow-clock-override`).
+    allow_clock_override: bool = False
 
     # ---------------------------------------------------------------- helpers
-    def _check_size(self, cell: MemoryCell) -> None:
+    def _clock_or(self, as_of: Optional[datetime]) -> datetime:
+        if as_of is None:
+            return self.clock()
+        if not self.allow_clock_override:
+            raise Forbidden(
+                "as_of (a clock override) is refused: it would break the retention promise; "
+                "only a test server started with --allow-clock-override accepts it",
+                {"clock_override": False},
+            )
+        return as_of
+
+    def _check_size(self, cell: MemoryCell, measured: bool = True) -> None:
+        """413 over the limit. `measured=False` (a caller that cannot read the cell) leaves the
+        size out: it would tell a writer-only agent the length of text it may not read."""
         size = cell_size_bytes(cell)
+        if size > self.limits.max_cell_size_bytes and not measured:
+            raise PayloadTooLarge(
+                f"the changed cell's content exceeds {self.limits.max_cell_size_bytes} bytes",
+                {"max_cell_size_bytes": self.limits.max_cell_size_bytes},
+            )
         if size > self.limits.max_cell_size_bytes:
             raise PayloadTooLarge(
                 f"cell content is {size} bytes; the maximum is {self.limits.max_cell_size_bytes}",
@@ -217,12 +309,14 @@ class MemoryService:
         return then
 
     def rollback(
-        self, agent: str, cell_id: str, to_version: int, *, expected_version: Optional[int] = None
+        self, agent: str, cell_id: str, to_version: int, *, expected_version: Optional[int] = None,
+        may_read: bool = True,
     ) -> Optional[MemoryCell]:
         """Restore the content, scoring, access policy and provenance of version `to_version`
         as a new version (history action `rollback`, recording `to_version`), under the write
         rule. Lifecycle (status, expiry, supersession) and identity are not rolled back.
-        Returns None, like `update`, when the caller may write but not read the cell."""
+        Returns None, like `update`, when the caller may write but not read the cell (or, with
+        `may_read=False`, its key lacks the read scope)."""
         now = self.clock()
         with self.store.write() as tx:
             cell = self._writable(tx.get(cell_id), agent)
@@ -246,18 +340,20 @@ class MemoryService:
                 merged["scoring"][key] = restored["scoring"][key]
             diff = _diff(before, merged)
             if not diff:
-                return cell if can_read(cell, agent) else None
+                return cell if may_read and can_read(cell, agent) else None
             merged["lifecycle"]["last_updated_at"] = now
             merged["lifecycle"]["version"] = cell.lifecycle.version + 1
             updated = MemoryCell.model_validate(merged)
             vector = self.retriever.vectors_for([updated.content.text])[0] if "content.text" in diff else None
             tx.update(updated, vector)
             tx.add_history(HistoryRecord(cell_id, now, agent, "rollback", {**diff, "to_version": to_version}))
-        return updated if can_read(updated, agent) else None
+        return updated if may_read and can_read(updated, agent) else None
 
     def history(self, agent: str, cell_id: str) -> list[HistoryEntry]:
+        """The cell's history, `seq` numbered from 1 within the cell: the store's sequence
+        runs across all cells, so its gaps would count writes to cells the caller cannot read."""
         self._readable(self.store.get(cell_id), agent)
-        return self.store.history(cell_id)
+        return [entry.model_copy(update={"seq": n}) for n, entry in enumerate(self.store.history(cell_id), start=1)]
 
     # ---------------------------------------------------------------- update
     def _with_status(self, cell: MemoryCell, status: str, now: datetime) -> MemoryCell:
@@ -267,45 +363,53 @@ class MemoryService:
         return cell.model_copy(update={"lifecycle": lifecycle})
 
     def update(
-        self, agent: str, cell_id: str, patch: CellPatch, *, expected_version: Optional[int] = None
+        self, agent: str, cell_id: str, patch: CellPatch, *, expected_version: Optional[int] = None,
+        may_read: bool = True,
     ) -> Optional[MemoryCell]:
         """Merge a PATCH. Returns the updated cell, or None when the caller may write but not
-        read it: being writable never makes a cell readable, not even through the answer."""
+        read it: being writable never makes a cell readable, not even through the answer.
+        `may_read=False` (a key without the `read` scope) treats a reader as a writer-only
+        caller: no cell in the answer, no measurement of the cell in an error."""
         now = self.clock()
-        changes_in = patch.model_dump(mode="json", exclude_unset=True)
+        changes = patch.model_dump(mode="json", exclude_unset=True)
         with self.store.write() as tx:
             cell = self._writable(tx.get(cell_id), agent)
+            reader = may_read and can_read(cell, agent)
             if expected_version is not None and expected_version != cell.lifecycle.version:
                 raise Conflict(
                     f"cell is at version {cell.lifecycle.version}, not {expected_version}",
                     {"current_version": cell.lifecycle.version},
                 )
+            _check_sent_back(patch, cell, reader)
+            for section, name in PATCH_SERVER_MANAGED + PATCH_IGNORED:
+                (changes if section is None else changes.get(section) or {}).pop(name, None)
             before = cell.model_dump(mode="json")
             merged = json.loads(json.dumps(before))
-            for section, values in changes_in.items():
+            for section, values in changes.items():
                 if values is None:
                     continue
                 merged[section].update(values)
-            requested = (changes_in.get("lifecycle") or {}).get("status")
+            requested = (changes.get("lifecycle") or {}).get("status")
             if requested is not None:
                 check_patch_transition(cell.lifecycle.status, requested)
             diff = _diff(before, merged)
             if not diff:
-                return cell if can_read(cell, agent) else None
+                return cell if reader else None
             merged["lifecycle"]["last_updated_at"] = now
             merged["lifecycle"]["version"] = cell.lifecycle.version + 1
             try:
                 updated = MemoryCell.model_validate(merged)
-            except ValueError as exc:  # a merged cell that breaks a model rule
-                raise ValidationFailed(str(exc)) from exc
-            self._check_size(updated)
+            except ValidationError as exc:  # a merged cell that breaks a model rule
+                # The cleaned errors carry no input values: nothing of the cell leaks.
+                raise validation_to_api_error([dict(e) for e in exc.errors()]) from None
+            self._check_size(updated, measured=reader)
             vector = None
             if "content.text" in diff:
                 vector = self.retriever.vectors_for([updated.content.text])[0]
             tx.update(updated, vector)
             action = "status" if set(diff) == {"lifecycle.status"} else "update"
             tx.add_history(HistoryRecord(cell_id, now, agent, action, diff))
-        return updated if can_read(updated, agent) else None
+        return updated if may_read and can_read(updated, agent) else None
 
     def delete(self, agent: str, cell_id: str) -> None:
         now = self.clock()
@@ -346,10 +450,11 @@ class MemoryService:
         ]
         return SearchResponse(results=results, total=total, query=req.query)
 
-    def _search_as_of(self, agent: str, req: SearchRequest) -> SearchResponse:
+    def _search_as_of(self, agent: str, req: SearchRequest) -> SearchResponse:  # req.as_of is set
         """Keyword (BM25) ranking over the cells as they were at `req.as_of` that the caller
         may read: the stored indexes and vectors describe the present, so the past is ranked
         from its own texts, blended with decay as of that time like a live search."""
+        assert req.as_of is not None
         at = as_utc(req.as_of)
         cells = versions.iter_as_of(
             self.store, agent, at, owner_id=req.owner_id, types=req.types,
@@ -389,19 +494,22 @@ class MemoryService:
         limit = self.limits.default_page_size if limit is None else limit
         if not 1 <= limit <= self.limits.max_page_size:
             raise ValidationFailed(f"limit must be between 1 and {self.limits.max_page_size}", {"limit": limit})
+        _check_params(owner_id=owner_id, session_id=session_id, metadata=metadata)
         after = None
         if cursor:
             try:
                 after = decode_cursor(cursor)
-            except ValueError as exc:
-                raise ValidationFailed("invalid cursor", {"cursor": cursor}) from exc
+            except ValueError:
+                after = None
+            if after is None or not is_cell_id(after):
+                raise ValidationFailed("invalid cursor", {"cursor": storable_or_none(cursor)})
         if as_of is not None:
             matching = versions.iter_as_of(
                 self.store, agent, as_utc(as_of), owner_id=owner_id, types=types,
                 statuses=self._statuses(status, include_stale), include_superseded=include_superseded,
                 session_id=session_id, metadata=metadata,
             )
-            total, page = 0, []
+            total, page = 0, []  # type: tuple[int, list[MemoryCell]]
             for cell in matching:  # the total needs the whole set, so one pass gives both
                 total += 1
                 if (after is None or cell.id > after) and len(page) <= limit:
@@ -422,15 +530,16 @@ class MemoryService:
         next_cursor = encode_cursor(page[limit - 1].id) if len(page) > limit else None
         return page[:limit], self.store.count(flt), next_cursor
 
-    def export(self, agent: str, owner_id: Optional[str] = None) -> list[MemoryCell]:
+    def export(self, agent: str, owner_id: Optional[str] = None) -> builtins.list[MemoryCell]:
         """Every cell the caller may read (any status but deleted), for portability."""
+        _check_params(owner_id=owner_id)
         statuses = [Status.active.value, Status.stale.value, Status.archived.value]
         flt = CellFilter(reader=agent, owner_id=owner_id, statuses=statuses, include_superseded=True)
         return [c for c in self.store.scan(flt) if can_read(c, agent)]
 
     # ---------------------------------------------------------------- lifecycle
     def run_lifecycle(self, as_of: Optional[datetime] = None) -> LifecycleRunResponse:
-        now = as_of or self.clock()
+        now = self._clock_or(as_of)
         counts = {"evaluated": 0, "to_stale": 0, "to_active": 0, "to_archived": 0, "expired": 0}
         changes: list[tuple[str, str, str]] = []
         with self.store.try_lifecycle_lock() as got:
@@ -444,15 +553,15 @@ class MemoryService:
             for i in range(0, len(changes), 200):
                 with self.store.write() as tx:
                     for cell_id, new_status, reason in changes[i : i + 200]:
-                        cell = tx.get(cell_id)
-                        if cell is None:
+                        current = tx.get(cell_id)
+                        if current is None:
                             continue
                         # Re-evaluate under the row lock: a request may have touched it meanwhile.
-                        confirmed, reason = scheduled_status(cell, now, self.policy)
+                        confirmed, reason = scheduled_status(current, now, self.policy)
                         if confirmed != new_status:
                             continue
-                        tx.update(self._with_status(cell, new_status, now))
-                        tx.add_history(HistoryRecord(cell_id, now, SYSTEM_ACTOR, "status", {"lifecycle.status": [cell.lifecycle.status, new_status], "reason": reason}))
+                        tx.update(self._with_status(current, new_status, now))
+                        tx.add_history(HistoryRecord(cell_id, now, SYSTEM_ACTOR, "status", {"lifecycle.status": [current.lifecycle.status, new_status], "reason": reason}))
                         counts[f"to_{new_status}"] += 1  # to_stale, to_active, to_archived
                         if reason == "expired":
                             counts["expired"] += 1
@@ -460,7 +569,7 @@ class MemoryService:
 
     def purge(self, agent: str, ids: Optional[Sequence[str]] = None, as_of: Optional[datetime] = None) -> PurgeResponse:
         """Physically remove deleted cells past the retention window; refuse the rest."""
-        now = as_of or self.clock()
+        now = self._clock_or(as_of)
         purged: list[str] = []
         refused: list[PurgeRefusal] = []
         if ids is None:
@@ -497,10 +606,14 @@ EXTENSIONS = [
     "ndjson_export",
     "cell_keys",
 ]
+# Advertised only by a server that accepts clock overrides (conformance cases that move the
+# clock require it and are skipped elsewhere).
+CLOCK_OVERRIDE_EXTENSION = "lifecycle_as_of"
 
 
-def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any]:
-    """The body of GET /spec (also what an in-process client's `spec()` returns)."""
+def spec_document(service: MemoryService, auth: dict[str, Any], mcp: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The body of GET /spec (also what an in-process client's `spec()` returns); `mcp`
+    describes the MCP endpoint when the server offers one."""
     limits = service.limits
     return {
         "amp_version": AMP_VERSION,
@@ -510,6 +623,8 @@ def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any
             "max_search_limit": limits.max_search_limit,
             "max_page_size": limits.max_page_size,
             "max_batch_cells": limits.max_batch_cells,
+            "max_metadata_depth": MAX_METADATA_DEPTH,
+            "clock_override": service.allow_clock_override,
             "storage_backends": [service.store.backend],
             "lifecycle_scheduler": {
                 "interval_seconds": service.policy.interval_seconds,
@@ -522,8 +637,10 @@ def spec_document(service: MemoryService, auth: dict[str, Any]) -> dict[str, Any
             },
             "auth": auth,
             "embedder": service.retriever.embedder.name if service.retriever.embedder else None,
-            "mcp_compatible": False,
-            "extensions": EXTENSIONS,
+            "mcp_compatible": mcp is not None,
+            **({"mcp": mcp} if mcp is not None else {}),
+            "extensions": [e for e in EXTENSIONS
+                           if e != CLOCK_OVERRIDE_EXTENSION or service.allow_clock_override],
         },
     }
 

@@ -18,14 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from pydantic.json_schema import models_json_schema
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from . import models as m
 
 SCHEMA_ID = "urn:ampkit:spec:0.1.0:memory-cell"
 
 # (model, mode): requests are described as the server validates them, responses as it writes them.
-SCHEMA_MODELS: list[tuple[type, str]] = [
+SCHEMA_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (m.MemoryCell, "serialization"),
     (m.CellCreate, "validation"),
     (m.CellPatch, "validation"),

@@ -17,7 +17,7 @@ a query faster, never shorter.
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -32,7 +32,7 @@ class VectorIndex:
         self._rowids = np.zeros(1024, dtype=np.int64)  # slot -> rowid
         self._slot_of = np.full(1024, -1, dtype=np.int64)  # rowid -> slot (rowids are dense ints)
         self._count = 0
-        self._ann = None  # hnswlib.Index, built lazily past the threshold
+        self._ann: Any = None  # hnswlib.Index (untyped), built lazily past the threshold
         self._lock = threading.Lock()
 
     def __len__(self) -> int:

@@ -14,7 +14,7 @@ import httpx
 import ampkit
 from ampkit.store import store_from_url
 from ampkit.store.sqlite import MIGRATIONS
-from support import free_port
+from support import ROOT, free_port
 
 OPTIONAL = ("ampkit.adapters.", "ampkit.store.postgres")
 
@@ -102,3 +102,19 @@ def test_migrations_upgrade_an_old_database_in_order(tmp_path):
         assert store.get("mem_01KBX0Y3Q0W4ZJ7W0GQK0P3V2M").content.text == "old fact"
     finally:
         store.close()
+
+
+def test_version_licence_and_notice_come_from_one_place():
+    import importlib.metadata
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert ampkit.__version__ == importlib.metadata.version("ampkit") == project["version"]
+    assert project["license"] == "Apache-2.0" and set(project["license-files"]) == {"LICENSE", "NOTICE"}
+    assert any(dep.startswith("anyio") for dep in project["dependencies"])  # the in-process async client uses it
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
+    notice = (ROOT / "NOTICE").read_text()
+    assert "sentence-transformers/all-MiniLM-L6-v2" in notice and "Apache License, Version 2.0" in notice

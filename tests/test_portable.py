@@ -182,15 +182,20 @@ def test_cli_export_resume_and_import(tmp_path):
     resumed = ampkit("export", "--store", src, "--resume", str(out))
     assert resumed.returncode == 0, resumed.stderr
     assert out.read_text().splitlines(keepends=True) == full
+    out.write_text(full[0] + full[1][:10])  # cut inside the first cell: starts again
+    assert ampkit("export", "--store", src, "--resume", str(out)).returncode == 0
+    assert out.read_text().splitlines(keepends=True) == full
+    assert ampkit("export", "--store", src, "--resume", str(out)).returncode == 2  # already complete
     first = ampkit("import", str(out), "--store", dst)
     assert first.returncode == 0, first.stderr
     assert "import (ampkit)" in first.stderr  # the progress bar
     second = ampkit("import", str(out), "--store", dst)
     assert second.returncode == 0 and "imported 0 cells and 0 history entries" in second.stdout
     bad = tmp_path / "bad.ndjson"
-    bad.write_text(full[0] + '{"kind":"cell","cell":{}}\n' + full[-1])
+    bad.write_bytes((full[0] + '{"kind":"cell","cell":{}}\n').encode() + b'{"kind":"\xff"}\n' + full[-1].encode())
     refused = ampkit("import", str(bad), "--store", dst)
     assert refused.returncode == 1 and f"{bad}:2: cell:" in refused.stderr
+    assert f"{bad}:3: not UTF-8" in refused.stderr
 
 
 def test_admin_export_and_import_over_http(server_factory, tmp_path):
@@ -226,3 +231,26 @@ def test_admin_export_and_import_over_http(server_factory, tmp_path):
                          headers={**admin, "Content-Type": "application/x-ndjson"})
     assert invalid.status_code == 422 and invalid.json()["error"]["details"]["errors"][0]["line"] == 1
     assert httpx.get(f"{other.base_url}/admin/export", headers=admin).text == "".join(full)
+
+
+def test_cell_keys_are_kept_and_a_taken_key_is_a_conflict(tmp_path):
+    source = opened(f"sqlite:///{tmp_path}/a.db")
+    service = MemoryService(store=source, clock=Clock())
+    service.create("alice", CellCreate.model_validate({"content": {"text": "home: Rome"},
+                                                       "identity": {"owner_id": "alice", "key": "home"}}))
+    lines = list(export_lines(source))
+    copy = lines[1].replace(json.loads(lines[1])["cell"]["id"], "mem_" + "Z" * 26)  # another cell, same key
+    twice = lines[:2] + [copy] + lines[2:]
+    dest = opened(f"sqlite:///{tmp_path}/b.db")
+    with pytest.raises(ImportInvalid, match="problem") as caught:
+        import_lines(dest, lambda: iter([line for line in twice if '"kind":"history"' not in line]))
+    assert "two live cells with key 'home'" in caught.value.details["errors"][0]["error"]
+    other = MemoryService(store=dest, clock=Clock())
+    other.create("alice", CellCreate.model_validate({"content": {"text": "home: Oslo"},
+                                                     "identity": {"owner_id": "alice", "key": "home"}}))
+    with pytest.raises(ImportConflict) as conflict:
+        import_lines(dest, lambda: iter(lines))
+    assert "key 'home' of owner 'alice' is held by" in conflict.value.details["errors"][0]["error"]
+    fresh = opened(f"sqlite:///{tmp_path}/c.db")
+    import_lines(fresh, lambda: iter(lines))
+    assert list(export_lines(fresh)) == lines

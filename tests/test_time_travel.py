@@ -283,3 +283,24 @@ def test_as_of_reads_do_not_depend_on_cells_the_caller_cannot_read(tmp_path, mon
     assert _answers(plain, probes) == _answers(noisy, probes)
     plain.store.close()
     noisy.store.close()
+
+
+async def test_the_async_client_reads_as_of_and_rolls_back(tmp_path):
+    """AsyncClient over HTTP (the app through httpx's ASGI transport), injected clock."""
+    from ampkit import AsyncClient
+
+    store = store_from_url(f"sqlite:///{tmp_path}/async.db")
+    store.open()
+    service = MemoryService(store=store, clock=Clock())
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(service=service)))
+    async with AsyncClient("http://testserver/amp/v1", agent_id="alice", http_client=http) as alice:
+        service.clock.at(0)
+        cell = await alice.remember("first", owner_id="alice")
+        service.clock.at(5)
+        await alice.update(cell.id, text="second")
+        at = T0 + timedelta(minutes=1)
+        assert (await alice.get(cell.id, as_of=at)).content.text == "first"
+        assert [c.content.text async for c in alice.list(owner_id="alice", as_of=at)] == ["first"]
+        assert [h.cell.content.text for h in await alice.search("first", owner_id="alice", as_of=at)] == ["first"]
+        assert (await alice.rollback(cell.id, 1)).content.text == "first"
+    store.close()

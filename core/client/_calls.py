@@ -103,6 +103,11 @@ class Call(Generic[T]):
         return self.operation.scope is not None
 
 
+def with_decode(call: Call[Any], decode: Callable[[Any], T]) -> Call[T]:
+    """The same call, decoding its answer another way (e.g. the whole SearchResponse)."""
+    return replace(call, decode=decode)
+
+
 def call(name: str, decode: Callable[[Any], T], **inputs: Any) -> Call[T]:
     """The Call for the operation named `name` in the operations table."""
     return Call(BY_NAME[name], decode, **inputs)
@@ -169,7 +174,10 @@ def create_body(text: str, owner_id: str, type: Union[str, MemoryType] = MemoryT
 
 
 def remember(text: str, *, owner_id: str, type: Union[str, MemoryType] = MemoryType.semantic, **cell_fields: Any) -> Call[MemoryCell]:
-    return call("create_memory", _decode_cell, body=create_body(text, owner_id, type, **cell_fields))
+    """The new cell. With an API key that lacks the `read` scope the server answers 204 and
+    this decodes to None (the cell is stored; a write-only key never receives a cell)."""
+    return call("create_memory", _decode_optional_cell,  # type: ignore[arg-type]
+                body=create_body(text, owner_id, type, **cell_fields))
 
 
 def remember_many(items: Iterable[Union[Mapping[str, Any], CellCreate]]) -> Call[list[MemoryCell]]:
@@ -177,7 +185,9 @@ def remember_many(items: Iterable[Union[Mapping[str, Any], CellCreate]]) -> Call
         item.model_dump(mode="json", exclude_unset=True) if isinstance(item, CellCreate) else create_body(**item)
         for item in items
     ]
-    return call("create_memories", lambda body: BatchCreateResponse.model_validate(body).results, body={"cells": cells})
+    # A key without the read scope gets 204: the cells are stored, none is returned.
+    return call("create_memories", lambda body: [] if body is None else BatchCreateResponse.model_validate(body).results,
+                body={"cells": cells})
 
 
 def _as_of_query(as_of: Optional[datetime]) -> dict[str, Any]:

@@ -66,7 +66,7 @@ class Client(_BaseClient):
     def _send(self, call: Call) -> Any:
         return self._transport.send(call)
 
-    def _drive(self, flow: Generator) -> Any:
+    def _drive(self, flow: Generator[Call[Any], Any, Any]) -> Any:
         """Run a flow from `_calls`: send each Call it yields, hand back the result, return its value."""
         try:
             item = next(flow)
@@ -161,7 +161,7 @@ class AsyncClient(_BaseClient):
     async def _send(self, call: Call) -> Any:
         return await self._transport.send(call)
 
-    async def _drive(self, flow: Generator) -> Any:
+    async def _drive(self, flow: Generator[Call[Any], Any, Any]) -> Any:
         try:
             item = next(flow)
             while True:

@@ -41,7 +41,7 @@ def _headers(agent_id: Optional[str], api_key: Optional[str]) -> dict[str, str]:
 
 def build_request(http: Union[httpx.Client, httpx.AsyncClient], call: Call) -> httpx.Request:
     has_body = call.method in ("POST", "PATCH", "PUT")
-    return http.build_request(call.method, call.path.lstrip("/"), params=query_pairs(call.query),
+    return http.build_request(call.method, call.path.lstrip("/"), params=tuple(query_pairs(call.query)),
                               json=call.body if has_body else None, headers=call.headers)
 
 

@@ -15,7 +15,7 @@ background lifecycle scheduler: call `run_lifecycle()` when you want one.
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import anyio.to_thread
 
@@ -27,6 +27,16 @@ from ._calls import Call
 
 # What GET /spec says about identity in process: no header, no key; every scope.
 IN_PROCESS_AUTH = {"mode": "in-process", "header": None}
+
+
+def run_call(service: MemoryService, agent: str, call: Call[Any], auth: Mapping[str, Any] = IN_PROCESS_AUTH) -> Any:
+    """Run the call's operation as its route would, as `agent`: the same input validation
+    (the query travels in its wire form), the same row, the same decoding. The in-process
+    clients and the MCP tools (`ampkit.mcp_server`) both run calls here."""
+    operation = call.operation
+    inputs = operation.parse(path=call.path_params, query=query_pairs(call.query), headers=call.headers,
+                             body=call.body, limits=service.limits)
+    return call.decode(operation.run(Context(service, agent, auth), inputs))
 
 
 class LocalTransport:
@@ -46,14 +56,9 @@ class LocalTransport:
                 self._opened = True
 
     def send(self, call: Call[Any]) -> Any:
-        """Run the call's operation as its route would: the same input validation (the
-        query travels in its wire form), the same row, the same decoding."""
-        operation = call.operation
         agent = check_agent_id(self.agent_id) if call.needs_agent else ""
-        inputs = operation.parse(path=call.path_params, query=query_pairs(call.query), headers=call.headers,
-                                 body=call.body, limits=self.service.limits)
         self.open()
-        return call.decode(operation.run(Context(self.service, agent, IN_PROCESS_AUTH), inputs))
+        return run_call(self.service, agent, call)
 
     def close(self) -> None:
         with self._lock:

@@ -4,9 +4,11 @@ serialises. Errors are translated once, in `errors.py` of this package."""
 
 
 import asyncio
+import importlib.util
 import inspect
 import logging
-from contextlib import asynccontextmanager
+import time
+from contextlib import asynccontextmanager, nullcontext
 from typing import Annotated, Any, Callable, Optional
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
@@ -20,12 +22,13 @@ from ..errors import UnsupportedMediaType
 from ..models import AMP_VERSION, ErrorEnvelope
 from ..operations import OPERATIONS, PREFIX, Context, Operation
 from ..service import MemoryService
-from .errors import BodySizeLimit, HeaderSizeLimit, install_error_handlers
+from .errors import BodySizeLimit, CatchUnexpected, HeaderSizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 
 log = logging.getLogger("ampkit.server")
 
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
+MCP_CAPABILITY = {"path": "/mcp", "transport": "streamable-http", "identity": "as on /amp/v1"}
 
 _ERRORS: dict[Any, dict[str, Any]] = {
     code: {"model": ErrorEnvelope} for code in (400, 401, 403, 409, 413, 415, 422, 429, 503)
@@ -40,10 +43,14 @@ async def require_json(request: Request) -> None:  # async: no thread-pool hop
         )
 
 
-def create_app(settings: Optional[Settings] = None, service: Optional[MemoryService] = None) -> FastAPI:
+def create_app(settings: Optional[Settings] = None, service: Optional[MemoryService] = None, *,
+               monotonic: Callable[[], float] = time.monotonic) -> FastAPI:
+    """The app for `settings` (loaded from the environment when absent), running `service`
+    (built from `settings` when absent). Keys expire on the service's clock; `monotonic`
+    refills the rate-limit buckets."""
     settings = settings or load_settings()
     service = service or build_service(settings)
-    identity = IdentityResolver(settings, service.store)
+    identity = IdentityResolver(settings, service.store, clock=service.clock, monotonic=monotonic)
 
     async def lifecycle_loop() -> None:
         interval = service.policy.interval_seconds
@@ -63,7 +70,8 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
         await run_in_threadpool(service.store.open)
         task = asyncio.create_task(lifecycle_loop()) if service.policy.interval_seconds > 0 else None
         try:
-            yield
+            async with (mcp.running() if mcp is not None else nullcontext()):
+                yield
         finally:
             if task is not None:
                 task.cancel()
@@ -80,15 +88,17 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     )
     app.state.service = service
     app.state.settings = settings
-    app.openapi = _with_security_schemes(app)
+    app.openapi = _with_security_schemes(app)  # type: ignore[method-assign]  # FastAPI's documented hook
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=service.limits.max_request_bytes)
     app.add_middleware(HeaderSizeLimit, max_bytes=settings.max_header_bytes)
+    app.add_middleware(CatchUnexpected)  # outermost of ours: see its docstring
 
     router = APIRouter(prefix=PREFIX, responses=_ERRORS)
     auth = identity.describe()
+    serves_mcp = _serves_mcp(settings)
     for op in OPERATIONS:
-        endpoint = _endpoint(op, service, identity, auth)
+        endpoint = _endpoint(op, service, identity, auth, MCP_CAPABILITY if serves_mcp else None)
         options: dict[str, Any] = dict(
             methods=[op.method], name=op.name, response_model=op.response, status_code=op.status_code,
             tags=list(op.tags), responses=dict(op.responses) or None,
@@ -127,7 +137,24 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
             portable.import_lines, service.store, lambda: body.splitlines(), service.retriever)
 
     app.include_router(router)
+    mcp = _mount_mcp(app, service, identity, settings) if serves_mcp else None
     return app
+
+
+def _serves_mcp(settings: Settings) -> bool:
+    """MCP over streamable HTTP at /mcp, unless switched off or the `mcp` extra is missing."""
+    if not settings.mcp_http:
+        return False
+    if importlib.util.find_spec("mcp") is None:
+        log.warning("MCP over HTTP is off: install ampkit[mcp] to serve /mcp")
+        return False
+    return True
+
+
+def _mount_mcp(app: FastAPI, service: MemoryService, identity: IdentityResolver, settings: Settings) -> Any:
+    from ..mcp_server import mount_streamable_http
+
+    return mount_streamable_http(app, service, identity, settings.host)
 
 
 def _with_security_schemes(app: FastAPI):
@@ -157,7 +184,7 @@ def _with_security_schemes(app: FastAPI):
 
 
 def _endpoint(op: Operation, service: MemoryService, identity: IdentityResolver,
-              auth: dict[str, Any]) -> Callable[..., Any]:
+              auth: dict[str, Any], mcp: Optional[dict[str, Any]] = None) -> Callable[..., Any]:
     """A FastAPI endpoint for one row: its signature declares the row's body, parameters and
     identity dependency (FastAPI reads it for validation and the OpenAPI document); its body
     runs the row. A plain `def`, so FastAPI runs it in a worker thread."""
@@ -181,7 +208,8 @@ def _endpoint(op: Operation, service: MemoryService, identity: IdentityResolver,
     def endpoint(**inputs: Any) -> Any:
         caller: Optional[Caller] = inputs.pop("caller", None)
         agent = "" if caller is None else caller.agent_id if op.scope == "admin" else caller.need(op.scope or "")
-        result = op.run(Context(service, agent, auth), inputs)
+        may_read = caller is None or caller.may("read")
+        result = op.run(Context(service, agent, auth, mcp, may_read=may_read), inputs)
         return Response(status_code=204) if result is None else result
 
     endpoint.__name__ = op.name

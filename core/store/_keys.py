@@ -25,8 +25,10 @@ def _when(value: Any) -> Optional[datetime]:
 
 def key_from_row(row: Sequence[Any]) -> ApiKeyRecord:
     key_id, agent_id, scopes, secret_hash, created, expires, revoked, replaced_by = row
+    created_at = _when(created)
+    assert created_at is not None  # NOT NULL in both schemas
     return ApiKeyRecord(key_id, agent_id, tuple(s for s in scopes.split(",") if s), secret_hash,
-                        _when(created), _when(expires), _when(revoked), replaced_by)
+                        created_at, _when(expires), _when(revoked), replaced_by)
 
 
 class SQLKeyReads:

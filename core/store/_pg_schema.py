@@ -10,7 +10,7 @@ in the next. Each write transaction collects the cells it touched and rewrites t
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable
 
 import psycopg
 from psycopg.types.json import Json
@@ -152,7 +152,7 @@ FROM cells c WHERE c.id = ANY(%s)
 """
 
 
-def refresh_windows(conn: psycopg.Connection, cell_ids: Sequence[str]) -> None:
+def refresh_windows(conn: psycopg.Connection, cell_ids: Iterable[str]) -> None:
     """Rewrite the keyword-index rows (window text, tsvector, length) of these cells; ids in
     sorted order, so two transactions lock shared neighbours in the same order."""
     ids = sorted(set(cell_ids))

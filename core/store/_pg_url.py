@@ -3,7 +3,7 @@ never reach a message or a log. No psycopg import here, so the CLI can use it fr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 # Options ampkit reads from the URL query (everything else goes to libpq untouched).
@@ -11,7 +11,7 @@ def _threshold(value: str) -> "int | None":
     return None if value.lower() in ("none", "off", "") else int(value)
 
 
-POOL_OPTIONS = {
+POOL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "pool_min": int,
     "pool_max": int,
     "pool_timeout": float,

@@ -13,6 +13,7 @@ Two guarantees matter:
 
 from __future__ import annotations
 
+import builtins
 import base64
 import hashlib
 import json
@@ -141,6 +142,10 @@ def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
     return columns, body
 
 
+# Module-level, because inside `Store` the name `list` is the method.
+HistoryPage = list[HistoryEntry]
+
+
 class WriteTx(ABC):
     """One open write transaction. Rows read with `get` are locked until it ends."""
 
@@ -197,10 +202,10 @@ class Store(ABC):
     def count(self, flt: CellFilter) -> int: ...
 
     @abstractmethod
-    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Top-k by the backend's keyword ranker (BM25 for SQLite), best first."""
 
-    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Top-k by cosine similarity among cells embedded with `model`. Default: no dense leg.
 
         `flt` must be applied before ranking, exactly as in `keyword_candidates`: the top-k
@@ -214,9 +219,9 @@ class Store(ABC):
         return {}
 
     @abstractmethod
-    def history(self, cell_id: str) -> list[HistoryEntry]: ...
+    def history(self, cell_id: str) -> HistoryPage: ...
 
-    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> HistoryPage:
         """Up to `limit` history entries of every cell (purged ones too), ordered by
         (cell_id, seq), starting after the entry `after` = (cell_id, seq): the export's
         history section, one page at a time."""
@@ -268,7 +273,7 @@ class Store(ABC):
         Called once per authenticated request: make it one indexed lookup."""
 
     @abstractmethod
-    def list_keys(self, agent_id: Optional[str] = None) -> list[ApiKeyRecord]:
+    def list_keys(self, agent_id: Optional[str] = None) -> builtins.list[ApiKeyRecord]:
         """Every key record (or only `agent_id`'s), oldest first (created_at, then key_id)."""
 
     @abstractmethod

@@ -36,6 +36,7 @@ Not storable, unlike SQLite: a NUL character (U+0000) in a text (PostgreSQL reje
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 from contextlib import contextmanager, nullcontext
@@ -58,7 +59,10 @@ from ._pg_schema import (
     CLASS_NEIGHBOURS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
 )
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
-from .base import CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx, cell_columns
+from .base import (
+    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
+    cell_columns,
+)
 
 # Advisory lock keys (any fixed bigints; they only need to be distinct within the database).
 MIGRATION_LOCK = 0x616D706B_0001  # "ampk" + 1
@@ -105,6 +109,13 @@ GROUP BY t.cell_id ORDER BY score DESC, t.cell_id LIMIT %s
 _LEXEMES = "SELECT DISTINCT unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s)))"
 
 _CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+
+def _one(cursor: psycopg.Cursor[Any]) -> tuple[Any, ...]:
+    """The row of a query that always returns one (an aggregate, a function call)."""
+    row = cursor.fetchone()
+    assert row is not None
+    return row
 
 
 def _first_line(exc: BaseException) -> str:
@@ -363,7 +374,7 @@ class PostgresStore(SQLKeyReads, Store):
         """(version, name) of the migrations `open()` would apply; reads only, needs no `open()`."""
         self._check_reachable()
         with psycopg.connect(self.conninfo) as conn:
-            exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()[0]
+            exists = _one(conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL"))[0]
             done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")} if exists else set()
         return [(version, name) for version, name, _ in MIGRATIONS if version not in done]
 
@@ -459,7 +470,7 @@ class PostgresStore(SQLKeyReads, Store):
         where, params = filter_sql(flt)
         return int(self._query(sql.SQL("SELECT COUNT(*) FROM cells c WHERE {}").format(where), params)[0][0])
 
-    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         terms = query_terms(query)
         if not terms:
             return []
@@ -476,7 +487,7 @@ class PostgresStore(SQLKeyReads, Store):
             return [Candidate(cid, float(score)) for cid, score in rows]
 
     def vector_query(self, vector: Any, model: str, flt: CellFilter, k: int,
-                     exact: bool = False) -> tuple[sql.Composable, list[Any]]:
+                     exact: bool = False) -> tuple[sql.Composed, builtins.list[Any]]:
         """The dense leg's SQL (public so tests and operators can EXPLAIN it)."""
         dim = int(np.asarray(vector).size)
         where, params = filter_sql(flt)
@@ -499,7 +510,7 @@ class PostgresStore(SQLKeyReads, Store):
         query_vector = as_vector(vector)
         return query, [query_vector, *params, query_vector, k]
 
-    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         with self._connection() as conn:
             with conn.transaction():
                 self.set_search_options(conn, k)
@@ -524,13 +535,13 @@ class PostgresStore(SQLKeyReads, Store):
             return {}
         return dict(self._query("SELECT cell_id, model FROM cell_vectors WHERE cell_id = ANY(%s)", (ids,)))
 
-    def history(self, cell_id: str) -> list[HistoryEntry]:
+    def history(self, cell_id: str) -> HistoryPage:
         rows = self._query(
             "SELECT seq, cell_id, at, actor, action, changes FROM history WHERE cell_id = %s ORDER BY seq", (cell_id,)
         )
         return [HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=ch) for s, c, a, ac, act, ch in rows]
 
-    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> HistoryPage:
         where, params = ("", []) if after is None else ("WHERE cell_id > %s OR (cell_id = %s AND seq > %s)", [after[0], *after])
         rows = self._query(
             f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT %s",
@@ -543,7 +554,7 @@ class PostgresStore(SQLKeyReads, Store):
         """A session advisory lock on one pooled connection: one run at a time across servers.
         If that connection dies mid-run, PostgreSQL releases the lock with it."""
         with self._connection("lifecycle lock") as conn:
-            got = bool(conn.execute("SELECT pg_try_advisory_lock(%s)", (LIFECYCLE_LOCK,)).fetchone()[0])
+            got = bool(_one(conn.execute("SELECT pg_try_advisory_lock(%s)", (LIFECYCLE_LOCK,)))[0])
             try:
                 yield got
             finally:

@@ -12,6 +12,7 @@ reader connection per thread; WAL lets readers run while a write commits.
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import os
@@ -31,8 +32,8 @@ from ..textindex import fts_match, index_text, owner_token, query_terms
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
-    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, HistoryRecord, Store, StoredVector, WriteTx, cell_columns,
-    window_class,
+    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
+    cell_columns, window_class,
 )
 
 MIGRATIONS: list[tuple[int, str, str]] = [
@@ -355,7 +356,7 @@ class _SQLiteWriteTx(WriteTx):
             row.update(self._vector_columns(vector))
         cols = ",".join(row)
         cur = self.conn.execute(f"INSERT INTO cells({cols}) VALUES ({','.join('?' * len(row))})", list(row.values()))
-        self._touch(cur.lastrowid)
+        self._touch(cur.lastrowid or 0)  # an INSERT always sets lastrowid
         self._write_readers(cell)
 
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
@@ -564,7 +565,7 @@ class SQLiteStore(SQLKeyReads, Store):
         where, params = filter_sql(flt)
         return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
 
-    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Okapi BM25 (FTS5's formula and constants) with its statistics (number of documents,
         mean length, document frequencies) taken over the cells `flt` admits, not the whole
         index: a caller's scores then depend only on cells it may read (non-interference)."""
@@ -627,7 +628,7 @@ class SQLiteStore(SQLKeyReads, Store):
                 )
                 if not rows:
                     return
-                by_model: dict[str, tuple[list[int], list[bytes]]] = {}
+                by_model: dict[str, tuple[list[int], list[np.ndarray]]] = {}
                 for rowid, model, blob, _, dim in rows:
                     ids, vecs = by_model.setdefault(model, ([], []))
                     ids.append(rowid)
@@ -654,7 +655,7 @@ class SQLiteStore(SQLKeyReads, Store):
             ))
         return out
 
-    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> list[Candidate]:
+    def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         self._catch_up_vectors()
         index = self._vectors.get(model)
         if index is None:
@@ -671,7 +672,7 @@ class SQLiteStore(SQLKeyReads, Store):
         ))
         return [Candidate(ids[r], score) for r, score in hits if r in ids]
 
-    def history(self, cell_id: str) -> list[HistoryEntry]:
+    def history(self, cell_id: str) -> HistoryPage:
         rows = self._query(
             "SELECT seq, cell_id, at, actor, action, changes FROM history WHERE cell_id = ? ORDER BY seq", (cell_id,)
         )
@@ -680,7 +681,7 @@ class SQLiteStore(SQLKeyReads, Store):
             for s, c, a, ac, act, ch in rows
         ]
 
-    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> list[HistoryEntry]:
+    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> HistoryPage:
         where, params = ("", []) if after is None else ("WHERE cell_id > ? OR (cell_id = ? AND seq > ?)", [after[0], *after])
         rows = self._query(
             f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT ?",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..models import MemoryCell
 from ..retrieval import Retriever
 from .base import ALL_STATUSES, CellFilter, HistoryRecord, Store
 
@@ -55,7 +56,7 @@ def copy_store(
         raise DestinationNotEmpty("the destination store already holds cells or keys; copy only fills an empty store")
     retriever = retriever or Retriever()
     report = CopyReport()
-    batch = []
+    batch: list[MemoryCell] = []
 
     def flush() -> None:
         vectors = retriever.vectors_for([c.content.text for c in batch])

@@ -1,0 +1,575 @@
+"""The MCP surface: every MCP client reads and writes the same memory as the HTTP API, as the
+same identities, under the same access rule (needs the `mcp` extra).
+
+Tools do not touch the store. Each builds the `Call` the clients build (`client/_calls.py`)
+and hands it to a gateway:
+
+- `ServiceGateway` runs it on a `MemoryService` through the in-process handlers (the routes'
+  twins), as an identity resolved per request: the caller of the HTTP request that carried
+  the MCP message (`/mcp` in `ampkit serve`), or a fixed one (`ampkit mcp` on a store URL).
+  The key's scopes apply: a read tool needs `read`, a write tool `write`.
+- `ClientGateway` sends it over HTTP to an ampkit server (`ampkit mcp --url`), which applies
+  its own identity and rules.
+
+So a tool answers exactly what the REST call would: the same cells, the same totals, the same
+errors. An error is a tool result with `isError` set and the server's error envelope
+`{"error": {"code", "message", "details"}}` as its text and structured content, never a
+crashed session; a missing, deleted and forbidden id all give the one ACCESS_DENIED body.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, AsyncIterator, Callable, Generator, Literal, Optional, Protocol, Sequence
+
+import anyio.to_thread
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import McpError
+from mcp.types import CallToolResult, ErrorData, TextContent, ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .client import _calls as calls
+from .client._calls import Call
+from .client._local import run_call
+from .errors import (
+    APIError,
+    InternalError,
+    MethodNotAllowed,
+    MissingAgentId,
+    NotFound,
+    TransportError,
+    Unavailable,
+    ValidationFailed,
+    validation_to_api_error,
+)
+from .models import HistoryResponse, ListResponse, MemoryCell, SearchResponse
+from .service import MemoryService
+
+log = logging.getLogger("ampkit.mcp")
+
+SERVER_NAME = "ampkit"
+INSTRUCTIONS = (
+    "Long-term memory shared with other agents and frameworks (AMP v0.1). Before answering, `recall` what "
+    "is known about the user or task; `remember` durable facts, preferences, decisions and procedures as "
+    "short self-contained statements; when something you remembered is no longer true, `supersede` it "
+    "instead of adding a contradiction. You only ever see memories your identity may read."
+)
+# JSON-RPC error code the MCP spec gives for an unknown resource; every unreadable cell gets it.
+RESOURCE_NOT_FOUND = -32002
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+MemoryKind = Literal["semantic", "episodic", "procedural"]
+StatusName = Literal["active", "stale", "archived"]
+
+
+# ---------------------------------------------------------------- results
+
+
+class ForgetResult(BaseModel):
+    """What `forget` did."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    status: Literal["deleted"] = "deleted"
+
+
+class UpdateResult(BaseModel):
+    """What `update_memory` did. `cell` is null when you may change this memory but not read it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    updated: bool = True
+    cell: Optional[MemoryCell] = None
+
+
+# ---------------------------------------------------------------- gateways
+
+
+class Gateway(Protocol):
+    """Where a tool's calls go, and who is calling."""
+
+    async def send(self, ctx: Context, call: Call) -> Any: ...
+
+    def agent_id(self, ctx: Context) -> Optional[str]: ...
+
+
+class Caller(Protocol):
+    """An identity with scopes (`ampkit.server.identity.Caller` is one)."""
+
+    @property
+    def agent_id(self) -> str: ...
+
+    def need(self, scope: str) -> str: ...
+
+
+CALLER_SCOPE_KEY = "ampkit.caller"
+"""Where `/mcp`'s identity check leaves the request's `Caller` in the ASGI scope."""
+
+
+def caller_from_request(ctx: Context) -> Caller:
+    """The caller of the HTTP request carrying this MCP message (set before the MCP app ran)."""
+    request = ctx.request_context.request
+    caller = getattr(request, "scope", {}).get(CALLER_SCOPE_KEY) if request is not None else None
+    if caller is None:  # never reached through /mcp, whose identity check runs first
+        raise MissingAgentId("no caller identity on this MCP request")
+    return caller
+
+
+# What GET /spec says about identity when it is run through MCP.
+MCP_AUTH = {"mode": "mcp", "header": None}
+
+
+@dataclass
+class ServiceGateway:
+    """Runs calls on a service in worker threads, as the identity `caller_for(ctx)` names,
+    holding the scope the operation's row requires."""
+
+    service: MemoryService
+    caller_for: Callable[[Context], Caller]
+
+    async def send(self, ctx: Context, call: Call) -> Any:
+        agent = self.caller_for(ctx).need(call.operation.scope or "")
+        return await anyio.to_thread.run_sync(run_call, self.service, agent, call, MCP_AUTH)
+
+    def agent_id(self, ctx: Context) -> Optional[str]:
+        return self.caller_for(ctx).agent_id
+
+
+@dataclass
+class ClientGateway:
+    """Sends calls through a client transport (HTTP to an ampkit server)."""
+
+    transport: Any  # AsyncHTTPTransport or AsyncLocalTransport: `async send(call)`
+    agent: Optional[str] = None
+
+    async def send(self, ctx: Context, call: Call) -> Any:
+        return await self.transport.send(call)
+
+    def agent_id(self, ctx: Context) -> Optional[str]:
+        return self.agent
+
+
+def fixed_caller(caller: Caller) -> Callable[[Context], Caller]:
+    return lambda ctx: caller
+
+
+# ---------------------------------------------------------------- errors
+
+
+def as_api_error(exc: BaseException) -> APIError:
+    """The wire error a failed tool reports: ours as raised, argument errors as 422, anything
+    unexpected as 500 (logged here; its text stays in the server log)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, APIError):
+            return seen
+        if isinstance(seen, ValidationError):
+            return validation_to_api_error([dict(e) for e in seen.errors()])
+        if isinstance(seen, TransportError):
+            return Unavailable(f"cannot reach the ampkit server: {seen}")
+        # FastMCP re-raises with and without `from`: follow both links.
+        seen = seen.__cause__ or seen.__context__
+    log.error("MCP tool failed", exc_info=exc)
+    return InternalError("internal server error; see the server log")
+
+
+def _envelope_text(err: APIError) -> str:
+    # The bytes the HTTP API would answer (Starlette's JSONResponse encoding).
+    return json.dumps(err.envelope(), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def tool_error(err: APIError) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=_envelope_text(err))],
+                          structuredContent=err.envelope(), isError=True)
+
+
+class AmpkitMCP(FastMCP):
+    """FastMCP whose tool and resource failures carry the server's error envelope."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        if self._tool_manager.get_tool(name) is None:
+            return tool_error(NotFound(f"no tool {name!r}", {"tool": name}))
+        try:
+            result = await super().call_tool(name, arguments)
+        except ToolError as exc:
+            return tool_error(as_api_error(exc.__cause__ or exc))
+        if isinstance(result, tuple):
+            # (content, structured), already validated by the tool's pydantic output model:
+            # answered as a finished result, the SDK does not validate it again with
+            # jsonschema, which re-checks the whole schema on every call (~0.1 s of CPU).
+            content, structured = result
+            return CallToolResult(content=list(content), structuredContent=structured, isError=False)
+        return result
+
+    async def read_resource(self, uri: Any) -> Any:
+        try:
+            return await super().read_resource(uri)
+        except McpError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON-RPC error with the envelope
+            err = as_api_error(exc) if _has_api_cause(exc) else NotFound(f"no resource {uri}", {"uri": str(uri)})
+            code = RESOURCE_NOT_FOUND if err.code in ("ACCESS_DENIED", "NOT_FOUND") else (
+                INVALID_PARAMS if err.status < 500 else INTERNAL_ERROR)
+            raise McpError(ErrorData(code=code, message=err.message, data=err.envelope())) from None
+
+
+def _has_api_cause(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (APIError, ValidationError, TransportError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+# ---------------------------------------------------------------- the server
+
+
+def _drop_none(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+async def _drive(gateway: Gateway, ctx: Context, flow: Generator[Any, Any, Any]) -> Any:
+    """Run a multi-step flow from `_calls` (forget, supersede) through the gateway."""
+    try:
+        item = next(flow)
+        while True:
+            item = flow.send(await gateway.send(ctx, item))
+    except StopIteration as stop:
+        return stop.value
+
+
+READ = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+WRITE = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
+DESTRUCTIVE = ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False)
+
+MemoryId = Annotated[str, Field(description="A memory id, e.g. mem_01J9Z3K8Q4V7X2N5B6C8D0E1F2")]
+OwnerId = Annotated[Optional[str], Field(description="Whose memory: a user or agent id. Default: yourself, the calling agent.")]
+Importance = Annotated[Optional[float], Field(ge=0.0, le=1.0, description="0..1, how much this matters (default 0.5)")]
+Metadata = Annotated[Optional[dict[str, Any]], Field(description="Free-form JSON object stored with the text")]
+SessionId = Annotated[Optional[str], Field(description="The conversation or run this belongs to")]
+Patterns = Annotated[Optional[list[str]], Field(description="Agent id patterns (globs such as 'team-*')")]
+
+
+def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_bytes: Optional[int] = None) -> AmpkitMCP:
+    """The MCP server (tools, resources, prompt) over `gateway`. Serve it over stdio with
+    `run_stdio_async()`, or over HTTP with `mount_streamable_http`."""
+    options: dict[str, Any] = {}
+    if max_request_bytes is not None:
+        options["max_request_body_size"] = max_request_bytes
+    mcp = AmpkitMCP(
+        SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", host=host,
+        transport_security=_transport_security(host), **options,
+    )
+
+    def owner_or_self(ctx: Context, owner_id: Optional[str]) -> tuple[str, Optional[str]]:
+        if owner_id:
+            return owner_id, None
+        agent = gateway.agent_id(ctx)
+        if not agent:
+            raise ValidationFailed("owner_id is required: this MCP server does not know which agent it acts as "
+                                   "(start `ampkit mcp` with --agent-id, or pass owner_id)", {"field": "owner_id"})
+        return agent, "agent"
+
+    # ------------------------------------------------------------ tools
+    @mcp.tool(annotations=WRITE)
+    async def remember(
+        ctx: Context,
+        text: Annotated[str, Field(description="What to remember: one short, self-contained statement that makes sense on its own later")],
+        type: Annotated[MemoryKind, Field(description="semantic: a fact or preference; episodic: something that happened; procedural: how to do something")] = "semantic",
+        owner_id: OwnerId = None,
+        importance: Importance = None,
+        metadata: Metadata = None,
+        session_id: SessionId = None,
+        readable_by: Annotated[Optional[list[str]], Field(description="Other agents that may read it (globs such as 'team-*'); by default only you and the owner")] = None,
+        writable_by: Annotated[Optional[list[str]], Field(description="Other agents that may change it (globs); being able to change it does not let them read it")] = None,
+        public: Annotated[Optional[bool], Field(description="true: every agent may read it")] = None,
+        expires_at: Annotated[Optional[datetime], Field(description="When it stops being true (ISO 8601); it is not recalled after that")] = None,
+    ) -> MemoryCell:
+        """Store a new memory in the shared long-term memory. Returns the stored memory with its id."""
+        owner, owner_type = owner_or_self(ctx, owner_id)
+        fields = _drop_none(owner_type=owner_type, importance=importance, metadata=metadata, session_id=session_id,
+                            readable_by=readable_by, writable_by=writable_by, public=public, expires_at=expires_at)
+        return await gateway.send(ctx, calls.remember(text, owner_id=owner, type=type, **fields))
+
+    @mcp.tool(annotations=READ)
+    async def recall(
+        ctx: Context,
+        query: Annotated[str, Field(description="What you want to know, in natural language or keywords")],
+        limit: Annotated[int, Field(ge=1, le=100, description="At most this many memories, best first")] = 10,
+        owner_id: Annotated[Optional[str], Field(description="Only memories of this owner (user or agent id)")] = None,
+        types: Annotated[Optional[list[MemoryKind]], Field(description="Only these kinds")] = None,
+        session_id: Annotated[Optional[str], Field(description="Only memories of this conversation or run")] = None,
+        include_stale: Annotated[bool, Field(description="Also memories not used for a long time")] = False,
+        metadata: Annotated[Optional[dict[str, Any]], Field(description="Only memories whose metadata has these key/value pairs")] = None,
+    ) -> SearchResponse:
+        """Search the shared memory for what is relevant to a query (hybrid keyword and meaning search).
+        Returns the best matches with a relevance score, and how many memories matched in all."""
+        call = calls.search(query, owner_id=owner_id, types=types, limit=limit,
+                            **_drop_none(session_id=session_id, metadata=metadata, include_stale=include_stale or None))
+        return await gateway.send(ctx, calls.with_decode(call, SearchResponse.model_validate))
+
+    @mcp.tool(annotations=READ)
+    async def get_memory(ctx: Context, id: MemoryId) -> MemoryCell:
+        """Read one memory by id (also counts as a use, which keeps it fresh)."""
+        return await gateway.send(ctx, calls.get(id))
+
+    @mcp.tool(annotations=WRITE)
+    async def update_memory(
+        ctx: Context,
+        id: MemoryId,
+        text: Annotated[Optional[str], Field(description="New text (to replace a fact that changed, prefer supersede, which keeps the old one in history)")] = None,
+        metadata: Annotated[Optional[dict[str, Any]], Field(description="Replaces the metadata object")] = None,
+        importance: Importance = None,
+        confidence: Annotated[Optional[float], Field(ge=0.0, le=1.0, description="0..1, how sure this is")] = None,
+        readable_by: Patterns = None,
+        writable_by: Patterns = None,
+        public: Optional[bool] = None,
+        expires_at: Annotated[Optional[datetime], Field(description="When it stops being true (ISO 8601)")] = None,
+        session_id: SessionId = None,
+        expected_version: Annotated[Optional[int], Field(description="Only apply if the memory is still at this lifecycle.version")] = None,
+    ) -> UpdateResult:
+        """Change fields of a memory you may write. Fields you leave out stay as they are."""
+        changes = _drop_none(text=text, metadata=metadata, importance=importance, confidence=confidence,
+                             readable_by=readable_by, writable_by=writable_by, public=public,
+                             expires_at=expires_at, session_id=session_id)
+        cell = await gateway.send(ctx, calls.update(id, expected_version=expected_version, **changes))
+        return UpdateResult(cell=cell)
+
+    @mcp.tool(annotations=DESTRUCTIVE)
+    async def forget(ctx: Context, id: MemoryId) -> ForgetResult:
+        """Delete a memory (archived, then deleted; it is never recalled again)."""
+        await _drive(gateway, ctx, calls.forget_flow(id))
+        return ForgetResult(id=id)
+
+    @mcp.tool(annotations=WRITE)
+    async def supersede(
+        ctx: Context,
+        id: Annotated[str, Field(description="The id of the memory that is no longer true")],
+        text: Annotated[str, Field(description="What is true now")],
+        importance: Importance = None,
+        metadata: Metadata = None,
+    ) -> MemoryCell:
+        """Replace a memory that is no longer true with a new one. The old one stays in history,
+        linked to its replacement, and is no longer recalled. Returns the new memory."""
+        return await _drive(gateway, ctx, calls.supersede_flow(id, text, _drop_none(importance=importance, metadata=metadata)))
+
+    @mcp.tool(annotations=READ)
+    async def list_memories(
+        ctx: Context,
+        owner_id: Annotated[Optional[str], Field(description="Only memories of this owner")] = None,
+        types: Annotated[Optional[list[MemoryKind]], Field(description="Only these kinds")] = None,
+        status: Annotated[Optional[list[StatusName]], Field(description="Only these states (default: active)")] = None,
+        session_id: Annotated[Optional[str], Field(description="Only memories of this conversation or run")] = None,
+        include_stale: bool = False,
+        include_superseded: Annotated[bool, Field(description="Also memories replaced by newer ones")] = False,
+        limit: Annotated[int, Field(ge=1, le=200, description="Page size")] = 20,
+        cursor: Annotated[Optional[str], Field(description="next_cursor from the previous page")] = None,
+    ) -> ListResponse:
+        """List memories page by page, oldest first. Pass next_cursor back to get the next page;
+        total is how many match in all."""
+        call = calls.list_page(owner_id=owner_id, types=types, status=status, session_id=session_id,
+                               include_stale=include_stale, include_superseded=include_superseded,
+                               page_size=limit, cursor=cursor)
+        return await gateway.send(ctx, call)
+
+    @mcp.tool(annotations=READ)
+    async def memory_history(ctx: Context, id: MemoryId) -> HistoryResponse:
+        """Every change to a memory: who created, changed, superseded or deleted it, and when."""
+        return HistoryResponse(results=await gateway.send(ctx, calls.history(id)))
+
+    # ------------------------------------------------------------ AMP's amp-mcp names
+    @mcp.tool(annotations=WRITE)
+    async def amp_remember(
+        ctx: Context,
+        content: Annotated[str, Field(description="What to remember")],
+        owner_id: Annotated[str, Field(description="Whose memory: a user or agent id")],
+        type: MemoryKind = "semantic",
+        importance: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5,
+        readable_by: Patterns = None,
+    ) -> MemoryCell:
+        """AMP amp-mcp compatible: store a memory (same as `remember`)."""
+        fields = _drop_none(importance=importance, readable_by=readable_by)
+        return await gateway.send(ctx, calls.remember(content, owner_id=owner_id, type=type, **fields))
+
+    @mcp.tool(annotations=READ)
+    async def amp_recall(
+        ctx: Context,
+        query: str,
+        owner_id: Annotated[str, Field(description="Whose memories to search")],
+        limit: Annotated[int, Field(ge=1, le=100)] = 5,
+        include_stale: bool = False,
+    ) -> SearchResponse:
+        """AMP amp-mcp compatible: search one owner's memories (same as `recall`)."""
+        call = calls.search(query, owner_id=owner_id, limit=limit, **_drop_none(include_stale=include_stale or None))
+        return await gateway.send(ctx, calls.with_decode(call, SearchResponse.model_validate))
+
+    @mcp.tool(annotations=DESTRUCTIVE)
+    async def amp_forget(
+        ctx: Context,
+        memory_id: MemoryId,
+        owner_id: Annotated[Optional[str], Field(description="Accepted for compatibility; your identity and the memory's access policy decide")] = None,
+    ) -> ForgetResult:
+        """AMP amp-mcp compatible: delete a memory (same as `forget`)."""
+        await _drive(gateway, ctx, calls.forget_flow(memory_id))
+        return ForgetResult(id=memory_id)
+
+    @mcp.tool(annotations=READ)
+    async def amp_list_memories(
+        ctx: Context,
+        owner_id: Annotated[str, Field(description="Whose memories to list")],
+        type: Optional[MemoryKind] = None,
+        limit: Annotated[int, Field(ge=1, le=200)] = 20,
+    ) -> ListResponse:
+        """AMP amp-mcp compatible: list one owner's memories (same as `list_memories`)."""
+        call = calls.list_page(owner_id=owner_id, types=[type] if type else None, page_size=limit)
+        return await gateway.send(ctx, call)
+
+    # ------------------------------------------------------------ resources
+    @mcp.resource("amp://memories/{id}", name="memory", mime_type="application/json",
+                  description="One memory cell as JSON (AMP v0.1 wire format)")
+    async def memory_resource(id: str, ctx: Context) -> str:
+        cell: MemoryCell = await gateway.send(ctx, calls.get(id))
+        return cell.model_dump_json()
+
+    @mcp.resource("amp://memories/{id}/history", name="memory-history", mime_type="application/json",
+                  description="Every change to one memory cell, as JSON")
+    async def memory_history_resource(id: str, ctx: Context) -> str:
+        entries = await gateway.send(ctx, calls.history(id))
+        return HistoryResponse(results=entries).model_dump_json()
+
+    # ------------------------------------------------------------ prompt
+    @mcp.prompt(name="remember", title="Remember what matters from this conversation",
+                description="Reflect on the conversation so far and store what should be remembered")
+    def remember_prompt(
+        focus: Annotated[Optional[str], Field(description="What to pay most attention to (optional)")] = None,
+        owner_id: Annotated[Optional[str], Field(description="Whose memory to store it in (optional)")] = None,
+    ) -> str:
+        return remember_request(focus, owner_id)
+
+    return mcp
+
+
+def remember_request(focus: Optional[str] = None, owner_id: Optional[str] = None) -> str:
+    """The "/remember" request: reflect on the conversation and store what matters."""
+    lines = [
+        "Reflect on our conversation so far and decide what is worth remembering beyond it.",
+        "",
+        "1. List the durable facts, preferences, decisions, commitments and working procedures that came up.",
+        "   Skip small talk, one-off details and anything already obvious from context.",
+        "2. For each, call `recall` first: if it is already remembered, do nothing; if a remembered one is",
+        "   no longer true, call `supersede` with its id and the new statement.",
+        "3. Otherwise call `remember` with one short, self-contained statement (type semantic for facts and",
+        "   preferences, episodic for events, procedural for how-tos) and an importance between 0 and 1.",
+        "4. Finish with a one-line summary of what you stored, changed or skipped.",
+    ]
+    if owner_id:
+        lines.insert(1, f"Store these memories with owner_id {owner_id!r}.")
+    if focus:
+        lines.insert(1, f"Pay most attention to: {focus}")
+    return "\n".join(lines)
+
+
+def _transport_security(host: str) -> TransportSecuritySettings:
+    """On a loopback address, accept only loopback Host and Origin headers, so that a web page
+    cannot reach a local server through DNS rebinding; elsewhere the proxy or the keys decide."""
+    from .server.identity import is_loopback_host
+
+    if not is_loopback_host(host):
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", "[::1]"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
+
+TOOL_NAMES: Sequence[str] = (
+    "remember", "recall", "get_memory", "update_memory", "forget", "supersede", "list_memories", "memory_history",
+    "amp_remember", "amp_recall", "amp_forget", "amp_list_memories",
+)
+READ_TOOLS: Sequence[str] = ("recall", "get_memory", "list_memories", "memory_history",
+                             "amp_recall", "amp_list_memories")
+"""The tools that only read: the differential non-interference test calls these."""
+
+__all__ = [
+    "AmpkitMCP", "CALLER_SCOPE_KEY", "ClientGateway", "ForgetResult",
+    "Gateway", "READ_TOOLS", "ServiceGateway", "TOOL_NAMES", "UpdateResult", "as_api_error", "build_mcp_server",
+    "caller_from_request", "fixed_caller", "remember_request", "tool_error",
+]
+
+
+# ---------------------------------------------------------------- /mcp in `ampkit serve`
+
+MCP_PATH = "/mcp"
+
+
+def mount_streamable_http(app: Any, service: MemoryService, identity: Any, host: str) -> "MCPEndpoint":
+    """Serve MCP over streamable HTTP at `/mcp` of the FastAPI `app`, each request as the
+    identity `identity` resolves (the REST API's `IdentityResolver`: a Bearer key with auth
+    on, X-AMP-Agent-ID with auth off; its rate limit too). The app's lifespan must enter
+    the returned endpoint's `running()`."""
+    from starlette.routing import Route
+
+    mcp = build_mcp_server(ServiceGateway(service, caller_from_request), host=host,
+                           max_request_bytes=service.limits.max_request_bytes)
+    endpoint = MCPEndpoint(mcp, identity)
+    app.router.routes.append(Route(MCP_PATH, endpoint=endpoint))
+    return endpoint
+
+
+class MCPEndpoint:
+    """ASGI app (a class, so Starlette routes every method to it) that resolves the caller,
+    then hands the request to the MCP session manager. An APIError raised by the identity
+    check (401, 403, 429) is answered by the app's error handlers, in the same envelope and
+    with the same headers as on /amp/v1.
+
+    Stateless and JSON-only: every POST stands alone (identity is per request anyway), so
+    several servers behind one load balancer need no session affinity."""
+
+    def __init__(self, mcp: AmpkitMCP, identity: Any):
+        self.mcp = mcp
+        self.identity = identity
+        self._manager: Any = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """One session manager per app lifespan (a manager runs only once)."""
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        settings = self.mcp.settings
+        manager = StreamableHTTPSessionManager(
+            app=self.mcp._mcp_server, json_response=True, stateless=True,
+            security_settings=settings.transport_security, max_request_body_size=settings.max_request_body_size,
+        )
+        async with manager.run():
+            self._manager = manager
+            try:
+                yield
+            finally:
+                self._manager = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from starlette.requests import Request
+
+        if self._manager is None:
+            raise Unavailable("the MCP endpoint is not running")
+        if scope["method"] != "POST":
+            # Stateless: no server-to-client stream to GET and no session to DELETE (a GET
+            # would otherwise hold a connection open that nothing ever writes to).
+            from .server.errors import envelope_response
+
+            refused = MethodNotAllowed(f"{scope['method']} is not allowed on {MCP_PATH}; MCP messages are POSTed",
+                                       {"allowed": ["POST"]})
+            await envelope_response(refused, {"Allow": "POST"})(scope, receive, send)
+            return
+        scope[CALLER_SCOPE_KEY] = await self.identity.caller(Request(scope, receive))
+        await self._manager.handle_request(scope, receive, send)

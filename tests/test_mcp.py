@@ -1,0 +1,450 @@
+"""MCP: every MCP client reads and writes the same memory as the HTTP API, as the same
+identities, under the same rule. Through the SDK's own client: in process, over stdio
+against a real `ampkit mcp` process, and over streamable HTTP against a real `ampkit serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Optional
+
+import httpx
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import McpError
+from mcp.shared.memory import create_connected_server_and_client_session
+
+import ampkit
+from adapter_support import unique
+from ampkit.auth import create_key
+from ampkit.bootstrap import build_service
+from ampkit.config import Settings
+from ampkit.mcp_server import READ_TOOLS, TOOL_NAMES, ServiceGateway, build_mcp_server, fixed_caller
+from ampkit.models import HistoryResponse, ListResponse, MemoryCell, SearchResponse
+from ampkit.server.app import create_app
+from ampkit.server.identity import Caller
+from ampkit.store import store_from_url
+
+NO_SUCH_ID = "mem_01J9Z3K8Q4V7X2N5B6C8D0E1F2"
+DENIED = '{"error":{"code":"ACCESS_DENIED","message":"memory not found or access denied","details":{}}}'
+
+
+# ---------------------------------------------------------------- helpers
+
+
+class Tools:
+    """A connected MCP client session with shorthands for calling tools."""
+
+    def __init__(self, session: ClientSession):
+        self.session = session
+
+    async def ok(self, name: str, **args: Any) -> dict[str, Any]:
+        result = await self.session.call_tool(name, args)
+        assert not result.isError, result.content[0].text
+        assert json.loads(result.content[0].text) == result.structuredContent
+        return result.structuredContent
+
+    async def error(self, name: str, **args: Any) -> str:
+        """The error text (the server's envelope), after checking it is a tool error."""
+        result = await self.session.call_tool(name, args)
+        assert result.isError, result
+        text = result.content[0].text
+        assert json.loads(text) == result.structuredContent
+        return text
+
+    async def code(self, name: str, **args: Any) -> str:
+        return json.loads(await self.error(name, **args))["error"]["code"]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    svc = build_service(Settings(store=f"sqlite:///{tmp_path_factory.mktemp('mcp')}/mcp.db", embedder="none"))
+    svc.store.open()
+    yield svc
+    svc.store.close()
+
+
+@asynccontextmanager
+async def in_process(service, agent: str, scopes: tuple[str, ...] = ("read", "write", "admin")) -> AsyncIterator[Tools]:
+    server = build_mcp_server(ServiceGateway(service, fixed_caller(Caller(agent, frozenset(scopes)))))
+    async with create_connected_server_and_client_session(server) as session:
+        yield Tools(session)
+
+
+@asynccontextmanager
+async def over_http(url: str, headers: dict[str, str]) -> AsyncIterator[Tools]:
+    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield Tools(session)
+
+
+@asynccontextmanager
+async def over_stdio(*args: str, env: Optional[dict[str, str]] = None) -> AsyncIterator[Tools]:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "ampkit.cli", "mcp", *args],
+                                   env={**os.environ, "AMPKIT_EMBEDDER": "none", **(env or {})})
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            yield Tools(session)
+
+
+def mcp_url(server) -> str:
+    return server.base_url.removesuffix("/amp/v1") + "/mcp"
+
+
+# ---------------------------------------------------------------- in process
+
+
+async def test_tools_have_descriptions_output_schemas_and_hints(service):
+    async with in_process(service, "alice") as mcp:
+        tools = {t.name: t for t in (await mcp.session.list_tools()).tools}
+        assert set(tools) == set(TOOL_NAMES)
+        for name, tool in tools.items():
+            assert tool.description and tool.outputSchema, name
+            assert tool.annotations.readOnlyHint is (name in READ_TOOLS), name
+        assert tools["forget"].annotations.destructiveHint
+        assert tools["remember"].inputSchema["required"] == ["text"]
+        assert "description" in tools["remember"].inputSchema["properties"]["text"]
+        # AMP's amp-mcp argument names, so its users can switch.
+        assert tools["amp_remember"].inputSchema["required"] == ["content", "owner_id"]
+        assert set(tools["amp_recall"].inputSchema["properties"]) == {"query", "owner_id", "limit", "include_stale"}
+        assert set(tools["amp_forget"].inputSchema["properties"]) == {"memory_id", "owner_id"}
+        assert set(tools["amp_list_memories"].inputSchema["properties"]) == {"owner_id", "type", "limit"}
+
+
+async def test_one_memory_through_every_tool_matches_what_the_service_answers(service):
+    alice = unique("alice")
+    async with in_process(service, alice) as mcp:
+        cell = MemoryCell.model_validate(await mcp.ok("remember", text="the user drinks green tea", importance=0.8,
+                                                      metadata={"topic": "drinks"}))
+        assert cell.identity.owner_id == alice and cell.identity.owner_type == "agent"
+        assert cell.identity.created_by == alice and cell.scoring.importance == 0.8
+
+        got = MemoryCell.model_validate(await mcp.ok("get_memory", id=cell.id))
+        assert got.scoring.access_count == 1
+
+        found = SearchResponse.model_validate(await mcp.ok("recall", query="green tea", owner_id=alice))
+        assert [h.id for h in found.results] == [cell.id] and found.total == 1
+
+        updated = await mcp.ok("update_memory", id=cell.id, importance=0.3, expected_version=got.lifecycle.version)
+        assert updated["updated"] and updated["cell"]["scoring"]["importance"] == 0.3
+
+        new = MemoryCell.model_validate(await mcp.ok("supersede", id=cell.id, text="the user drinks black coffee"))
+        assert new.lifecycle.supersedes == cell.id and new.identity.owner_id == alice
+
+        page = ListResponse.model_validate(await mcp.ok("list_memories", owner_id=alice, limit=1, include_superseded=True))
+        assert page.total == 2 and len(page.results) == 1 and page.next_cursor
+        rest = ListResponse.model_validate(await mcp.ok("list_memories", owner_id=alice, limit=1,
+                                                        include_superseded=True, cursor=page.next_cursor))
+        assert {page.results[0].id, rest.results[0].id} == {cell.id, new.id} and rest.next_cursor is None
+
+        # The same answers the service gives the REST routes.
+        results, total, _ = service.list(alice, owner_id=alice)
+        assert await mcp.ok("list_memories", owner_id=alice) == ListResponse(results=results, total=total).model_dump(mode="json")
+
+        history = HistoryResponse.model_validate(await mcp.ok("memory_history", id=cell.id))
+        assert [e.action for e in history.results] == ["create", "update", "supersede"]
+
+        assert await mcp.ok("forget", id=new.id) == {"id": new.id, "status": "deleted"}
+        assert await mcp.error("get_memory", id=new.id) == DENIED
+
+
+async def test_a_forbidden_id_gives_the_same_error_as_a_missing_or_deleted_one(service):
+    alice, bob = unique("alice"), unique("bob")
+    async with in_process(service, alice) as a, in_process(service, bob) as b:
+        private = (await a.ok("remember", text="alice's private note"))["id"]
+        gone = (await b.ok("remember", text="bob's deleted note"))["id"]
+        await b.ok("forget", id=gone)
+        for cell_id in (private, gone, NO_SUCH_ID, "not-an-id"):
+            assert await b.error("get_memory", id=cell_id) == DENIED
+            assert await b.error("memory_history", id=cell_id) == DENIED
+            assert await b.error("update_memory", id=cell_id, importance=0.1) == DENIED
+            assert await b.error("forget", id=cell_id) == DENIED
+            assert await b.error("supersede", id=cell_id, text="mine now") == DENIED
+            with pytest.raises(McpError) as denied:
+                await b.session.read_resource(f"amp://memories/{cell_id}")
+            assert denied.value.error.code == -32002 and denied.value.error.data == json.loads(DENIED)
+        # Nothing of alice's shows up in bob's listing or search, totals included.
+        assert (await b.ok("recall", query="private note"))["total"] == 0
+        assert (await b.ok("list_memories", owner_id=alice))["total"] == 0
+        # ... and the session is still alive.
+        assert (await a.ok("get_memory", id=private))["content"]["text"] == "alice's private note"
+
+
+async def test_shared_cells_follow_the_access_policy(service):
+    alice, reader, writer = unique("alice"), unique("team-reader"), unique("writer")
+    async with in_process(service, alice) as a, in_process(service, reader) as r, in_process(service, writer) as w:
+        cell = await a.ok("remember", text="the deploy window is Tuesday", readable_by=["team-*"], writable_by=[writer])
+        assert (await r.ok("get_memory", id=cell["id"]))["id"] == cell["id"]
+        assert await r.error("update_memory", id=cell["id"], importance=0.9) == DENIED
+        # A writer who may not read learns nothing from the answer.
+        assert await w.ok("update_memory", id=cell["id"], importance=0.9) == {"updated": True, "cell": None}
+        assert await w.error("get_memory", id=cell["id"]) == DENIED
+
+
+async def test_key_scopes_apply_to_tools(service):
+    owner = unique("alice")
+    async with in_process(service, owner, ("read",)) as reader, in_process(service, owner, ("write",)) as writer:
+        assert await reader.code("remember", text="x") == "FORBIDDEN"
+        assert await reader.code("forget", id=NO_SUCH_ID) == "FORBIDDEN"
+        assert (await reader.ok("recall", query="x"))["total"] == 0
+        cell = await writer.ok("remember", text="written blind")
+        assert await writer.code("get_memory", id=cell["id"]) == "FORBIDDEN"
+        assert await writer.code("recall", query="blind") == "FORBIDDEN"
+
+
+async def test_bad_arguments_are_tool_errors_and_the_session_survives(service):
+    async with in_process(service, unique("alice")) as mcp:
+        assert await mcp.code("remember", text="   ") == "VALIDATION_ERROR"
+        assert await mcp.code("remember", text="x", importance=2) == "VALIDATION_ERROR"
+        assert await mcp.code("remember", text="x", type="dream") == "VALIDATION_ERROR"
+        assert await mcp.code("remember") == "VALIDATION_ERROR"
+        assert await mcp.code("recall", query="x", limit=1000) == "VALIDATION_ERROR"
+        assert await mcp.code("list_memories", cursor="!!") == "VALIDATION_ERROR"
+        assert await mcp.code("remember", text="x" * 70000) == "PAYLOAD_TOO_LARGE"
+        assert await mcp.code("no_such_tool") == "NOT_FOUND"
+        cell = await mcp.ok("remember", text="still here")
+        assert await mcp.code("update_memory", id=cell["id"], importance=0.2, expected_version=99) == "CONFLICT"
+        assert (await mcp.ok("get_memory", id=cell["id"]))["content"]["text"] == "still here"
+
+
+async def test_amp_mcp_names_work_as_aliases(service):
+    user = unique("user")
+    async with in_process(service, unique("agent")) as mcp:
+        cell = await mcp.ok("amp_remember", content="prefers metric units", owner_id=user, type="semantic", importance=0.7)
+        assert cell["identity"]["owner_id"] == user and cell["identity"]["owner_type"] == "user"
+        found = await mcp.ok("amp_recall", query="metric units", owner_id=user, limit=5)
+        assert [h["id"] for h in found["results"]] == [cell["id"]]
+        listed = await mcp.ok("amp_list_memories", owner_id=user, type="semantic")
+        assert [c["id"] for c in listed["results"]] == [cell["id"]]
+        assert await mcp.ok("amp_forget", memory_id=cell["id"], owner_id=user) == {"id": cell["id"], "status": "deleted"}
+        assert (await mcp.ok("amp_list_memories", owner_id=user))["total"] == 0
+
+
+async def test_cells_are_resources_and_remember_is_a_prompt(service):
+    async with in_process(service, unique("alice")) as mcp:
+        cell = await mcp.ok("remember", text="the office is in Lyon")
+        templates = {t.uriTemplate for t in (await mcp.session.list_resource_templates()).resourceTemplates}
+        assert templates == {"amp://memories/{id}", "amp://memories/{id}/history"}
+        (content,) = (await mcp.session.read_resource(f"amp://memories/{cell['id']}")).contents
+        assert content.mimeType == "application/json"
+        assert MemoryCell.model_validate_json(content.text).content.text == "the office is in Lyon"
+        (history,) = (await mcp.session.read_resource(f"amp://memories/{cell['id']}/history")).contents
+        assert [e.action for e in HistoryResponse.model_validate_json(history.text).results] == ["create"]
+
+        (prompt,) = (await mcp.session.list_prompts()).prompts
+        assert prompt.name == "remember" and {a.name for a in prompt.arguments} == {"focus", "owner_id"}
+        message = (await mcp.session.get_prompt("remember", {"focus": "travel plans"})).messages[0]
+        assert message.role == "user"
+        assert "travel plans" in message.content.text and "`remember`" in message.content.text
+        assert "`supersede`" in message.content.text
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory):
+    from support import ServerProcess
+
+    tmp = tmp_path_factory.mktemp("mcp-auth")
+    url = f"sqlite:///{tmp}/auth.db"
+    store = store_from_url(url)
+    store.open()
+    keys = {name: create_key(store, agent, scopes).token
+            for name, agent, scopes in (("alice", "alice", "read,write"), ("bob", "bob", "read,write"),
+                                        ("alice-reader", "alice", "read"))}
+    store.close()
+    with ServerProcess(url, args=["--auth"], log_path=tmp / "server.log") as srv:
+        yield srv, keys
+
+
+# ---------------------------------------------------------------- non-interference
+
+
+async def _mcp_answers(service, probe_ids: list[str]) -> list:
+    """Everything `eve` receives from the MCP read tools and resources, as text (errors too)."""
+    out: list = []
+    async with in_process(service, "eve") as mcp:
+        async def tool(name: str, **args: Any) -> None:
+            result = await mcp.session.call_tool(name, args)
+            out.append((name, result.isError, result.content[0].text))
+
+        for cell_id in probe_ids:
+            await tool("get_memory", id=cell_id)
+            await tool("memory_history", id=cell_id)
+            for uri in (f"amp://memories/{cell_id}", f"amp://memories/{cell_id}/history"):
+                try:
+                    out.append(("resource", (await mcp.session.read_resource(uri)).contents[0].text))
+                except McpError as exc:
+                    out.append(("resource", exc.error.code, exc.error.message, exc.error.data))
+        for owner in (None, "mallory", "bob", "eve"):
+            for status in (None, ["active", "archived"]):
+                await tool("list_memories", **_args(owner_id=owner, status=status, limit=3))
+            for query in ("tea", "Rome jazz", "coffee 5"):
+                await tool("recall", **_args(query=query, owner_id=owner, limit=5, include_stale=True))
+        for owner in ("mallory", "bob"):
+            await tool("amp_recall", query="tea coffee", owner_id=owner)
+            await tool("amp_list_memories", owner_id=owner)
+    return out
+
+
+def _args(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+async def test_mcp_read_tools_do_not_depend_on_cells_the_caller_cannot_read(tmp_path, monkeypatch, seed):
+    # The worlds of the as-of differential test: the same operations on the cells eve may
+    # read; the noisy one also has cells she cannot read now (private, revoked, deleted).
+    from test_time_travel import _world
+
+    plain = _world(tmp_path, "plain", seed, False, monkeypatch)
+    noisy = _world(tmp_path, "noisy", seed, True, monkeypatch)
+    probes = [f"mem_{i:026d}" for i in range(1, 12)] + noisy.hidden_ids[:6] + ["mem_00000000000000000000000099"]
+    assert await _mcp_answers(plain, probes) == await _mcp_answers(noisy, probes)
+    plain.store.close()
+    noisy.store.close()
+
+
+# ---------------------------------------------------------------- stdio: a real `ampkit mcp` process
+
+
+async def test_stdio_on_a_store_file_writes_what_every_client_reads(tmp_path):
+    url = f"sqlite:///{tmp_path}/stdio.db"
+    async with over_stdio("--store", url, "--agent-id", "alice") as mcp:
+        cell = await mcp.ok("remember", text="the user is vegetarian", readable_by=["planner"])
+        assert await mcp.error("get_memory", id=NO_SUCH_ID) == DENIED
+        assert [h["id"] for h in (await mcp.ok("recall", query="vegetarian"))["results"]] == [cell["id"]]
+    with ampkit.connect(url, agent_id="planner") as planner, ampkit.connect(url, agent_id="stranger") as stranger:
+        assert planner.get(cell["id"]).identity.created_by == "alice"
+        assert stranger.search("vegetarian") == []
+
+
+async def test_stdio_through_a_server_acts_as_the_api_key(auth_server):
+    srv, keys = auth_server
+    async with over_stdio("--url", srv.base_url, env={"AMPKIT_API_KEY": keys["alice"]}) as mcp:
+        cell = await mcp.ok("remember", text="ship on Fridays", owner_id="team")
+        assert cell["identity"]["created_by"] == "alice"
+        assert await mcp.error("get_memory", id=NO_SUCH_ID) == DENIED
+    # A key used on the store file in process: the same identity and scopes.
+    async with over_stdio("--store", srv.store_url, env={"AMPKIT_API_KEY": keys["alice-reader"]}) as mcp:
+        assert (await mcp.ok("get_memory", id=cell["id"]))["identity"]["created_by"] == "alice"
+        assert await mcp.code("remember", text="x", owner_id="team") == "FORBIDDEN"
+
+
+# ---------------------------------------------------------------- streamable HTTP: a real `ampkit serve --auth`
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_http_two_keys_see_two_memories(auth_server):
+    srv, keys = auth_server
+    url = mcp_url(srv)
+    async with over_http(url, bearer(keys["alice"])) as alice, over_http(url, bearer(keys["bob"])) as bob:
+        mine, theirs = unique("heron"), unique("osprey")
+        a = await alice.ok("remember", text="alice's project is called Heron", owner_id=mine)
+        b = await bob.ok("remember", text="bob's project is called Osprey", owner_id=theirs)
+        assert a["identity"]["created_by"] == "alice" and b["identity"]["created_by"] == "bob"
+        for who, own, other, cell, hidden in ((alice, mine, theirs, a, b), (bob, theirs, mine, b, a)):
+            assert [c["id"] for c in (await who.ok("list_memories", owner_id=own))["results"]] == [cell["id"]]
+            assert (await who.ok("list_memories", owner_id=other))["total"] == 0
+            found = [h["id"] for h in (await who.ok("recall", query="project called Heron Osprey"))["results"]]
+            assert found[0] == cell["id"] and hidden["id"] not in found
+        # Bob asking for alice's cell: the very error a missing id gives.
+        assert await bob.error("get_memory", id=a["id"]) == await bob.error("get_memory", id=NO_SUCH_ID) == DENIED
+        assert await bob.error("forget", id=a["id"]) == DENIED
+    # The REST API and MCP are one memory: alice's REST client sees the MCP cell.
+    with ampkit.connect(srv.base_url, api_key=keys["alice"]) as rest:
+        assert rest.get(a["id"]).content.text == "alice's project is called Heron"
+    async with over_http(url, bearer(keys["alice-reader"])) as reader:
+        assert await reader.code("remember", text="x") == "FORBIDDEN"
+        assert (await reader.ok("get_memory", id=a["id"]))["id"] == a["id"]
+
+
+async def test_http_identity_is_checked_before_mcp_like_rest(auth_server):
+    srv, keys = auth_server
+    url = mcp_url(srv)
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        for headers in ({}, bearer("ampk_0000000000000000_" + "x" * 43), {"X-AMP-Agent-ID": "alice"}):
+            answer = await http.post(url, json=message, headers={**accept, **headers})
+            assert answer.status_code == 401 and answer.json()["error"]["code"] == "UNAUTHORIZED"
+            assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+        mismatch = await http.post(url, json=message, headers={**accept, **bearer(keys["alice"]), "X-AMP-Agent-ID": "bob"})
+        assert mismatch.status_code == 403 and mismatch.json()["error"]["code"] == "FORBIDDEN"
+        spec = (await http.get(f"{srv.base_url}/spec")).json()["capabilities"]
+        assert spec["mcp_compatible"] and spec["mcp"]["path"] == "/mcp"
+
+
+async def test_http_with_auth_off_takes_the_agent_header(server):
+    url = mcp_url(server)
+    agent = unique("agent")
+    async with over_http(url, {"X-AMP-Agent-ID": agent}) as mcp:
+        cell = await mcp.ok("remember", text="header identity works")
+        assert cell["identity"]["created_by"] == agent
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                                 headers={"Accept": "application/json, text/event-stream"})
+        assert answer.status_code == 401 and answer.json()["error"]["code"] == "MISSING_AGENT_ID"
+
+
+async def test_mcp_over_http_can_be_switched_off(tmp_path):
+    for enabled, status in ((False, 404), (True, 401)):
+        app = create_app(Settings(store=f"sqlite:///{tmp_path}/off.db", embedder="none", mcp_http=enabled))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+                answer = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+                assert answer.status_code == status
+                if enabled:  # stateless: nothing to GET (no stream) or DELETE (no session)
+                    for method in ("GET", "DELETE"):
+                        refused = await http.request(method, "/mcp", headers={"X-AMP-Agent-ID": "a"})
+                        assert refused.status_code == 405 and refused.headers["Allow"] == "POST"
+                        assert refused.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+                assert (await http.get("/amp/v1/spec")).json()["capabilities"]["mcp_compatible"] is enabled
+
+
+# ---------------------------------------------------------------- one memory with the framework adapters
+
+
+async def test_a_cell_written_through_mcp_reaches_langchain_and_autogen_and_back(server):
+    from ampkit.adapters import Sharing
+    from ampkit.adapters import autogen as ag
+    from ampkit.adapters import langchain as lc
+
+    user = unique("user")
+    mcp_agent, lc_agent, ag_agent = unique("team-mcp"), unique("team-langchain"), unique("team-autogen")
+    async with over_http(mcp_url(server), {"X-AMP-Agent-ID": mcp_agent}) as mcp:
+        cell = await mcp.ok("remember", text="the user is allergic to peanuts", owner_id=user, readable_by=["team-*"])
+
+        # LangChain's recall tool and AutoGen's memory find what the MCP client stored.
+        with ampkit.connect(server.base_url, agent_id=lc_agent) as lc_client:
+            remember_tool, recall_tool = lc.memory_tools(lc_client, owner_id=user, sharing=Sharing(readable_by=["team-*"]))
+            assert "the user is allergic to peanuts" in await recall_tool.ainvoke({"query": "peanut allergy"})
+            # ... and the reverse: what LangChain remembers, the MCP client recalls.
+            await remember_tool.ainvoke({"fact": "the user's favourite cuisine is Thai"})
+        ag_memory = ag.AmpkitAutoGenMemory(ampkit.aconnect(server.base_url, agent_id=ag_agent), owner_id=user,
+                                    sharing=Sharing(readable_by=["team-*"]))
+        try:
+            found = await ag_memory.query("peanut allergy")
+            assert [r.metadata["id"] for r in found.results][0] == cell["id"]
+            from autogen_core.memory import MemoryContent, MemoryMimeType
+
+            await ag_memory.add(MemoryContent(content="the user runs every morning", mime_type=MemoryMimeType.TEXT))
+        finally:
+            await ag_memory.close()
+
+        recalled = await mcp.ok("recall", query="Thai cuisine running morning", owner_id=user)
+        by_text = {h["content"]["text"]: h["identity"]["created_by"] for h in recalled["results"]}
+        assert by_text["the user's favourite cuisine is Thai"] == lc_agent
+        assert by_text["the user runs every morning"] == ag_agent
+    # An agent outside the team sees none of it through MCP either.
+    async with over_http(mcp_url(server), {"X-AMP-Agent-ID": unique("outsider")}) as outsider:
+        assert (await outsider.ok("recall", query="peanuts Thai morning", owner_id=user))["total"] == 0
