@@ -25,8 +25,7 @@ import json
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest
-from langchain.agents.middleware.types import ToolCallRequest
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ToolCallRequest
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.documents import Document
@@ -50,13 +49,12 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
     get_text_at_path,
 )
-from langgraph.store.base import TTLConfig
 from pydantic import ConfigDict, PrivateAttr
 
-from ampkit import AccessDenied, Conflict, MemoryCell
-from ampkit.errors import AmpkitError, APIError
+from ampkit import AccessDenied, AmpkitError, APIError, Conflict, MemoryCell
 
 from ._filters import item_matches, namespace_matches
 from ._mapping import (

@@ -6,13 +6,33 @@ from __future__ import annotations
 import sys
 from typing import Callable, Iterable, Optional, Union
 
-import click
+try:
+    import click
+except ModuleNotFoundError as missing:  # a base or framework-only install has no CLI dependencies
+    raise SystemExit(f"the ampkit command needs the server extra ({missing.name} is not installed): "
+                     "pip install 'ampkit[server]'") from None
 
 EXIT_USAGE = 2
 EXIT_STARTUP_FAILURE = 3
 
+# The module a command lacks -> the extra that installs it.
+EXTRA_OF_MODULE = {"psycopg": "postgres", "psycopg_pool": "postgres", "pgvector": "postgres", "hnswlib": "ann"}
 
-@click.group()
+
+class _Commands(click.Group):
+    """A command whose dependency is not installed names the extra to add, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as missing:
+            top = (missing.name or "").split(".")[0]
+            extra = EXTRA_OF_MODULE.get(top, "server")
+            raise click.ClickException(f"this command needs the {extra} extra ({top} is not installed): "
+                                       f"pip install 'ampkit[{extra}]'") from None
+
+
+@click.group(cls=_Commands)
 @click.version_option(package_name="ampkit")
 def main() -> None:
     """ampkit: one shared long-term memory for AI agents (AMP v0.1 wire protocol)."""
