@@ -618,7 +618,7 @@ class SQLiteStore(SQLKeyReads, Store):
         scored.sort()
         return [Candidate(cid, -neg) for neg, cid in scored[:k]]
 
-    def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> list[str]:
+    def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
         """An FTS phrase query: cells whose indexed text contains all of `text`'s words in
         order. No ranking, so its cost does not grow with how common the words are."""
         words = re.sub(r"[^\w]+", " ", text).split()
