@@ -20,6 +20,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, Stric
 
 from .limits import MAX_BATCH_CELLS, MAX_PAGE_SIZE, MAX_SEARCH_LIMIT  # noqa: F401 - re-exported
 
+from .glob import GlobError, check as check_glob
+
 AMP_VERSION = "0.1.0"
 CELL_ID_PATTERN = r"^mem_[0-9A-Z]{26}$"
 
@@ -79,12 +81,12 @@ IdString = Annotated[
     str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"), AfterValidator(storable_text)
 ]
 CellId = Annotated[str, Field(pattern=CELL_ID_PATTERN)]
-# fnmatch-style patterns: `*`, `?`, `[seq]`, `[!seq]`. `[^` is refused because fnmatch and
-# SQL GLOB read it differently (literal `^` versus negation).
+# Access patterns: one grammar (`ampkit.glob`); anything outside it is a 422 with the reason.
 def _check_glob(value: str) -> str:
-    if "[^" in value:
-        raise ValueError("use [!seq] for a negated set; [^ is ambiguous between fnmatch and SQL GLOB")
-    return value
+    try:
+        return check_glob(value)
+    except GlobError as exc:
+        raise ValueError(f"invalid pattern: {exc}") from None
 
 
 GlobPattern = Annotated[

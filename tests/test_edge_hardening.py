@@ -419,3 +419,48 @@ def test_amp_0_1_client_archive_then_delete_sequence(http):
     deleted = http.delete(f"/memories/{cell['id']}", headers=agent)
     assert deleted.status_code == 204
     assert_envelope(http.get(f"/memories/{cell['id']}", headers=agent), 403, "ACCESS_DENIED")
+
+
+def test_an_unexpected_error_answers_500_and_keeps_the_connection(tmp_path):
+    """A bug that escapes every handler: 500 in the envelope, and the same keep-alive
+    connection serves the next request (Starlette's outer error middleware would close it)."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from support import free_port
+
+    app = create_app(Settings(store=f"sqlite:///{tmp_path}/boom.db", embedder="none", lifecycle_interval_seconds=0))
+
+    @app.get("/amp/v1/test-boom")
+    def boom() -> None:
+        raise RuntimeError("a bug")
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            stream = sock.makefile("rb")
+            statuses = []
+            for path in ("/amp/v1/test-boom", "/amp/v1/health", "/amp/v1/test-boom", "/amp/v1/health"):
+                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                statuses.append(int(stream.readline().split()[1]))
+                length = 0
+                while (line := stream.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.decode().partition(":")
+                    if name.lower() == "content-length":
+                        length = int(value)
+                    assert not (name.lower() == "connection" and "close" in value.lower())
+                body = stream.read(length)
+                if statuses[-1] == 500:
+                    assert json.loads(body)["error"]["code"] == "INTERNAL_ERROR"
+            assert statuses == [500, 200, 500, 200]
+    finally:
+        server.should_exit = True
+        thread.join(10)
