@@ -88,7 +88,7 @@ def clock_override():
 def client_server(tmp_path_factory):
     """This module's own server, so that lifecycle runs here never touch other tests' cells."""
     tmp = tmp_path_factory.mktemp("client-server")
-    with AppServer(f"sqlite:///{tmp}/memory.db", log_path=tmp / "server.log") as proc:
+    with AppServer(f"sqlite:///{tmp}/memory.db", args=["--allow-clock-override"], log_path=tmp / "server.log") as proc:
         yield proc
 
 
@@ -392,7 +392,7 @@ def scenario(connect) -> list:
 
 
 def test_http_and_in_process_agree(server_factory, tmp_path):
-    server = server_factory()
+    server = server_factory(args=["--allow-clock-override"])
     local_url = f"sqlite:///{tmp_path}/agree.db"
     results = {}
     for backend in BACKENDS:  # sync first, then async, on the same two stores

@@ -180,6 +180,48 @@ READ_PATHS: list[ReadPath] = [
     ReadPath("search_explain", _search(explain=True)),
     ReadPath("export", _export),
 ]
+
+
+# As-of reads (issue 16): the cell or set as it was at T, before the world (nothing), at its
+# instant (everything) and after it. As-of search ranks from the as-of texts of readable
+# cells only, so it is not waiting for the store fix.
+AS_OF_TIMES = (NOW - timedelta(seconds=1), NOW, NOW + timedelta(days=1))
+
+
+def _as_of_get(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for at in AS_OF_TIMES:
+        for cid in world.visible_ids + world.noise_ids:
+            yield answer(lambda: service.get(caller, cid, as_of=at))
+
+
+def _as_of_list(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for at in AS_OF_TIMES:
+        for owner in world.owners:
+            cursor = None
+            for _ in range(50):
+                page = answer(lambda: service.list(caller, owner_id=owner, status=["active", "archived"], limit=2,
+                                                   cursor=cursor, include_superseded=True, as_of=at))
+                yield page
+                body = json.loads(page)
+                cursor = body[2] if isinstance(body, list) else None
+                if cursor is None:
+                    break
+
+
+def _as_of_search(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for at in AS_OF_TIMES:
+        for owner in world.owners:
+            for word in world.query_words:
+                req = SearchRequest(query=word, owner_id=owner, explain=True, limit=20,
+                                    status=["active", "archived"], as_of=at)
+                yield answer(lambda: service.search(caller, req))
+
+
+READ_PATHS += [
+    ReadPath("as_of_get", _as_of_get),
+    ReadPath("as_of_list", _as_of_list),
+    ReadPath("as_of_search", _as_of_search),
+]
 # Scores and keyword ranks still depend on unreadable cells until the store side of issue 10
 # (keyword windows within one access class, per-class BM25 statistics: branch i10-store) lands;
 # with that branch merged every path holds on both stores. Empty this set when it lands.
