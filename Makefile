@@ -18,8 +18,10 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(BIN)/ampkit serve --port $(PORT)
 
+# --allow-root-changes: as root, the fault tests mount small file systems and the PostgreSQL
+# fixture creates the embedded_postgres system user; plain `pytest` skips those.
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --allow-root-changes
 
 # ruff (default rules) and mypy (configured in pyproject.toml) on core/, adapters/ and spec/.
 lint: $(STAMP) typecheck-tree

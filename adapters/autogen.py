@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence
 from autogen_core import CancellationToken, Component
 from autogen_core.memory import Memory, MemoryContent, MemoryMimeType, MemoryQueryResult, UpdateContextResult
 from autogen_core.model_context import ChatCompletionContext
-from autogen_core.models import SystemMessage
+from autogen_core.models import SystemMessage, UserMessage
 from pydantic import BaseModel, Field
 
 from ._mapping import LONG_TERM_TYPES, Clients, Sharing, forget_scope, render, run_async, search_text, tags
@@ -43,6 +43,7 @@ class AmpkitMemoryConfig(BaseModel):
     readable_by: list[str] = Field(default_factory=list)
     writable_by: list[str] = Field(default_factory=list)
     public: bool = False
+    record_episodes: bool = False  # record each user turn as an episodic cell (docs/consolidation.md)
 
 
 def _content_text(content: MemoryContent) -> str:
@@ -65,11 +66,12 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
 
     def __init__(self, client: Any, *, owner_id: str, name: str = "default", session_id: Optional[str] = None,
                  k: int = 5, types: Optional[Sequence[str]] = LONG_TERM_TYPES, memory_type: str = "semantic",
-                 sharing: Sharing = Sharing()):
+                 sharing: Sharing = Sharing(), record_episodes: bool = False):
         self._clients = Clients(client)
         self._config = AmpkitMemoryConfig(
             url=client.url, agent_id=client.agent_id, owner_id=owner_id, name=name, session_id=session_id, k=k,
             types=None if types is None else list(types), memory_type=memory_type, **sharing.fields(),
+            record_episodes=record_episodes,
         )
 
     @property
@@ -107,6 +109,11 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
         messages = await model_context.get_messages()
         contents = [getattr(m, "content", None) for m in messages[-1:]]
         latest = [c for c in contents if isinstance(c, str)]
+        c = self._config
+        if c.record_episodes and latest and isinstance(messages[-1], UserMessage) and latest[0].strip():
+            # The user's turn, once: later calls of the same turn end with the model's or a tool's message.
+            await self._clients.aio.remember(latest[0], owner_id=c.owner_id, type="episodic", session_id=c.session_id,
+                                             metadata=tags(FRAMEWORK, f"{self.scope}.episodes"), **self.sharing.fields())
         result = await self.query(latest[0]) if latest else MemoryQueryResult(results=[])
         if result.results:
             text = render(str(m.content) for m in result.results)
@@ -129,7 +136,8 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
         c = config
         memory = cls(ampkit.aconnect(c.url, agent_id=c.agent_id), owner_id=c.owner_id, name=c.name,
                      session_id=c.session_id, k=c.k, types=c.types, memory_type=c.memory_type,
-                     sharing=Sharing(readable_by=c.readable_by, writable_by=c.writable_by, public=c.public))
+                     sharing=Sharing(readable_by=c.readable_by, writable_by=c.writable_by, public=c.public),
+                     record_episodes=c.record_episodes)
         memory._clients.owned = True  # it opened the client, so close() closes it
         return memory
 

@@ -1,4 +1,5 @@
-"""CrewAI 1.x adapter: a unified-memory `Memory` whose recall and remember go to ampkit.
+"""CrewAI 1.x adapter: a unified-memory `Memory` on ampkit, through CrewAI's public storage
+interface.
 
     from ampkit.adapters.crewai import AmpkitCrewMemory
 
@@ -8,35 +9,47 @@
 CrewAI 1.x takes memory only through `memory=`: the 0.x keywords `external_memory`,
 `memory_config`, `short_term_memory`, ... are accepted by `Crew` and silently ignored.
 
-This subclass keeps CrewAI's runtime contract (recall before a task, extract + remember after
-it, the "Search memory"/"Save to memory" tools, `reset_memories`) but replaces the parts that
-need an embedder, LanceDB and an analysis LLM: recall is the server's own ranked search, and
-writes are plain cells. `extract_memories` uses CrewAI's LLM extraction only when the memory
-was given an LLM instance; otherwise the task summary is kept as one cell.
+`AmpkitCrewStorage` implements CrewAI's `StorageBackend` protocol on ampkit cells, and
+`AmpkitCrewMemory` is a `Memory` built on it the ordinary way (`storage=`), so every inherited
+method works on ampkit: `forget`, `reset`, `reset_all`, `list_records`, `list_scopes`,
+`list_categories`, `info`, `tree`. Three methods are replaced because CrewAI would need an
+embedder and an analysis LLM for them: `recall` is the server's own ranked search (CrewAI's
+storage `search` gets only a query vector), `remember` writes a plain cell, and `update`
+changes the cell without re-embedding. `extract_memories` uses CrewAI's LLM extraction only
+when the memory was given an LLM instance; otherwise the task summary is kept as one cell.
 """
 
 from __future__ import annotations
 
+import logging
+from datetime import datetime
 from typing import Any, Literal, Optional
 
-from crewai.llms.base_llm import BaseLLM
-from crewai.memory.types import MemoryMatch, MemoryRecord
+from crewai.memory.types import MemoryMatch, MemoryRecord, ScopeInfo
 from crewai.memory.unified_memory import Memory
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
-from ampkit import MemoryCell
+from ampkit import APIError, MemoryCell
 
-from ._mapping import LONG_TERM_TYPES, MAX_SEARCH, SCOPE_TAG, Clients, Sharing, owned_by_scope, tags, user_metadata
+from ._mapping import LONG_TERM_TYPES, MAX_SEARCH, SCOPE_TAG, Clients, Sharing, tags, user_metadata
 
 FRAMEWORK = "crewai"
 CREW_SCOPE_TAG = "crewai_scope"
 CATEGORIES_TAG = "crewai_categories"
 ROLE_TAG = "crewai_agent_role"
+log = logging.getLogger(__name__)
 
 
 def _join(root: Optional[str], scope: Optional[str]) -> str:
     parts = [p.strip("/") for p in (root, scope) if p and p.strip("/")]
     return "/" + "/".join(parts)
+
+
+def _under(scope: str, prefix: Optional[str]) -> bool:
+    if not prefix or prefix == "/":
+        return True
+    prefix = "/" + prefix.strip("/")
+    return scope == prefix or scope.startswith(prefix + "/")
 
 
 def _record(cell: MemoryCell) -> MemoryRecord:
@@ -54,6 +67,131 @@ def _record(cell: MemoryCell) -> MemoryRecord:
     )
 
 
+class AmpkitCrewStorage:
+    """CrewAI's `StorageBackend` on ampkit: one record is one cell of `owner_id`, tagged with
+    the memory's scope tag. Reads see the cells of that tag the agent may read (any writer);
+    `delete` and `reset` forget only the cells this agent wrote, never a teammate's or the
+    user's. `search` by vector is not offered (it returns nothing): recall is a text search,
+    done by `AmpkitCrewMemory.recall`."""
+
+    def __init__(self, client: Any, *, owner_id: str, scope_tag: str, memory_type: str = "semantic",
+                 sharing: Sharing = Sharing()):
+        self.clients = Clients(client)
+        self.owner_id = owner_id
+        self.scope_tag = scope_tag
+        self.memory_type = memory_type
+        self.sharing = sharing
+
+    # -- writes
+    def write(self, record: MemoryRecord, agent_role: Optional[str] = None) -> MemoryRecord:
+        meta = tags(FRAMEWORK, self.scope_tag, **(record.metadata or {}),
+                    **{CREW_SCOPE_TAG: record.scope or "/", CATEGORIES_TAG: list(record.categories), ROLE_TAG: agent_role})
+        cell = self.clients.sync.remember(
+            record.content, owner_id=self.owner_id, type=self.memory_type, metadata=meta, importance=record.importance,
+            **(Sharing().fields() if record.private else self.sharing.fields()),
+        )
+        return _record(cell)
+
+    def save(self, records: list[MemoryRecord]) -> None:
+        for record in records:
+            self.write(record)
+
+    def update(self, record: MemoryRecord) -> None:
+        cell = self.clients.sync.get(record.id)
+        meta = {**cell.content.metadata, **(record.metadata or {}),
+                CREW_SCOPE_TAG: record.scope or "/", CATEGORIES_TAG: list(record.categories)}
+        self.clients.sync.update(record.id, text=record.content, metadata=meta, importance=record.importance)
+
+    def delete(self, scope_prefix: Optional[str] = None, categories: Optional[list[str]] = None,
+               record_ids: Optional[list[str]] = None, older_than: Optional[datetime] = None,
+               metadata_filter: Optional[dict[str, Any]] = None) -> int:
+        agent = self.clients.agent_id
+        chosen = [
+            c for c in self._cells() if c.identity.created_by == agent
+            and (record_ids is None or c.id in record_ids)
+            and _under(c.content.metadata.get(CREW_SCOPE_TAG, "/"), scope_prefix)
+            and (not categories or set(categories) & set(c.content.metadata.get(CATEGORIES_TAG, [])))
+            and (older_than is None or c.lifecycle.created_at < older_than)
+            and all(c.content.metadata.get(k) == v for k, v in (metadata_filter or {}).items())
+        ]
+        for cell in chosen:
+            self.clients.sync.forget(cell.id)
+        return len(chosen)
+
+    def reset(self, scope_prefix: Optional[str] = None) -> None:
+        self.delete(scope_prefix=scope_prefix)
+
+    # -- reads
+    def _cells(self, scope_prefix: Optional[str] = None) -> list[MemoryCell]:
+        cells = self.clients.sync.list(owner_id=self.owner_id, metadata={SCOPE_TAG: self.scope_tag})
+        return [c for c in cells if _under(c.content.metadata.get(CREW_SCOPE_TAG, "/"), scope_prefix)]
+
+    def search(self, query_embedding: list[float], scope_prefix: Optional[str] = None,
+               categories: Optional[list[str]] = None, metadata_filter: Optional[dict[str, Any]] = None,
+               limit: int = 10, min_score: float = 0.0) -> list[tuple[MemoryRecord, float]]:
+        return []
+
+    def get_record(self, record_id: str) -> Optional[MemoryRecord]:
+        try:
+            return _record(self.clients.sync.get(record_id))
+        except APIError:
+            return None
+
+    def list_records(self, scope_prefix: Optional[str] = None, limit: int = 200, offset: int = 0) -> list[MemoryRecord]:
+        cells = sorted(self._cells(scope_prefix), key=lambda c: (c.lifecycle.created_at, c.id), reverse=True)
+        return [_record(c) for c in cells[offset: offset + limit]]
+
+    def get_scope_info(self, scope: str) -> ScopeInfo:
+        records = [_record(c) for c in self._cells(scope)]
+        return ScopeInfo(
+            path=scope or "/", record_count=len(records),
+            categories=sorted({cat for r in records for cat in r.categories}),
+            oldest_record=min((r.created_at for r in records), default=None),
+            newest_record=max((r.created_at for r in records), default=None),
+            child_scopes=self.list_scopes(scope),
+        )
+
+    def list_scopes(self, parent: str = "/") -> list[str]:
+        base = "/" + parent.strip("/") if parent and parent.strip("/") else ""
+        children = set()
+        for cell in self._cells(parent):
+            rest = cell.content.metadata.get(CREW_SCOPE_TAG, "/")[len(base):].strip("/")
+            if rest:
+                children.add(f"{base}/{rest.split('/')[0]}")
+        return sorted(children)
+
+    def list_categories(self, scope_prefix: Optional[str] = None) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for cell in self._cells(scope_prefix):
+            for cat in cell.content.metadata.get(CATEGORIES_TAG, []):
+                counts[cat] = counts.get(cat, 0) + 1
+        return counts
+
+    def count(self, scope_prefix: Optional[str] = None) -> int:
+        return len(self._cells(scope_prefix))
+
+    # -- the protocol's async side (CrewAI 1.x never calls it; the sync calls in a thread)
+    async def asave(self, records: list[MemoryRecord]) -> None:
+        import asyncio
+
+        await asyncio.to_thread(self.save, records)
+
+    async def asearch(self, query_embedding: list[float], scope_prefix: Optional[str] = None,
+                      categories: Optional[list[str]] = None, metadata_filter: Optional[dict[str, Any]] = None,
+                      limit: int = 10, min_score: float = 0.0) -> list[tuple[MemoryRecord, float]]:
+        return []
+
+    async def adelete(self, scope_prefix: Optional[str] = None, categories: Optional[list[str]] = None,
+                      record_ids: Optional[list[str]] = None, older_than: Optional[datetime] = None,
+                      metadata_filter: Optional[dict[str, Any]] = None) -> int:
+        import asyncio
+
+        return await asyncio.to_thread(self.delete, scope_prefix, categories, record_ids, older_than, metadata_filter)
+
+    def close(self) -> None:
+        self.clients.close()
+
+
 class AmpkitCrewMemory(Memory):
     """CrewAI memory on ampkit. `owner_id` is whose memory it is (usually the user); the
     cells are written by the client's agent id with the `sharing` access policy.
@@ -66,25 +204,29 @@ class AmpkitCrewMemory(Memory):
     memory_type: Literal["semantic", "episodic", "procedural"] = "semantic"
     recall_types: Optional[list[str]] = Field(default_factory=lambda: list(LONG_TERM_TYPES))
     sharing: Sharing = Sharing()
-    storage: Any = "ampkit"  # never opened: every method that would use CrewAI storage is overridden
-    _clients: Clients = PrivateAttr()
+    storage: Any = None  # AmpkitCrewStorage, built from the fields above unless given
 
     def model_post_init(self, __context: Any) -> None:
-        # Deliberately not calling Memory.model_post_init: it would open LanceDB storage.
-        self._clients = Clients(self.client)
-        self._llm_instance = self.llm if isinstance(self.llm, BaseLLM) else None
+        if not isinstance(self.storage, AmpkitCrewStorage):
+            self.storage = AmpkitCrewStorage(self.client, owner_id=self.owner_id, scope_tag=self.scope_tag,
+                                             memory_type=self.memory_type, sharing=self.sharing)
+        super().model_post_init(__context)
 
     def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "AmpkitCrewMemory":
-        # CrewAI copies agents and crews; every copy must keep talking to the same client.
+        # CrewAI copies agents and crews; every copy must keep talking to the same storage.
         return self.model_copy()
 
     @property
     def scope_tag(self) -> str:
         return f"{FRAMEWORK}:{self.name}"
 
+    @property
+    def ampkit_storage(self) -> AmpkitCrewStorage:
+        return self.storage
+
     # -- what the CrewAI runtime calls
     def extract_memories(self, content: str) -> list[str]:
-        if self._llm_instance is not None:
+        if not isinstance(self.llm, str):  # an LLM instance was given: CrewAI's own extraction
             return super().extract_memories(content)
         return [content]
 
@@ -92,26 +234,37 @@ class AmpkitCrewMemory(Memory):
                  metadata: Optional[dict[str, Any]] = None, importance: Optional[float] = None,
                  source: Optional[str] = None, private: bool = False, agent_role: Optional[str] = None,
                  root_scope: Optional[str] = None) -> Optional[MemoryRecord]:
+        """Write one cell now. A refusal (4xx) raises `ampkit.APIError`; called from the
+        "Save to memory" tool, CrewAI hands the error text to the model as the tool's output."""
         if self.read_only:
             return None
-        meta = tags(FRAMEWORK, self.scope_tag, **(metadata or {}),
-                    **{CREW_SCOPE_TAG: _join(root_scope or self.root_scope, scope),
-                       CATEGORIES_TAG: list(categories or []), ROLE_TAG: agent_role})
-        cell = self._clients.sync.remember(
-            content, owner_id=self.owner_id, type=self.memory_type, metadata=meta,
-            importance=self.default_importance if importance is None else importance,
-            **(Sharing().fields() if private else self.sharing.fields()),
+        record = MemoryRecord(
+            content=content, scope=_join(root_scope or self.root_scope, scope), categories=list(categories or []),
+            metadata=metadata or {}, importance=self.default_importance if importance is None else importance,
+            private=private,
         )
-        return _record(cell)
+        return self.ampkit_storage.write(record, agent_role=agent_role)
 
     def remember_many(self, contents: list[str], scope: Optional[str] = None, categories: Optional[list[str]] = None,
                       metadata: Optional[dict[str, Any]] = None, importance: Optional[float] = None,
                       source: Optional[str] = None, private: bool = False, agent_role: Optional[str] = None,
                       root_scope: Optional[str] = None) -> list[MemoryRecord]:
-        # Synchronous on purpose: CrewAI's background saves swallow failures; these raise.
-        records = [self.remember(c, scope, categories, metadata, importance, source, private, agent_role, root_scope)
-                   for c in contents if c and c.strip()]
-        return [r for r in records if r is not None]
+        """Write each item now (not in CrewAI's background saver). An item the server refuses
+        (too large, invalid) is logged and skipped, as CrewAI's own saver does, so the crew's
+        after-task save never ends a kickoff; server and network failures still raise."""
+        records = []
+        for content in (c for c in contents if c and c.strip()):
+            try:
+                record = self.remember(content, scope, categories, metadata, importance, source, private, agent_role,
+                                       root_scope)
+            except APIError as exc:
+                if exc.status >= 500:
+                    raise
+                log.warning("ampkit refused a CrewAI memory (%s): %s", exc.code, exc.message)
+                continue
+            if record is not None:
+                records.append(record)
+        return records
 
     def recall(self, query: str, scope: Optional[str] = None, categories: Optional[list[str]] = None,
                limit: int = 10, depth: Literal["shallow", "deep"] = "deep", source: Optional[str] = None,
@@ -119,12 +272,12 @@ class AmpkitCrewMemory(Memory):
         query = query.strip()[-4000:]
         if not query:
             return []
-        hits = self._clients.sync.search(query, owner_id=self.owner_id, types=self.recall_types,
-                                         limit=min(max(limit, 1), MAX_SEARCH))
+        hits = self.ampkit_storage.clients.sync.search(query, owner_id=self.owner_id, types=self.recall_types,
+                                                       limit=min(max(limit, 1), MAX_SEARCH))
         matches = [MemoryMatch(record=_record(h.cell), score=h.score, match_reasons=["ampkit search"]) for h in hits]
         if scope:
             prefix = _join(self.root_scope, scope)
-            matches = [m for m in matches if m.record.scope.startswith(prefix)]
+            matches = [m for m in matches if _under(m.record.scope, prefix)]
         if categories:
             matches = [m for m in matches if set(categories) & set(m.record.categories)]
         return matches
@@ -132,43 +285,14 @@ class AmpkitCrewMemory(Memory):
     def update(self, record_id: str, content: Optional[str] = None, scope: Optional[str] = None,
                categories: Optional[list[str]] = None, metadata: Optional[dict[str, Any]] = None,
                importance: Optional[float] = None) -> MemoryRecord:
-        cell = self._clients.sync.get(record_id)
-        meta = dict(cell.content.metadata)
-        meta.update(metadata or {})
-        if scope is not None:
-            meta[CREW_SCOPE_TAG] = _join(self.root_scope, scope)
-        if categories is not None:
-            meta[CATEGORIES_TAG] = list(categories)
-        changes: dict[str, Any] = {"metadata": meta}
-        if content is not None:
-            changes["text"] = content
-        if importance is not None:
-            changes["importance"] = importance
-        return _record(self._clients.sync.update(record_id, **changes))
-
-    def forget(self, scope: Optional[str] = None, categories: Optional[list[str]] = None, older_than: Any = None,
-               metadata_filter: Optional[dict[str, Any]] = None, record_ids: Optional[list[str]] = None) -> int:
-        """Forget this memory's own cells (written by this agent under `name`) that match."""
-        cells = list(self._clients.sync.list(owner_id=self.owner_id, metadata={SCOPE_TAG: self.scope_tag}))
-        mine = set(owned_by_scope(cells, self._clients.agent_id))
-        chosen = [
-            c for c in cells if c.id in mine
-            and (record_ids is None or c.id in record_ids)
-            and (scope is None or _record(c).scope.startswith(_join(self.root_scope, scope)))
-            and (not categories or set(categories) & set(_record(c).categories))
-            and (older_than is None or c.lifecycle.created_at < older_than)
-            and all(c.content.metadata.get(k) == v for k, v in (metadata_filter or {}).items())
-        ]
-        for cell in chosen:
-            self._clients.sync.forget(cell.id)
-        return len(chosen)
-
-    def reset(self, scope: Optional[str] = None) -> None:
-        self.forget(scope=scope)
-
-    def reset_all(self) -> None:
-        # Even "all" means all of this memory's own cells: never the user's or other agents'.
-        self.forget()
-
-    def close(self) -> None:
-        self._clients.close()
+        existing = self.ampkit_storage.get_record(record_id)
+        if existing is None:
+            raise ValueError(f"Record not found: {record_id}")
+        if self.read_only:
+            return existing
+        changes: dict[str, Any] = {"content": content, "categories": categories, "metadata": metadata,
+                                   "importance": importance,
+                                   "scope": None if scope is None else _join(self.root_scope, scope)}
+        updated = existing.model_copy(update={k: v for k, v in changes.items() if v is not None})
+        self.ampkit_storage.update(updated)
+        return updated

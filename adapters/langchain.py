@@ -25,8 +25,7 @@ import json
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest
-from langchain.agents.middleware.types import ToolCallRequest
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ToolCallRequest
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.documents import Document
@@ -50,13 +49,12 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
     get_text_at_path,
 )
-from langgraph.store.base import TTLConfig
 from pydantic import ConfigDict, PrivateAttr
 
-from ampkit import AccessDenied, Conflict, MemoryCell
-from ampkit.errors import AmpkitError, APIError
+from ampkit import AccessDenied, AmpkitError, APIError, Conflict, MemoryCell
 
 from ._filters import item_matches, namespace_matches
 from ._mapping import (
@@ -438,12 +436,29 @@ class SharedMemoryMiddleware(RefusedWriteMiddleware):
     A memory write a tool makes that ampkit refuses becomes the tool's result (see
     `RefusedWriteMiddleware`)."""
 
-    def __init__(self, client: Any, *, owner_id: str, k: int = 5, types: Optional[Sequence[str]] = LONG_TERM_TYPES):
+    def __init__(self, client: Any, *, owner_id: str, k: int = 5, types: Optional[Sequence[str]] = LONG_TERM_TYPES,
+                 record_episodes: bool = False, session_id: Optional[str] = None, sharing: Sharing = Sharing()):
         super().__init__()
         self.clients = Clients(client)
         self.owner_id = owner_id
         self.k = k
         self.types = None if types is None else list(types)
+        # With record_episodes, each user turn is also stored as an episodic cell of
+        # `session_id`, for consolidation (docs/consolidation.md).
+        self.record_episodes = record_episodes
+        self.session_id = session_id
+        self.sharing = sharing
+
+    def _episode(self, request: ModelRequest) -> Optional[dict[str, Any]]:
+        """The user's turn to record: only on the turn's first model call (the last message is
+        the human's; later calls of the turn end with the model's or a tool's message)."""
+        if not self.record_episodes or not request.messages or not isinstance(request.messages[-1], HumanMessage):
+            return None
+        text = request.messages[-1].text
+        if not isinstance(text, str) or not text.strip():
+            return None
+        return {"text": text, "owner_id": self.owner_id, "type": "episodic", "session_id": self.session_id,
+                "metadata": tags("langchain", "langchain.episodes"), **self.sharing.fields()}
 
     @staticmethod
     def _query(request: ModelRequest) -> str:
@@ -458,11 +473,17 @@ class SharedMemoryMiddleware(RefusedWriteMiddleware):
         return request.override(system_message=SystemMessage(system + recalled))
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable) -> Any:
+        episode = self._episode(request)
+        if episode is not None:
+            self.clients.sync.remember(**episode)
         query = self._query(request)
         hits = self.clients.sync.search(query, owner_id=self.owner_id, types=self.types, limit=self.k) if query else []
         return handler(self._with_memories(request, hits))
 
     async def awrap_model_call(self, request: ModelRequest, handler: Callable) -> Any:
+        episode = self._episode(request)
+        if episode is not None:
+            await self.clients.aio.remember(**episode)
         query = self._query(request)
         hits = await self.clients.aio.search(query, owner_id=self.owner_id, types=self.types, limit=self.k) if query else []
         return await handler(self._with_memories(request, hits))

@@ -8,7 +8,7 @@ another temp SQLite file. Async adapters are compared with the async client.
     .venv/bin/python bench/adapter_overhead.py [--n 200] [--warmup 20] [--json results.json]
 
 Some adapter operations make more than one request by design (`reqs` column): the LangGraph
-store's put looks its key up first; LlamaIndex's `AmpkitMemory.aget` reads the session
+store's put looks its key up first; LlamaIndex's `AmpkitLlamaIndexMemory.aget` reads the session
 history (here SESSION_TURNS messages; its cost grows with the session) and searches shared
 memory.
 """
@@ -90,9 +90,9 @@ def measure(url: str, n: int, warmup: int) -> list[dict]:
         store.put(("bench",), f"seed{i}", {"text": sentence(i)})
     history = lc.AmpkitChatMessageHistory(client, session_id="bench", owner_id=OWNER)
     crew_memory = crew.AmpkitCrewMemory(client=client, owner_id=OWNER, recall_types=None)
-    li_memory = li.AmpkitMemory(client=aclient, owner_id=OWNER, session_id="bench")
+    li_memory = li.AmpkitLlamaIndexMemory(client=aclient, owner_id=OWNER, session_id="bench")
     li_block = li.AmpkitMemoryBlock(client=aclient, owner_id=OWNER)
-    ag_memory = ag.AmpkitMemory(aclient, owner_id=OWNER, types=None)
+    ag_memory = ag.AmpkitAutoGenMemory(aclient, owner_id=OWNER, types=None)
     # A session of SESSION_TURNS messages: aget reads the whole session on every call.
     loop.run_until_complete(li_memory.aput_messages(
         [ChatMessage(role="user" if i % 2 else "assistant", content=sentence(i)) for i in range(SESSION_TURNS - 1)]

@@ -1,26 +1,26 @@
 """Who may read and who may write a cell: the one access-decision function.
 
 Every path that returns or changes a cell (get, patch, delete, search, list, history,
-export, supersede) calls `can_read` / `can_write`. Stores also pre-filter in SQL with
-`glob_to_sql_glob` so that pages and rankings are built only from readable cells; the
-service then re-checks every cell with `can_read`, so the SQL is an optimisation and this
-module stays the authority.
+export, supersede) calls `can_read` / `can_write`. Stores also pre-filter in SQL with the
+GLOB / regular expression compiled from the same parsed pattern (`ampkit.glob`), so that pages
+and rankings are built only from readable cells; the service then re-checks every cell with
+`can_read`, so the SQL is an optimisation and this module stays the authority.
 
 Rules (AMP v0.1, with portable case-sensitive matching):
 - the owner and the creator may read and write;
 - an agent matching a `readable_by` pattern may read; `public` lets any agent read;
 - an agent matching a `writable_by` pattern may write, and being writable does NOT make a
   cell readable (a writer-only agent can blindly append or archive, never see the text);
-- patterns are fnmatch globs (`*`, `?`, `[seq]`, `[!seq]`), matched case-sensitively.
+- patterns are globs (`*`, `?`, `[seq]`, `[!seq]`; grammar in `ampkit.glob`), matched
+  case-sensitively against the whole agent id.
 """
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
 from typing import Iterable, Optional
 
 from .errors import MissingAgentId, ValidationFailed
-
+from .glob import parse_stored
 from .models import MemoryCell, Status
 
 
@@ -36,7 +36,7 @@ def check_agent_id(value: Optional[str]) -> str:
 
 
 def _matches_any(agent_id: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatchcase(agent_id, p) for p in patterns)
+    return any(parse_stored(p).matches(agent_id) for p in patterns)
 
 
 def is_principal(cell: MemoryCell, agent_id: str) -> bool:
@@ -55,40 +55,3 @@ def can_write(cell: MemoryCell, agent_id: str) -> bool:
     if cell.lifecycle.status == Status.deleted.value:
         return False
     return is_principal(cell, agent_id) or _matches_any(agent_id, cell.access_policy.writable_by)
-
-
-def glob_to_sql_glob(pattern: str) -> str:
-    """fnmatch pattern -> SQLite GLOB pattern (same meaning; `[!` is spelled `[^` there)."""
-    return pattern.replace("[!", "[^")
-
-
-def glob_to_regex(pattern: str) -> str:
-    """fnmatch pattern -> anchored POSIX regular expression (for PostgreSQL's `~`)."""
-    out, i, n = ["^"], 0, len(pattern)
-    while i < n:
-        ch = pattern[i]
-        i += 1
-        if ch == "*":
-            out.append(".*")
-        elif ch == "?":
-            out.append(".")
-        elif ch == "[":
-            j = i
-            if j < n and pattern[j] == "!":
-                j += 1
-            if j < n and pattern[j] == "]":
-                j += 1
-            while j < n and pattern[j] != "]":
-                j += 1
-            if j >= n:
-                out.append("\\[")
-            else:
-                stuff = pattern[i:j].replace("\\", "\\\\")
-                i = j + 1
-                if stuff.startswith("!"):
-                    stuff = "^" + stuff[1:]
-                out.append(f"[{stuff}]")
-        else:
-            out.append("\\" + ch if not ch.isalnum() and ch != "_" else ch)
-    out.append("$")
-    return "".join(out)

@@ -19,7 +19,9 @@ from datetime import datetime
 from typing import Any, Callable, Optional
 
 from .config import Settings
+from .consolidation import ConsolidationPolicy
 from .embeddings import embedder_from_name
+from .llm import ChatModel, ModelConfig
 from .models import utcnow
 from .retrieval import Embedder, Retriever
 from .service import MemoryService
@@ -64,6 +66,17 @@ def store_from_settings(settings: Settings) -> Store:
     return store_from_url(url, **options)
 
 
+def model_from_settings(settings: Settings) -> Optional[ChatModel]:
+    """The consolidation model, or None when `llm_url` or `llm_model` is unset."""
+    if not settings.llm_url or not settings.llm_model:
+        return None
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    return ChatModel(ModelConfig(
+        base_url=settings.llm_url, model=settings.llm_model, api_key=key,
+        timeout_seconds=settings.llm_timeout_seconds, json_mode=settings.llm_json_mode,
+    ))
+
+
 def build_service(settings: Settings, *, clock: Callable[[], datetime] = utcnow) -> MemoryService:
     """The service a Settings describes (its store not opened)."""
     return MemoryService(
@@ -72,10 +85,19 @@ def build_service(settings: Settings, *, clock: Callable[[], datetime] = utcnow)
         limits=settings.limits(),
         retriever=retriever_from_settings(settings),
         clock=clock,
+        allow_clock_override=settings.allow_clock_override,
+        dedup_threshold=settings.dedup_threshold,
+        dedup_default=settings.dedup_default,
+        model=model_from_settings(settings),
+        consolidation=ConsolidationPolicy(
+            confidence_floor=settings.consolidation_confidence_floor,
+            interval_seconds=settings.consolidation_interval_seconds,
+            quiet_seconds=settings.consolidation_quiet_seconds,
+        ),
     )
 
 
 __all__ = [
-    "build_service", "cached_embedder", "load_settings", "retriever_from_settings", "settings_for_store",
+    "build_service", "cached_embedder", "load_settings", "model_from_settings", "retriever_from_settings", "settings_for_store",
     "store_from_settings",
 ]

@@ -6,13 +6,33 @@ from __future__ import annotations
 import sys
 from typing import Callable, Iterable, Optional, Union
 
-import click
+try:
+    import click
+except ModuleNotFoundError as missing:  # a base or framework-only install has no CLI dependencies
+    raise SystemExit(f"the ampkit command needs the server extra ({missing.name} is not installed): "
+                     "pip install 'ampkit[server]'") from None
 
 EXIT_USAGE = 2
 EXIT_STARTUP_FAILURE = 3
 
+# The module a command lacks -> the extra that installs it.
+EXTRA_OF_MODULE = {"psycopg": "postgres", "psycopg_pool": "postgres", "pgvector": "postgres", "hnswlib": "ann"}
 
-@click.group()
+
+class _Commands(click.Group):
+    """A command whose dependency is not installed names the extra to add, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as missing:
+            top = (missing.name or "").split(".")[0]
+            extra = EXTRA_OF_MODULE.get(top, "server")
+            raise click.ClickException(f"this command needs the {extra} extra ({top} is not installed): "
+                                       f"pip install 'ampkit[{extra}]'") from None
+
+
+@click.group(cls=_Commands)
 @click.version_option(package_name="ampkit")
 def main() -> None:
     """ampkit: one shared long-term memory for AI agents (AMP v0.1 wire protocol)."""
@@ -28,15 +48,28 @@ def main() -> None:
 @click.option("--insecure", is_flag=True, help="allow a non-loopback --host without --auth (anyone can claim any agent id)")
 @click.option("--rate-limit", default=None, type=float,
               help="sustained requests/s per agent, bursts of twice that (0 = off) [default: off; 50 with --auth]")
+@click.option("--allow-clock-override", "allow_clock_override", flag_value=True, default=None,
+              help="TESTING ONLY: accept `as_of` on lifecycle runs and purges (moves the clock for every cell; "
+                   "breaks the retention promise); same as AMPKIT_ALLOW_CLOCK_OVERRIDE=true; refused with --auth")
 @click.option("--no-mcp", "no_mcp", is_flag=True, help="do not serve MCP at /mcp; same as AMPKIT_MCP_HTTP=false")
 def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecycle_interval: Optional[float],
-          auth: Optional[str], insecure: bool, rate_limit: Optional[float], no_mcp: bool) -> None:
+          auth: Optional[str], insecure: bool, rate_limit: Optional[float], allow_clock_override: Optional[bool],
+          no_mcp: bool) -> None:
     """Run the /amp/v1 server (and MCP over streamable HTTP at /mcp)."""
     from .bootstrap import build_service, load_settings
     from .server.identity import is_loopback_host
 
     settings = load_settings(host=host, port=port, store=store, lifecycle_interval_seconds=lifecycle_interval,
-                             auth=auth, rate_limit=rate_limit, mcp_http=False if no_mcp else None)
+                             auth=auth, rate_limit=rate_limit, allow_clock_override=allow_clock_override,
+                             mcp_http=False if no_mcp else None)
+    if settings.auth == "required" and settings.allow_clock_override:
+        click.echo(
+            "ampkit: refusing to start with auth required and the clock override on: `as_of` lets any admin key "
+            "purge cells deleted moments ago. The clock override is for test servers; drop --allow-clock-override "
+            "(or AMPKIT_ALLOW_CLOCK_OVERRIDE).",
+            err=True,
+        )
+        sys.exit(EXIT_USAGE)
     if settings.auth != "required" and not insecure and not is_loopback_host(settings.host):
         click.echo(
             f"ampkit: refusing to listen on {settings.host} with auth off: any client on the network could read "
@@ -452,6 +485,60 @@ def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool,
     finally:
         store.close()
     click.echo(f"re-embedded {done} cells with {retriever.embedder.name}")
+
+
+@main.command()
+@click.option("--owner", "owner_id", required=True, help="whose episodes to consolidate")
+@click.option("--session", "session_id", default=None, help="one session [default: every session of the owner]")
+@click.option("--agent", "agent_id", default=None, help="act as this agent [default: the owner]")
+@click.option("--playbooks", type=click.Choice(["propose", "apply"]), default="propose", show_default=True,
+              help="write playbook changes (apply) or only list them (propose)")
+@click.option("--dry-run", is_flag=True, help="decide everything, write nothing")
+@click.option("--json", "as_json", is_flag=True, help="print each session's response as one JSON line")
+@_store_option
+def consolidate(owner_id: str, session_id: Optional[str], agent_id: Optional[str], playbooks: str, dry_run: bool,
+                as_json: bool, store_url: Optional[str]) -> None:
+    """Distil an owner's episodes into facts and playbooks with the configured model
+    (AMPKIT_LLM_URL, AMPKIT_LLM_MODEL), printing every decision and its reason."""
+    from tqdm import tqdm
+
+    from .bootstrap import build_service, load_settings
+    from .consolidation import sessions_of
+    from .errors import APIError
+    from .llm import NOT_CONFIGURED_MESSAGE
+    from .models import ConsolidateRequest
+
+    settings = load_settings(store=store_url)
+    service = build_service(settings)
+    if service.model is None:
+        click.echo(f"ampkit: {NOT_CONFIGURED_MESSAGE}", err=True)
+        sys.exit(EXIT_USAGE)
+    agent = agent_id or owner_id
+    try:
+        service.store.open()
+    except Exception as exc:  # noqa: BLE001 - any failure to open is reported the same way
+        click.echo(f"ampkit: cannot open store {_shown(settings.store_url())}: {exc}", err=True)
+        sys.exit(EXIT_STARTUP_FAILURE)
+    try:
+        sessions = [session_id] if session_id else sessions_of(service, agent, owner_id)
+        requests = [ConsolidateRequest(owner_id=owner_id, session_id=s, playbooks=playbooks, dry_run=dry_run)
+                    for s in sessions]
+        consolidator_episodes = service.consolidator().episodes
+        total = sum(len(consolidator_episodes(agent, r)) for r in requests)
+        with tqdm(total=total, unit="episode", desc="consolidate", file=sys.stderr) as bar:
+            for req in requests:
+                result = service.consolidate(agent, req, progress=bar.update)
+                if as_json:
+                    click.echo(result.model_dump_json())
+                    continue
+                for d in result.decisions:
+                    state = "written" if d.applied else "not written"
+                    click.echo(f"{req.session_id}\t{d.action}\t{state}\t{d.text}\t({d.reason})")
+    except APIError as exc:
+        click.echo(f"ampkit: {exc.code}: {exc.message}", err=True)
+        sys.exit(1)
+    finally:
+        service.store.close()
 
 
 @main.command()

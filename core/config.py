@@ -60,12 +60,31 @@ class Settings(ClientDefaults):
         default=None, description="sustained requests/s per agent; 0 = off; unset = off, or 50 when auth is required"
     )
     rate_burst: int = Field(default=0, description="bucket size; 0 = twice the rate")
+    allow_clock_override: bool = Field(
+        default=False,
+        description="accept `as_of` on lifecycle runs and purges (test servers only; refused together with auth)",
+    )
 
     # MCP
     mcp_http: bool = Field(default=True, description="also serve MCP over streamable HTTP at /mcp (needs the mcp extra)")
 
     # retrieval
     embedder: str = Field(default="default", description="none | default | sentence-transformers:<model> | openai:<url>")
+
+    # model (consolidation; docs/consolidation.md). Unset: consolidation answers 501 NOT_CONFIGURED.
+    llm_url: Optional[str] = Field(default=None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1")
+    llm_model: Optional[str] = None
+    llm_api_key: Optional[SecretStr] = None
+    llm_timeout_seconds: float = Field(default=60.0, gt=0)
+    llm_json_mode: bool = Field(default=True, description="ask for response_format json_object")
+
+    # learning
+    dedup_default: Literal["off", "exact", "skip", "merge"] = Field(
+        default="exact", description="dedup policy of a create that names none")
+    dedup_threshold: float = Field(default=0.90, ge=0.0, le=1.0, description="near-duplicate similarity")
+    consolidation_confidence_floor: float = Field(default=0.5, ge=0.0, le=1.0)
+    consolidation_interval_seconds: float = Field(default=600.0, ge=0, description="0 = off; off anyway without a model")
+    consolidation_quiet_seconds: float = Field(default=1800.0, ge=0, description="a session is quiet after this")
 
     # SQLite
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"

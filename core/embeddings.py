@@ -17,7 +17,9 @@ store knows which cells a model change left behind (`ampkit reindex`).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -147,6 +149,12 @@ def embedder_from_name(name: str):
     if "+" in name and not name.startswith("openai:"):
         return CompositeEmbedder([embedder_from_name(part) for part in name.split("+")])
     if name == "default":
+        if importlib.util.find_spec("model2vec") is None:
+            # An in-process client on a framework-only install (`ampkit[langchain]`): keyword search
+            # still works; the default model needs the server extra.
+            warnings.warn("ampkit: keyword-only search; the default embedder needs model2vec "
+                          "(pip install 'ampkit[server]')", RuntimeWarning, stacklevel=2)
+            return None
         return DefaultEmbedder()
     kind, _, arg = name.partition(":")
     if kind == "sentence-transformers" and arg:

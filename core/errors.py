@@ -19,6 +19,8 @@ the same class.
         ├── ValidationFailed      422 VALIDATION_ERROR
         ├── RateLimited           429 RATE_LIMITED
         ├── InternalError         500 INTERNAL_ERROR
+        ├── NotConfigured         501 NOT_CONFIGURED  (e.g. consolidation without a model)
+        ├── ModelError            502 MODEL_ERROR     (the model failed or answered unusable JSON)
         └── Unavailable           503 UNAVAILABLE     (store down, disk full or read-only)
 """
 
@@ -113,12 +115,24 @@ class Unavailable(APIError):
     status, code = 503, "UNAVAILABLE"
 
 
+class NotConfigured(APIError):
+    """A feature needs configuration this server lacks (e.g. no model for consolidation)."""
+
+    status, code = 501, "NOT_CONFIGURED"
+
+
+class ModelError(APIError):
+    """The configured model failed: unreachable, timed out, or answered unusable output."""
+
+    status, code = 502, "MODEL_ERROR"
+
+
 _BY_CODE: dict[str, type[APIError]] = {
     cls.code: cls
     for cls in (
         MalformedRequest, MissingAgentId, Unauthorized, AccessDenied, Forbidden, NotFound, MethodNotAllowed,
         InvalidTransition, Conflict, PayloadTooLarge, UnsupportedMediaType, ValidationFailed,
-        RateLimited, InternalError, Unavailable,
+        RateLimited, InternalError, Unavailable, NotConfigured, ModelError,
     )
 }
 

@@ -10,6 +10,7 @@ ignores unknown response fields keeps working.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, timezone
 from enum import Enum
@@ -19,22 +20,78 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, Stric
 
 from .limits import MAX_BATCH_CELLS, MAX_PAGE_SIZE, MAX_SEARCH_LIMIT  # noqa: F401 - re-exported
 
+from .glob import GlobError, check as check_glob
+
 AMP_VERSION = "0.1.0"
 CELL_ID_PATTERN = r"^mem_[0-9A-Z]{26}$"
 
-# Agent and owner ids are opaque strings; the limits keep them printable and bounded.
-IdString = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")]
-CellId = Annotated[str, Field(pattern=CELL_ID_PATTERN)]
-# fnmatch-style patterns: `*`, `?`, `[seq]`, `[!seq]`. `[^` is refused because fnmatch and
-# SQL GLOB read it differently (literal `^` versus negation).
-def _check_glob(value: str) -> str:
-    if "[^" in value:
-        raise ValueError("use [!seq] for a negated set; [^ is ambiguous between fnmatch and SQL GLOB")
+# Text the stores can hold the same way: PostgreSQL refuses NUL in text and JSONB, and a lone
+# surrogate (a JSON escape like "\ud800" with no partner) is no Unicode text at all, so both
+# are refused on every string of a cell and of a query, on both stores alike.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# Metadata is free-form JSON, bounded so that every store and every answer can hold it: at most
+# this many nested objects/arrays (advertised in GET /spec as `max_metadata_depth`), finite
+# numbers only (JSON has no NaN or Infinity; they would be stored as null), and integers in the
+# signed 64-bit range (what SQLite and the SQL filters compare).
+MAX_METADATA_DEPTH = 32
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def storable_text(value: str) -> str:
+    """Refuse NUL and lone surrogates (see `_UNSTORABLE`)."""
+    found = _UNSTORABLE.search(value)
+    if found is not None:
+        what = "NUL (\\u0000)" if found.group() == "\x00" else "a lone surrogate (\\ud800-\\udfff)"
+        raise ValueError(f"text must not contain {what}")
     return value
 
 
+def check_json_value(value: Any, max_depth: int = MAX_METADATA_DEPTH) -> Any:
+    """Refuse JSON the stores cannot keep or compare faithfully (see MAX_METADATA_DEPTH).
+    Iterative, so that no nesting can exhaust the interpreter's stack."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            if depth > max_depth:
+                raise ValueError(f"metadata is nested more than {max_depth} levels deep")
+            children = item.values() if isinstance(item, dict) else item
+            if isinstance(item, dict):
+                for key in item:
+                    storable_text(str(key))
+            pending.extend((child, depth + 1) for child in children)
+        elif isinstance(item, str):
+            storable_text(item)
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                raise ValueError("metadata integers must fit in 64 bits (-2^63 .. 2^63-1)")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError("metadata numbers must be finite (JSON has no NaN or Infinity)")
+    return value
+
+
+StorableStr = Annotated[str, AfterValidator(storable_text)]
+Metadata = Annotated[dict[str, Any], AfterValidator(check_json_value)]
+
+# Agent and owner ids are opaque strings; the limits keep them printable and bounded.
+IdString = Annotated[
+    str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"), AfterValidator(storable_text)
+]
+CellId = Annotated[str, Field(pattern=CELL_ID_PATTERN)]
+# Access patterns: one grammar (`ampkit.glob`); anything outside it is a 422 with the reason.
+def _check_glob(value: str) -> str:
+    try:
+        return check_glob(value)
+    except GlobError as exc:
+        raise ValueError(f"invalid pattern: {exc}") from None
+
+
 GlobPattern = Annotated[
-    str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"), AfterValidator(_check_glob)
+    str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"), AfterValidator(storable_text),
+    AfterValidator(_check_glob),
 ]
 # Numbers and booleans are strict: "0.5" or "yes" is a 422, as the JSON Schema says, not coerced.
 Unit = Annotated[float, Strict(), Field(ge=0.0, le=1.0)]
@@ -48,7 +105,12 @@ def utcnow() -> datetime:
 def _as_utc(value: datetime) -> datetime:
     # A time without an offset is read as UTC; comparing it with the server's aware clock
     # would otherwise raise (and one such cell would break every lifecycle run).
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00:00+05:00 is before year 1 in UTC
+        raise ValueError("the time is outside years 1-9999 once converted to UTC") from None
 
 
 as_utc = _as_utc  # the public name, for callers that take a datetime from Python
@@ -98,8 +160,8 @@ def _text_not_blank(value: str) -> str:
 
 
 class Content(Closed):
-    text: str = Field(min_length=1)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    text: StorableStr = Field(min_length=1)
+    metadata: Metadata = Field(default_factory=dict)
 
     _check_text = field_validator("text")(_text_not_blank)
 
@@ -140,6 +202,11 @@ class Scoring(Closed):
     confidence: Unit = 1.0
     decay_rate: DecayRate = 0.01
     access_count: Annotated[int, Field(ge=0)] = 0
+    # extensions: playbook outcomes (procedural cells; null on other types)
+    success_count: Optional[Annotated[int, Field(ge=0)]] = Field(
+        default=None, description="extension: outcomes recorded as successes (procedural cells)")
+    failure_count: Optional[Annotated[int, Field(ge=0)]] = Field(
+        default=None, description="extension: outcomes recorded as failures (procedural cells)")
 
 
 class AccessPolicy(Closed):
@@ -148,10 +215,18 @@ class AccessPolicy(Closed):
     public: StrictBool = False
 
 
+MAX_SUPPORTING_EPISODES = 200
+
+
 class Provenance(Closed):
     source_type: Optional[SourceType] = None
-    source_ref: Optional[Annotated[str, Field(max_length=2048)]] = None
+    source_ref: Optional[Annotated[StorableStr, Field(max_length=2048)]] = None
     extraction_method: Optional[ExtractionMethod] = None
+    # extensions: what a consolidation run derived the cell from
+    extraction_model: Optional[Annotated[str, Field(max_length=256)]] = Field(
+        default=None, description="extension: the model that extracted this cell")
+    supporting_episode_ids: Optional[list[CellId]] = Field(
+        default=None, max_length=MAX_SUPPORTING_EPISODES, description="extension: the episodes this cell was distilled from")
 
 
 class MemoryCell(Closed):
@@ -169,6 +244,21 @@ class MemoryCell(Closed):
 
 
 # ---------------------------------------------------------------- request bodies
+
+
+class DedupPolicy(str, Enum):
+    """What a create does when the owner already has the same memory (docs/consolidation.md).
+
+    off: always store. exact (default): the same normalised text (same owner and type, a cell
+    the writer can read) is not stored again; the existing cell is returned. skip: also
+    near-duplicates (similarity >= the threshold) return the existing cell. merge: as skip,
+    and a writable existing cell takes the higher importance and confidence and the new
+    metadata keys."""
+
+    off = "off"
+    exact = "exact"
+    skip = "skip"
+    merge = "merge"
 
 
 class CreateScoring(Closed):
@@ -193,11 +283,16 @@ class CellCreate(Closed):
     provenance: Provenance = Field(default_factory=Provenance)
     lifecycle: CreateLifecycle = Field(default_factory=CreateLifecycle)
     supersedes: Optional[CellId] = Field(default=None, description="extension: id of a cell this one replaces")
+    dedup: Optional[DedupPolicy] = Field(
+        default=None,
+        description="extension: off | exact | skip | merge; unset: the server's default (exact unless "
+        "AMPKIT_DEDUP_DEFAULT says otherwise); see docs/consolidation.md#dedup-on-write",
+    )
 
 
 class ContentPatch(Closed):
-    text: Optional[str] = Field(default=None, min_length=1)
-    metadata: Optional[dict[str, Any]] = None
+    text: Optional[StorableStr] = Field(default=None, min_length=1)
+    metadata: Optional[Metadata] = None
 
     @field_validator("text")
     @classmethod
@@ -205,10 +300,25 @@ class ContentPatch(Closed):
         return None if value is None else _text_not_blank(value)
 
 
+# AMP 0.1 clients send fields back as they read them (its SDK archives with the whole
+# lifecycle, `created_at` included). A PATCH therefore accepts every field of the cell: the
+# server-managed ones are compared with the cell and ignored when unchanged, refused when
+# changed (see `MemoryService.update`). Counters that reads move (`access_count`,
+# `last_accessed_at`) and the write clock (`last_updated_at`, `version`) are ignored whatever
+# their value: another agent may have read or written the cell since (use If-Match to
+# detect concurrent writes).
+_SENT_BACK = "AMP compatibility: accepted when equal to the cell's value, refused when changed"
+_IGNORED = "AMP compatibility: accepted and ignored (the server keeps this field)"
+_SERVER_MANAGED = "AMP compatibility: may be sent back unchanged by a reader; a change is refused"
+
+
 class ScoringPatch(Closed):
     importance: Optional[Unit] = None
     confidence: Optional[Unit] = None
     decay_rate: Optional[DecayRate] = None
+    access_count: Optional[Annotated[int, Field(ge=0)]] = Field(default=None, description=_IGNORED)
+    success_count: Optional[Annotated[int, Field(ge=0)]] = Field(default=None, description=_SERVER_MANAGED)
+    failure_count: Optional[Annotated[int, Field(ge=0)]] = Field(default=None, description=_SERVER_MANAGED)
 
 
 class AccessPolicyPatch(Closed):
@@ -219,24 +329,39 @@ class AccessPolicyPatch(Closed):
 
 class ProvenancePatch(Closed):
     source_type: Optional[SourceType] = None
-    source_ref: Optional[Annotated[str, Field(max_length=2048)]] = None
+    source_ref: Optional[Annotated[StorableStr, Field(max_length=2048)]] = None
     extraction_method: Optional[ExtractionMethod] = None
+    extraction_model: Optional[str] = Field(default=None, description=_SERVER_MANAGED)
+    supporting_episode_ids: Optional[list[CellId]] = Field(default=None, description=_SERVER_MANAGED)
 
 
 class LifecyclePatch(Closed):
-    """Only `status` (active/stale -> archived) and `expires_at` may be patched."""
+    """Only `status` (active/stale -> archived) and `expires_at` may be changed."""
 
     status: Optional[Status] = None
     expires_at: Optional[UtcDatetime] = None
+    created_at: Optional[UtcDatetime] = Field(default=None, description=_SENT_BACK)
+    supersedes: Optional[CellId] = Field(default=None, description=_SENT_BACK)
+    superseded_by: Optional[CellId] = Field(default=None, description=_SENT_BACK)
+    last_accessed_at: Optional[UtcDatetime] = Field(default=None, description=_IGNORED)
+    last_updated_at: Optional[UtcDatetime] = Field(default=None, description=_IGNORED)
+    version: Optional[Annotated[int, Field(ge=1)]] = Field(default=None, description=_IGNORED)
 
 
 class IdentityPatch(Closed):
     session_id: Optional[IdString] = None
+    owner_id: Optional[IdString] = Field(default=None, description=_SENT_BACK)
+    owner_type: Optional[OwnerType] = Field(default=None, description=_SENT_BACK)
+    created_by: Optional[IdString] = Field(default=None, description=_SENT_BACK)
+    key: Optional[CellKey] = Field(default=None, description=_SENT_BACK)
 
 
 class CellPatch(Closed):
     """PATCH /memories/{id}: nested objects are merged field by field."""
 
+    amp_version: Optional[str] = Field(default=None, description=_SENT_BACK)
+    id: Optional[CellId] = Field(default=None, description=_SENT_BACK)
+    type: Optional[MemoryType] = Field(default=None, description=_SENT_BACK)
     content: Optional[ContentPatch] = None
     scoring: Optional[ScoringPatch] = None
     access_policy: Optional[AccessPolicyPatch] = None
@@ -248,16 +373,20 @@ class CellPatch(Closed):
 
 
 class SearchRequest(Closed):
-    query: str = Field(min_length=1, max_length=4096)
+    query: StorableStr = Field(min_length=1, max_length=4096)
     owner_id: Optional[IdString] = None
     types: Optional[list[MemoryType]] = Field(default=None, max_length=3)
     status: Optional[list[Status]] = Field(default=None, max_length=4)
     include_stale: StrictBool = False
     include_superseded: StrictBool = Field(default=False, description="extension")
     session_id: Optional[IdString] = Field(default=None, description="extension")
-    metadata: Optional[dict[str, Any]] = Field(default=None, description="equality filter on content.metadata keys")
+    metadata: Optional[Metadata] = Field(default=None, description="equality filter on content.metadata keys")
     limit: StrictInt = Field(default=10, ge=1, le=MAX_SEARCH_LIMIT)
     explain: StrictBool = Field(default=False, description="extension: include each result's score breakdown")
+    rank_playbooks: StrictBool = Field(
+        default=False,
+        description="extension: procedural hits are re-scored with the Wilson lower bound of their outcomes",
+    )
     as_of: Optional[UtcDatetime] = Field(
         default=None,
         description="extension (as-of read): search the cells as they were at this time, rebuilt from history; "
@@ -312,6 +441,8 @@ class BatchCreate(Closed):
 
 class BatchCreateResponse(Closed):
     results: list[MemoryCell]
+    deduplicated: list[int] = Field(
+        default_factory=list, description="extension: indexes of results that are existing cells (dedup on write)")
 
 
 class LifecycleRunRequest(Closed):
@@ -344,6 +475,56 @@ class PurgeResponse(Closed):
     refused: list[PurgeRefusal]
 
 
+class OutcomeRequest(Closed):
+    """POST /memories/{id}/outcome: one run of a playbook (a procedural cell)."""
+
+    success: StrictBool
+    note: Optional[str] = Field(default=None, max_length=2048)
+
+
+MAX_CONSOLIDATE_EPISODES = 1000
+
+
+class ConsolidateRequest(Closed):
+    """POST /memories/consolidate: distil an owner's episodes into facts and playbooks."""
+
+    owner_id: IdString
+    session_id: Optional[IdString] = Field(default=None, description="the session's episodes")
+    episode_ids: Optional[list[CellId]] = Field(default=None, min_length=1, max_length=MAX_CONSOLIDATE_EPISODES,
+                                                description="these episodes (a window picked by the caller)")
+    since: Optional[UtcDatetime] = Field(default=None, description="episodes created at or after this")
+    until: Optional[UtcDatetime] = Field(default=None, description="episodes created before this")
+    playbooks: Literal["propose", "apply"] = Field(
+        default="propose", description="propose: playbook changes are returned, not written (they need approval)")
+    dry_run: StrictBool = Field(default=False, description="decide everything, write nothing")
+
+
+class ConsolidationDecision(Closed):
+    """What consolidation did with one candidate, and why."""
+
+    action: Literal["ADD", "UPDATE", "CONTRADICT", "NOOP", "DROP"]
+    applied: bool
+    reason: str
+    type: MemoryType
+    text: str
+    supporting_episode_ids: list[str] = Field(default_factory=list)
+    target_id: Optional[str] = Field(default=None, description="the existing cell it updates, contradicts or duplicates")
+    cell_id: Optional[str] = Field(default=None, description="the cell written")
+    similarity: Optional[float] = None
+    confidence: Optional[float] = None
+
+
+class ConsolidateResponse(Closed):
+    owner_id: str
+    session_id: Optional[str] = None
+    model: str
+    episodes: int = Field(description="episodes read")
+    model_calls: int
+    decisions: list[ConsolidationDecision]
+    written: list[str] = Field(default_factory=list, description="ids of the cells written")
+    dry_run: bool = False
+
+
 class ErrorDetail(Closed):
     code: str
     message: str
@@ -357,6 +538,21 @@ class ErrorEnvelope(Closed):
 class Health(Closed):
     status: Literal["ok"] = "ok"
     amp_version: str = AMP_VERSION
+
+
+# PATCH fields the server manages: (section or None for the top level, field). A reader may
+# send them back unchanged; a change is refused. `PATCH_IGNORED` fields are dropped unread.
+PATCH_SERVER_MANAGED: tuple[tuple[Optional[str], str], ...] = (
+    (None, "amp_version"), (None, "id"), (None, "type"),
+    ("identity", "owner_id"), ("identity", "owner_type"), ("identity", "created_by"), ("identity", "key"),
+    ("lifecycle", "created_at"), ("lifecycle", "supersedes"), ("lifecycle", "superseded_by"),
+    ("scoring", "success_count"), ("scoring", "failure_count"),  # outcomes are recorded, not patched
+    ("provenance", "extraction_model"), ("provenance", "supporting_episode_ids"),  # set by consolidation
+)
+PATCH_IGNORED: tuple[tuple[Optional[str], str], ...] = (
+    ("scoring", "access_count"), ("lifecycle", "last_accessed_at"),
+    ("lifecycle", "last_updated_at"), ("lifecycle", "version"),
+)
 
 
 def is_cell_id(value: str) -> bool:

@@ -30,6 +30,8 @@ from .models import (
     BatchCreateResponse,
     CellCreate,
     CellPatch,
+    ConsolidateRequest,
+    ConsolidateResponse,
     ErrorEnvelope,
     Health,
     HistoryResponse,
@@ -38,6 +40,7 @@ from .models import (
     ListResponse,
     MemoryCell,
     MemoryType,
+    OutcomeRequest,
     PurgeRequest,
     PurgeResponse,
     RollbackRequest,
@@ -89,9 +92,22 @@ class Context:
     agent: str
     auth: Mapping[str, Any]
     mcp: Optional[Mapping[str, Any]] = None  # the MCP endpoint GET /spec advertises, if served
+    # Whether the caller's key holds the `read` scope. A body that contains a cell needs it:
+    # writes by a key without it answer 204, whatever the access policy lets its agent read.
+    may_read: bool = True
 
 
 Inputs = Mapping[str, Any]  # parameter name -> parsed value; the body under "body"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A result with a status code or headers other than the row's (a create that found a
+    duplicate answers 200 and `X-AMP-Dedup`). In process only `value` matters."""
+
+    value: Any
+    status_code: int
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,6 +126,7 @@ class Operation:
     tags: tuple[str, ...] = ("memories",)
     responses: Mapping[int, Any] = field(default_factory=dict)  # extra documented answers
     aliases: tuple[tuple[str, str], ...] = ()  # (path, summary): the same operation at another path
+    extra_scopes: tuple[str, ...] = ()  # scopes needed besides `scope` (consolidation reads and writes)
 
     def __post_init__(self) -> None:
         if self.scope is not None and self.scope not in SCOPES:
@@ -197,10 +214,10 @@ def metadata_filter(raw: Optional[str]) -> Optional[dict[str, Any]]:
         return None
     try:
         value = json.loads(raw)
-    except ValueError as exc:
-        raise ValidationFailed("metadata must be a JSON object", {"metadata": raw}) from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to decode
+        raise ValidationFailed("metadata must be a JSON object", {"param": "metadata"}) from exc
     if not isinstance(value, dict):
-        raise ValidationFailed("metadata must be a JSON object", {"metadata": raw})
+        raise ValidationFailed("metadata must be a JSON object", {"param": "metadata"})
     return value
 
 
@@ -212,6 +229,11 @@ def _health(ctx: Context, inputs: Inputs) -> Health:
     # out of rotation (503 UNAVAILABLE) and back when the store returns.
     ctx.service.store.ping()
     return Health()
+
+
+def batch_response(created: Sequence[tuple[MemoryCell, Optional[str]]]) -> BatchCreateResponse:
+    return BatchCreateResponse(results=[cell for cell, _ in created],
+                               deduplicated=[i for i, (_, dedup) in enumerate(created) if dedup is not None])
 
 
 def _spec(ctx: Context, inputs: Inputs) -> dict[str, Any]:
@@ -253,7 +275,27 @@ IF_MATCH = Param("if_match", Optional[int], "header", description="extension: ex
 # Not the admin runs' `as_of` clock override; see docs/time-travel.md.
 AS_OF = Param("as_of", Optional[UtcDatetime], "query", description=(
     "extension (as-of read): the state at this time (RFC 3339; no offset means UTC), rebuilt from history"))
-WRITER_ONLY_204 = {204: {"description": "applied; the caller may write but not read this cell"}}
+WRITER_ONLY_204 = {204: {"description": "applied; the caller may write but not read this cell "
+                                          "(or its key lacks the read scope)"}}
+WRITE_ONLY_KEY_204 = {204: {"description": "created; the key lacks the read scope, so no cell in the answer"}}
+
+
+def _create(ctx: Context, inputs: Inputs) -> Any:
+    cell, dedup = ctx.service.create_many_detailed(ctx.agent, [inputs["body"]])[0]
+    if not ctx.may_read:  # a key without the read scope learns nothing, duplicates included
+        return None
+    # Nothing new was stored: the existing cell, 200 instead of 201 (extension dedup_on_write).
+    return cell if dedup is None else Answer(cell, 200, {"X-AMP-Dedup": dedup})
+
+
+def _outcome(ctx: Context, inputs: Inputs) -> Optional[MemoryCell]:
+    cell = ctx.service.record_outcome(ctx.agent, inputs["memory_id"], inputs["body"].success, inputs["body"].note)
+    return cell if ctx.may_read else None
+
+
+def _create_many(ctx: Context, inputs: Inputs) -> Optional[BatchCreateResponse]:
+    created = ctx.service.create_many_detailed(ctx.agent, inputs["body"].cells)
+    return batch_response(created) if ctx.may_read else None
 LIST_PARAMS = (
     Param("owner_id", Optional[str], "query"),
     Param("type", Optional[list[str]], "query"),
@@ -273,11 +315,19 @@ ERROR_503 = {503: {"model": ErrorEnvelope, "description": "the store cannot be r
 OPERATIONS: tuple[Operation, ...] = (
     Operation("health", "GET", "/health", _health, response=Health, scope=None, tags=("meta",), responses=ERROR_503),
     Operation("spec", "GET", "/spec", _spec, response=dict[str, Any], scope=None, tags=("meta",)),
-    Operation("create_memory", "POST", "/memories", lambda c, i: c.service.create(c.agent, i["body"]),
-              request=CellCreate, response=MemoryCell, status_code=201, scope="write", idempotent=False),
-    Operation("create_memories", "POST", "/memories/batch",
-              lambda c, i: BatchCreateResponse(results=c.service.create_many(c.agent, i["body"].cells)),
-              request=BatchCreate, response=BatchCreateResponse, status_code=201, scope="write", idempotent=False),
+    Operation("create_memory", "POST", "/memories", _create, request=CellCreate, response=MemoryCell,
+              status_code=201, scope="write", idempotent=False,
+              responses={**WRITE_ONLY_KEY_204,
+                         200: {"model": MemoryCell, "description": "a duplicate: the existing cell (header X-AMP-Dedup)"}}),
+    Operation("create_memories", "POST", "/memories/batch", _create_many, request=BatchCreate,
+              response=BatchCreateResponse, status_code=201, scope="write", idempotent=False,
+              responses=WRITE_ONLY_KEY_204),
+    Operation("consolidate", "POST", "/memories/consolidate",
+              lambda c, i: c.service.consolidate(c.agent, i["body"]),
+              request=ConsolidateRequest, response=ConsolidateResponse, scope="write", extra_scopes=("read",),
+              tags=("learning",),
+              responses={501: {"model": ErrorEnvelope, "description": "no model is configured"},
+                         502: {"model": ErrorEnvelope, "description": "the model failed; nothing was written"}}),
     Operation("search_memories", "POST", "/memories/search", lambda c, i: c.service.search(c.agent, i["body"]),
               request=SearchRequest, response=SearchResponse),
     Operation("list_route", "GET", "/memories", _list, response=ListResponse, params=LIST_PARAMS,
@@ -287,16 +337,21 @@ OPERATIONS: tuple[Operation, ...] = (
               lambda c, i: c.service.get(c.agent, i["memory_id"], as_of=i["as_of"]),
               response=MemoryCell, params=(MEMORY_ID, AS_OF)),
     Operation("patch_memory", "PATCH", "/memories/{memory_id}",
-              lambda c, i: c.service.update(c.agent, i["memory_id"], i["body"], expected_version=i["if_match"]),
+              lambda c, i: c.service.update(c.agent, i["memory_id"], i["body"], expected_version=i["if_match"],
+                                            may_read=c.may_read),
               request=CellPatch, response=MemoryCell, scope="write", idempotent=False,
               params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
     Operation("delete_memory", "DELETE", "/memories/{memory_id}", lambda c, i: c.service.delete(c.agent, i["memory_id"]),
               status_code=204, scope="write", params=(MEMORY_ID,)),
     Operation("rollback_memory", "POST", "/memories/{memory_id}/rollback",
               lambda c, i: c.service.rollback(c.agent, i["memory_id"], i["body"].to_version,
-                                              expected_version=i["if_match"]),
+                                              expected_version=i["if_match"], may_read=c.may_read),
               request=RollbackRequest, response=MemoryCell, scope="write", idempotent=False,
               params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
+    Operation("record_outcome", "POST", "/memories/{memory_id}/outcome",
+              _outcome,
+              request=OutcomeRequest, response=MemoryCell, scope="write", idempotent=False, params=(MEMORY_ID,),
+              tags=("playbooks",), responses=WRITER_ONLY_204),
     Operation("memory_history", "GET", "/memories/{memory_id}/history",
               lambda c, i: HistoryResponse(results=c.service.history(c.agent, i["memory_id"])),
               response=HistoryResponse, params=(MEMORY_ID,)),
@@ -313,6 +368,6 @@ BY_NAME: dict[str, Operation] = {op.name: op for op in OPERATIONS}
 
 
 __all__ = [
-    "BY_NAME", "Context", "Inputs", "OPERATIONS", "Operation", "PREFIX", "Param", "metadata_filter", "query_pairs",
+    "Answer", "BY_NAME", "Context", "Inputs", "OPERATIONS", "Operation", "PREFIX", "Param", "metadata_filter", "query_pairs",
     "split_values",
 ]

@@ -11,12 +11,24 @@ import builtins
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
+from pydantic import TypeAdapter, ValidationError
 from ulid import ULID
 
 from .access import can_read, can_write
-from .errors import Conflict, InvalidTransition, PayloadTooLarge, Unavailable, ValidationFailed, access_denied
+from .consolidation import ConsolidationPolicy, Consolidator
+from .dedup import DEFAULT_THRESHOLD, Duplicate, find_duplicate, normalise_text
+from .errors import (
+    Conflict,
+    Forbidden,
+    InvalidTransition,
+    PayloadTooLarge,
+    Unavailable,
+    ValidationFailed,
+    access_denied,
+    validation_to_api_error,
+)
 from . import versions
 from .lifecycle import (
     LifecyclePolicy,
@@ -30,11 +42,19 @@ from .lifecycle import (
 from .limits import Limits
 from .models import (
     AMP_VERSION,
+    MAX_CONSOLIDATE_EPISODES,
+    MAX_METADATA_DEPTH,
+    PATCH_IGNORED,
+    PATCH_SERVER_MANAGED,
     CellCreate,
     CellPatch,
+    IdString,
+    ConsolidateRequest,
+    ConsolidateResponse,
     HistoryEntry,
     LifecycleRunResponse,
     MemoryCell,
+    MemoryType,
     PurgeRefusal,
     PurgeResponse,
     SearchHit,
@@ -42,10 +62,17 @@ from .models import (
     SearchResponse,
     Status,
     as_utc,
+    check_json_value,
+    is_cell_id,
+    storable_text,
     utcnow,
 )
+from .playbooks import playbook_score
 from .retrieval import Retriever
 from .store.base import CellFilter, HistoryRecord, Store, WriteTx, decode_cursor, encode_cursor
+
+if TYPE_CHECKING:
+    from .llm import ChatModel
 
 SYSTEM_ACTOR = "system:lifecycle"
 
@@ -58,6 +85,59 @@ def cell_size_bytes(cell: MemoryCell) -> int:
     """The measured size of a cell: its `content` object as compact UTF-8 JSON."""
     content = cell.content.model_dump(mode="json")
     return len(json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def _check_sent_back(patch: CellPatch, cell: MemoryCell, reader: bool) -> None:
+    """Server-managed fields in a PATCH (AMP 0.1 clients send them back) must equal the cell's.
+    Only a reader may send them: comparing them for a writer-only caller would answer its
+    guesses about fields it may not read, so that caller is refused on sight of the field."""
+    sent = []
+    for section, name in PATCH_SERVER_MANAGED:
+        part = patch if section is None else getattr(patch, section)
+        if part is not None and name in part.model_fields_set:
+            sent.append((section, name, getattr(part, name)))
+    if sent and not reader:
+        fields = [f"{s}.{n}" if s else n for s, n, _ in sent]
+        raise ValidationFailed(
+            f"{', '.join(fields)}: server-managed fields can only be sent back by a caller that may read the cell",
+            {"fields": fields},
+        )
+    for section, name, value in sent:
+        current = getattr(cell if section is None else getattr(cell, section), name)
+        if value != current:
+            path = f"{section}.{name}" if section else name
+            raise ValidationFailed(
+                f"{path} is managed by the server and cannot be changed; send it unchanged or leave it out",
+                {"field": path},
+            )
+
+
+_ID_PARAM: TypeAdapter[str] = TypeAdapter(IdString)
+
+
+def storable_or_none(value: str) -> Optional[str]:
+    """`value` when it can be echoed in an error's details (as JSON), else None."""
+    try:
+        return storable_text(value)
+    except ValueError:
+        return None
+
+
+def _check_params(*, metadata: Optional[dict[str, Any]] = None, **ids: Optional[str]) -> None:
+    """List and export parameters, checked like the same fields of a search body (HTTP query
+    strings and in-process calls both come through here)."""
+    for name, value in ids.items():
+        if value is None:
+            continue
+        try:
+            _ID_PARAM.validate_python(value)
+        except ValidationError as exc:
+            raise ValidationFailed(f"{name}: {exc.errors()[0]['msg']}", {"param": name}) from None
+    if metadata is not None:
+        try:
+            check_json_value(metadata)
+        except ValueError as exc:
+            raise ValidationFailed(f"metadata: {exc}", {"param": "metadata"}) from None
 
 
 def _diff(old: Any, new: Any, prefix: str = "") -> dict[str, list[Any]]:
@@ -77,10 +157,35 @@ class MemoryService:
     limits: Limits = field(default_factory=Limits)
     retriever: Retriever = field(default_factory=Retriever)
     clock: Callable[[], datetime] = utcnow
+    dedup_threshold: float = DEFAULT_THRESHOLD
+    dedup_default: str = "exact"
+    model: Optional["ChatModel"] = None  # consolidation's model; None = not configured
+    consolidation: ConsolidationPolicy = field(default_factory=ConsolidationPolicy)
+    # `as_of` on lifecycle runs and purges moves the clock for the whole store: it would purge
+    # a cell deleted a second ago. Only test servers allow it (`--allow-clock-override`).
+    allow_clock_override: bool = False
 
     # ---------------------------------------------------------------- helpers
-    def _check_size(self, cell: MemoryCell) -> None:
+    def _clock_or(self, as_of: Optional[datetime]) -> datetime:
+        if as_of is None:
+            return self.clock()
+        if not self.allow_clock_override:
+            raise Forbidden(
+                "as_of (a clock override) is refused: it would break the retention promise; "
+                "only a test server started with --allow-clock-override accepts it",
+                {"clock_override": False},
+            )
+        return as_of
+
+    def _check_size(self, cell: MemoryCell, measured: bool = True) -> None:
+        """413 over the limit. `measured=False` (a caller that cannot read the cell) leaves the
+        size out: it would tell a writer-only agent the length of text it may not read."""
         size = cell_size_bytes(cell)
+        if size > self.limits.max_cell_size_bytes and not measured:
+            raise PayloadTooLarge(
+                f"the changed cell's content exceeds {self.limits.max_cell_size_bytes} bytes",
+                {"max_cell_size_bytes": self.limits.max_cell_size_bytes},
+            )
         if size > self.limits.max_cell_size_bytes:
             raise PayloadTooLarge(
                 f"cell content is {size} bytes; the maximum is {self.limits.max_cell_size_bytes}",
@@ -99,14 +204,15 @@ class MemoryService:
         return cell
 
     def _build(self, req: CellCreate, agent: str, now: datetime) -> MemoryCell:
-        data = req.model_dump(mode="json", exclude={"supersedes", "lifecycle", "scoring", "amp_version"})
+        data = req.model_dump(mode="json", exclude={"supersedes", "lifecycle", "scoring", "amp_version", "dedup"})
         data["identity"]["created_by"] = agent
+        outcomes = {"success_count": 0, "failure_count": 0} if req.type == MemoryType.procedural.value else {}
         cell = MemoryCell.model_validate(
             {
                 **data,
                 "amp_version": AMP_VERSION,
                 "id": new_cell_id(),
-                "scoring": {**req.scoring.model_dump(), "access_count": 0},
+                "scoring": {**req.scoring.model_dump(), "access_count": 0, **outcomes},
                 "lifecycle": {
                     "created_at": now,
                     "last_updated_at": now,
@@ -142,13 +248,94 @@ class MemoryService:
 
     def create_many(self, agent: str, reqs: Sequence[CellCreate]) -> list[MemoryCell]:
         """Create cells in one transaction: all are stored, or none."""
+        return [cell for cell, _ in self.create_many_detailed(agent, reqs)]
+
+    def _duplicates(self, agent: str, reqs: Sequence[CellCreate], cells: list[MemoryCell],
+                    vectors: Sequence[Any], now: datetime) -> list[Optional[Duplicate]]:
+        """Per new cell: the readable cell it duplicates (docs/consolidation.md#dedup-on-write)."""
+        found: list[Optional[Duplicate]] = []
+        first_in_batch: dict[tuple[str, str, str], MemoryCell] = {}
+        for req, cell, vector in zip(reqs, cells, vectors):
+            policy = req.dedup or self.dedup_default
+            if policy == "off" or cell.type == MemoryType.episodic.value or req.supersedes is not None \
+                    or cell.identity.key is not None:  # an explicit replacement or a named cell
+                found.append(None)
+                continue
+            key = (cell.identity.owner_id, cell.type, normalise_text(cell.content.text))
+            if key in first_in_batch:
+                found.append(Duplicate(first_in_batch[key], "exact", 1.0))
+                continue
+            dup = find_duplicate(self.store, self.retriever, agent, cell, vector,
+                                 near=policy in ("skip", "merge"), threshold=self.dedup_threshold, now=now)
+            if dup is None:
+                first_in_batch[key] = cell
+            found.append(dup)
+        return found
+
+    def _apply_duplicate(self, tx: Any, agent: str, req: CellCreate, new: MemoryCell, dup: Duplicate,
+                         now: datetime) -> Optional[tuple[MemoryCell, str]]:
+        """Count a restated memory as a use of the existing cell (access_count + 1, decay clock
+        restarted); with `merge` and write access also take the higher importance and
+        confidence and any new metadata keys. None when the cell changed meanwhile."""
+        existing = tx.get(dup.cell.id)
+        if existing is None or not can_read(existing, agent) or existing.lifecycle.superseded_by is not None \
+                or existing.lifecycle.status not in (Status.active.value, Status.stale.value):
+            return None
+        before = existing.model_dump(mode="json")
+        scoring = existing.scoring.model_copy(update={"access_count": existing.scoring.access_count + 1})
+        lifecycle = existing.lifecycle.model_copy(update={"last_accessed_at": now})
+        content = existing.content
+        kind = dup.kind
+        if (req.dedup or self.dedup_default) == "merge" and can_write(existing, agent):
+            kind = "merged"
+            scoring = scoring.model_copy(update={
+                "importance": max(scoring.importance, new.scoring.importance),
+                "confidence": max(scoring.confidence, new.scoring.confidence),
+            })
+            content = content.model_copy(update={"metadata": {**new.content.metadata, **content.metadata}})
+        touched = existing.model_copy(update={"scoring": scoring, "lifecycle": lifecycle, "content": content})
+        if kind == "merged":  # a change: a new version with its history entry
+            changes: dict[str, Any] = _diff(before, touched.model_dump(mode="json"))
+            changes.pop("lifecycle.last_accessed_at", None)
+            changes.pop("scoring.access_count", None)
+            changes.update({"dedup": kind, "similarity": round(dup.similarity, 4),
+                            "merged_text": new.content.text})  # kept in the history: nothing said is lost
+            touched = touched.model_copy(update={"lifecycle": touched.lifecycle.model_copy(
+                update={"version": existing.lifecycle.version + 1, "last_updated_at": now})})
+            tx.add_history(HistoryRecord(existing.id, now, agent, "dedup", changes))
+        # Otherwise a use, like a read: counted, no history. A use revives a stale cell, as a read does.
+        new_status, reason = scheduled_status(touched, now, self.policy)
+        if new_status == Status.active.value:
+            previous = touched.lifecycle.status
+            touched = self._with_status(touched, new_status, now)
+            tx.add_history(HistoryRecord(existing.id, now, agent, "status",
+                                         {"lifecycle.status": [previous, new_status], "reason": reason}))
+        tx.update(touched)
+        return touched, kind
+
+    def create_many_detailed(self, agent: str, reqs: Sequence[CellCreate]) -> list[tuple[MemoryCell, Optional[str]]]:
+        """`create_many`, saying per request whether an existing cell was returned instead
+        ("exact", "near" or "merged") or a new one stored (None)."""
         if len(reqs) > self.limits.max_batch_cells:
             raise ValidationFailed(f"at most {self.limits.max_batch_cells} cells per batch")
         now = self.clock()
         cells = [self._build(r, agent, now) for r in reqs]
         vectors = self.retriever.vectors_for([c.content.text for c in cells])
+        dups = self._duplicates(agent, reqs, cells, vectors, now)
+        out: list[tuple[MemoryCell, Optional[str]]] = []
+        stored: set[str] = set()
         with self.store.write() as tx:
-            for cell, vector in zip(cells, vectors):
+            for req, cell, vector, dup in zip(reqs, cells, vectors, dups):
+                if dup is not None:
+                    if dup.cell.id in stored:  # a duplicate within this batch
+                        out.append((dup.cell, "exact"))
+                        continue
+                    applied = self._apply_duplicate(tx, agent, req, cell, dup, now)
+                    if applied is not None:
+                        out.append(applied)
+                        continue
+                out.append((cell, None))
+                stored.add(cell.id)
                 old_id = cell.lifecycle.supersedes
                 if old_id is not None:
                     old = tx.get(old_id)
@@ -179,7 +366,7 @@ class MemoryService:
                 if old_id:
                     created["supersedes"] = old_id
                 tx.add_history(HistoryRecord(cell.id, now, agent, "create", created))
-        return cells
+        return out
 
     # ---------------------------------------------------------------- read
     def get(self, agent: str, cell_id: str, as_of: Optional[datetime] = None) -> MemoryCell:
@@ -218,12 +405,14 @@ class MemoryService:
         return then
 
     def rollback(
-        self, agent: str, cell_id: str, to_version: int, *, expected_version: Optional[int] = None
+        self, agent: str, cell_id: str, to_version: int, *, expected_version: Optional[int] = None,
+        may_read: bool = True,
     ) -> Optional[MemoryCell]:
         """Restore the content, scoring, access policy and provenance of version `to_version`
         as a new version (history action `rollback`, recording `to_version`), under the write
         rule. Lifecycle (status, expiry, supersession) and identity are not rolled back.
-        Returns None, like `update`, when the caller may write but not read the cell."""
+        Returns None, like `update`, when the caller may write but not read the cell (or, with
+        `may_read=False`, its key lacks the read scope)."""
         now = self.clock()
         with self.store.write() as tx:
             cell = self._writable(tx.get(cell_id), agent)
@@ -247,14 +436,14 @@ class MemoryService:
                 merged["scoring"][key] = restored["scoring"][key]
             diff = _diff(before, merged)
             if not diff:
-                return cell if can_read(cell, agent) else None
+                return cell if may_read and can_read(cell, agent) else None
             merged["lifecycle"]["last_updated_at"] = now
             merged["lifecycle"]["version"] = cell.lifecycle.version + 1
             updated = MemoryCell.model_validate(merged)
             vector = self.retriever.vectors_for([updated.content.text])[0] if "content.text" in diff else None
             tx.update(updated, vector)
             tx.add_history(HistoryRecord(cell_id, now, agent, "rollback", {**diff, "to_version": to_version}))
-        return updated if can_read(updated, agent) else None
+        return updated if may_read and can_read(updated, agent) else None
 
     def history(self, agent: str, cell_id: str) -> list[HistoryEntry]:
         """The cell's history, `seq` numbered from 1 within the cell: the store's sequence
@@ -270,44 +459,76 @@ class MemoryService:
         return cell.model_copy(update={"lifecycle": lifecycle})
 
     def update(
-        self, agent: str, cell_id: str, patch: CellPatch, *, expected_version: Optional[int] = None
+        self, agent: str, cell_id: str, patch: CellPatch, *, expected_version: Optional[int] = None,
+        may_read: bool = True,
     ) -> Optional[MemoryCell]:
         """Merge a PATCH. Returns the updated cell, or None when the caller may write but not
-        read it: being writable never makes a cell readable, not even through the answer."""
+        read it: being writable never makes a cell readable, not even through the answer.
+        `may_read=False` (a key without the `read` scope) treats a reader as a writer-only
+        caller: no cell in the answer, no measurement of the cell in an error."""
         now = self.clock()
-        changes_in = patch.model_dump(mode="json", exclude_unset=True)
+        changes = patch.model_dump(mode="json", exclude_unset=True)
         with self.store.write() as tx:
             cell = self._writable(tx.get(cell_id), agent)
+            reader = may_read and can_read(cell, agent)
             if expected_version is not None and expected_version != cell.lifecycle.version:
                 raise Conflict(
                     f"cell is at version {cell.lifecycle.version}, not {expected_version}",
                     {"current_version": cell.lifecycle.version},
                 )
+            _check_sent_back(patch, cell, reader)
+            for section, name in PATCH_SERVER_MANAGED + PATCH_IGNORED:
+                (changes if section is None else changes.get(section) or {}).pop(name, None)
             before = cell.model_dump(mode="json")
             merged = json.loads(json.dumps(before))
-            for section, values in changes_in.items():
+            for section, values in changes.items():
                 if values is None:
                     continue
                 merged[section].update(values)
-            requested = (changes_in.get("lifecycle") or {}).get("status")
+            requested = (changes.get("lifecycle") or {}).get("status")
             if requested is not None:
                 check_patch_transition(cell.lifecycle.status, requested)
             diff = _diff(before, merged)
             if not diff:
-                return cell if can_read(cell, agent) else None
+                return cell if reader else None
             merged["lifecycle"]["last_updated_at"] = now
             merged["lifecycle"]["version"] = cell.lifecycle.version + 1
             try:
                 updated = MemoryCell.model_validate(merged)
-            except ValueError as exc:  # a merged cell that breaks a model rule
-                raise ValidationFailed(str(exc)) from exc
-            self._check_size(updated)
+            except ValidationError as exc:  # a merged cell that breaks a model rule
+                # The cleaned errors carry no input values: nothing of the cell leaks.
+                raise validation_to_api_error([dict(e) for e in exc.errors()]) from None
+            self._check_size(updated, measured=reader)
             vector = None
             if "content.text" in diff:
                 vector = self.retriever.vectors_for([updated.content.text])[0]
             tx.update(updated, vector)
             action = "status" if set(diff) == {"lifecycle.status"} else "update"
             tx.add_history(HistoryRecord(cell_id, now, agent, action, diff))
+        return updated if may_read and can_read(updated, agent) else None
+
+    def record_outcome(self, agent: str, cell_id: str, success: bool, note: Optional[str] = None) -> Optional[MemoryCell]:
+        """One run of a playbook, under the write rule. Returns the cell, or None when the
+        caller may write but not read it (as PATCH does)."""
+        now = self.clock()
+        with self.store.write() as tx:
+            cell = self._writable(tx.get(cell_id), agent)
+            if cell.type != MemoryType.procedural.value:
+                raise ValidationFailed("outcomes are recorded on procedural cells (playbooks)", {"type": cell.type})
+            name = "success_count" if success else "failure_count"
+            old = getattr(cell.scoring, name) or 0
+            scoring = cell.scoring.model_copy(update={
+                "success_count": cell.scoring.success_count or 0,
+                "failure_count": cell.scoring.failure_count or 0,
+                name: old + 1,
+            })
+            lifecycle = cell.lifecycle.model_copy(update={"last_updated_at": now, "version": cell.lifecycle.version + 1})
+            updated = cell.model_copy(update={"scoring": scoring, "lifecycle": lifecycle})
+            tx.update(updated)
+            changes: dict[str, Any] = {f"scoring.{name}": [old, old + 1], "success": success}
+            if note:
+                changes["note"] = note
+            tx.add_history(HistoryRecord(cell_id, now, agent, "outcome", changes))
         return updated if can_read(updated, agent) else None
 
     def delete(self, agent: str, cell_id: str) -> None:
@@ -340,9 +561,16 @@ class MemoryService:
             metadata=req.metadata,
             not_expired_at=now,
         )
+        fetch = min(self.limits.max_search_limit, req.limit * 4) if req.rank_playbooks else req.limit
         hits, total = self.retriever.search(
-            self.store, req.query, flt, req.limit, now, keep=lambda c: can_read(c, agent)
+            self.store, req.query, flt, fetch, now, keep=lambda c: can_read(c, agent)
         )
+        if req.rank_playbooks:
+            for hit in hits:
+                hit.score, wilson = playbook_score(hit.cell, hit.score)
+                if hit.cell.type == MemoryType.procedural.value:
+                    hit.explain = {**hit.explain, "wilson": wilson, "score": hit.score}
+            hits = sorted(hits, key=lambda h: (-h.score, h.cell.id))[: req.limit]
         results = [
             SearchHit(**h.cell.model_dump(), score=round(h.score, 6), explain=h.explain if req.explain else None)
             for h in hits
@@ -393,12 +621,15 @@ class MemoryService:
         limit = self.limits.default_page_size if limit is None else limit
         if not 1 <= limit <= self.limits.max_page_size:
             raise ValidationFailed(f"limit must be between 1 and {self.limits.max_page_size}", {"limit": limit})
+        _check_params(owner_id=owner_id, session_id=session_id, metadata=metadata)
         after = None
         if cursor:
             try:
                 after = decode_cursor(cursor)
-            except ValueError as exc:
-                raise ValidationFailed("invalid cursor", {"cursor": cursor}) from exc
+            except ValueError:
+                after = None
+            if after is None or not is_cell_id(after):
+                raise ValidationFailed("invalid cursor", {"cursor": storable_or_none(cursor)})
         if as_of is not None:
             matching = versions.iter_as_of(
                 self.store, agent, as_utc(as_of), owner_id=owner_id, types=types,
@@ -428,13 +659,23 @@ class MemoryService:
 
     def export(self, agent: str, owner_id: Optional[str] = None) -> builtins.list[MemoryCell]:
         """Every cell the caller may read (any status but deleted), for portability."""
+        _check_params(owner_id=owner_id)
         statuses = [Status.active.value, Status.stale.value, Status.archived.value]
         flt = CellFilter(reader=agent, owner_id=owner_id, statuses=statuses, include_superseded=True)
         return [c for c in self.store.scan(flt) if can_read(c, agent)]
 
+    # ---------------------------------------------------------------- learning
+    def consolidate(self, agent: str, req: ConsolidateRequest,
+                    progress: Optional[Callable[[int], None]] = None) -> ConsolidateResponse:
+        """Distil episodes into facts and playbooks (core/consolidation.py); 501 without a model."""
+        return self.consolidator().run(agent, req, progress)
+
+    def consolidator(self) -> Consolidator:
+        return Consolidator(self, self.model, self.consolidation)
+
     # ---------------------------------------------------------------- lifecycle
     def run_lifecycle(self, as_of: Optional[datetime] = None) -> LifecycleRunResponse:
-        now = as_of or self.clock()
+        now = self._clock_or(as_of)
         counts = {"evaluated": 0, "to_stale": 0, "to_active": 0, "to_archived": 0, "expired": 0}
         changes: list[tuple[str, str, str]] = []
         with self.store.try_lifecycle_lock() as got:
@@ -464,7 +705,7 @@ class MemoryService:
 
     def purge(self, agent: str, ids: Optional[Sequence[str]] = None, as_of: Optional[datetime] = None) -> PurgeResponse:
         """Physically remove deleted cells past the retention window; refuse the rest."""
-        now = as_of or self.clock()
+        now = self._clock_or(as_of)
         purged: list[str] = []
         refused: list[PurgeRefusal] = []
         if ids is None:
@@ -500,7 +741,13 @@ EXTENSIONS = [
     "rollback",
     "ndjson_export",
     "cell_keys",
+    "dedup_on_write",
+    "playbook_outcomes",
+    "consolidation",
 ]
+# Advertised only by a server that accepts clock overrides (conformance cases that move the
+# clock require it and are skipped elsewhere).
+CLOCK_OVERRIDE_EXTENSION = "lifecycle_as_of"
 
 
 def spec_document(service: MemoryService, auth: dict[str, Any], mcp: Optional[dict[str, Any]] = None) -> dict[str, Any]:
@@ -515,6 +762,8 @@ def spec_document(service: MemoryService, auth: dict[str, Any], mcp: Optional[di
             "max_search_limit": limits.max_search_limit,
             "max_page_size": limits.max_page_size,
             "max_batch_cells": limits.max_batch_cells,
+            "max_metadata_depth": MAX_METADATA_DEPTH,
+            "clock_override": service.allow_clock_override,
             "storage_backends": [service.store.backend],
             "lifecycle_scheduler": {
                 "interval_seconds": service.policy.interval_seconds,
@@ -527,9 +776,19 @@ def spec_document(service: MemoryService, auth: dict[str, Any], mcp: Optional[di
             },
             "auth": auth,
             "embedder": service.retriever.embedder.name if service.retriever.embedder else None,
+            "consolidation": {
+                "endpoint": "/amp/v1/memories/consolidate",
+                "model": service.model.name if service.model else None,
+                "dedup_default": service.dedup_default,
+                "dedup_threshold": service.dedup_threshold,
+                "confidence_floor": service.consolidation.confidence_floor,
+                "max_episodes": MAX_CONSOLIDATE_EPISODES,
+                "background_interval_seconds": service.consolidation.interval_seconds if service.model else 0,
+            },
             "mcp_compatible": mcp is not None,
             **({"mcp": mcp} if mcp is not None else {}),
-            "extensions": EXTENSIONS,
+            "extensions": [e for e in EXTENSIONS
+                           if e != CLOCK_OVERRIDE_EXTENSION or service.allow_clock_override],
         },
     }
 

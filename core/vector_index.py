@@ -111,10 +111,9 @@ class VectorIndex:
                 hits = self._search_ann(query, slots, k)
                 if hits is not None:
                     return hits
-            if len(slots) * 4 < self._count:
-                scores = self._matrix[slots] @ query
-            else:  # a wide filter: one product over everything, then pick
-                scores = (self._matrix[: self._count] @ query)[slots]
+            # Only the allowed rows, gathered: a product over everything would give the same
+            # row other bits depending on where it sits among rows the caller cannot read.
+            scores = self._matrix[slots] @ query
             top = _top_k(scores, k)
             return [(int(self._rowids[slots[i]]), float(scores[i])) for i in top]
 

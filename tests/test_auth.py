@@ -16,7 +16,7 @@ from ampkit.auth import create_key, key_state, parse_duration, revoke_key, rotat
 from ampkit.errors import Unauthorized
 from ampkit.server.identity import is_loopback_host
 from ampkit.store.sqlite import SQLiteStore
-from support import free_port
+from support import ManualClock, free_port
 
 CELL = {"type": "semantic", "content": {"text": "the launch code is in the blue folder"},
         "identity": {"owner_id": "alice", "owner_type": "agent"}}
@@ -48,7 +48,7 @@ def auth_server(db, server_factory):
         "reader": create_key(store, "alice", "read").token,
         "admin": create_key(store, "ops", "read,write,admin").token,
     }
-    srv = server_factory(f"sqlite:///{path}", args=["--auth"])
+    srv = server_factory(f"sqlite:///{path}", args=["--auth"], clock=ManualClock())
     return srv, store, keys
 
 
@@ -202,7 +202,7 @@ def test_revocation_expiry_and_rotation_take_effect_on_a_running_server(auth_ser
         assert new != token
         assert http.get("/memories", headers=bearer(token)).status_code == 200  # overlap
         assert http.get("/memories", headers=bearer(new)).status_code == 200
-        time.sleep(2.5)
+        srv.clock.advance(2.5)
         for gone in (token, short):
             r = http.get("/memories", headers=bearer(gone))
             assert r.status_code == 401 and r.json()["error"]["details"]["state"] == "expired"
@@ -243,7 +243,8 @@ def test_non_loopback_without_auth_is_refused_with_a_reason(tmp_path):
 
 # ---------------------------------------------------------------- rate limiting
 def test_rate_limit_answers_429_with_retry_after_per_agent(server_factory):
-    srv = server_factory(args=["--rate-limit", "2"])  # 2/s sustained, burst 4
+    clock = ManualClock()
+    srv = server_factory(args=["--rate-limit", "2"], clock=clock)  # 2/s sustained, burst 4
     spec = httpx.get(f"{srv.base_url}/spec").json()["capabilities"]["auth"]["rate_limit"]
     assert spec == {"requests_per_second": 2.0, "burst": 4, "per": "agent"}
     with httpx.Client(base_url=srv.base_url) as http:
@@ -255,13 +256,13 @@ def test_rate_limit_answers_429_with_retry_after_per_agent(server_factory):
         # Another agent has its own bucket; health is never limited.
         assert http.get("/memories", headers={"X-AMP-Agent-ID": "calm"}).status_code == 200
         assert all(http.get("/health").status_code == 200 for _ in range(10))
-        time.sleep(1.1)  # two tokens back
+        clock.advance(1.1)  # two tokens back
         assert http.get("/memories", headers={"X-AMP-Agent-ID": "flooder"}).status_code == 200
 
 
 def test_auth_servers_limit_by_default_and_zero_turns_it_off(db, server_factory):
     path, _ = db
-    default = server_factory(f"sqlite:///{path}", args=["--auth"])
+    default = server_factory(f"sqlite:///{path}", args=["--auth"], process=True)  # reads the CLI's warning
     assert httpx.get(f"{default.base_url}/spec").json()["capabilities"]["auth"]["rate_limit"]["requests_per_second"] == 50
     assert "no active API key" in default.log_path.read_text()  # this store has no keys yet
     off = server_factory(f"sqlite:///{path}", args=["--auth", "--rate-limit", "0"])

@@ -1,7 +1,7 @@
 """One client test suite over every way of reaching a store.
 
-Each behaviour test runs four times: the sync and the async client over HTTP against a real
-`ampkit serve` process, and the sync and the async client in process over a real SQLite
+Each behaviour test runs four times: the sync and the async client over real HTTP against the
+server app (in this process: the transport is what varies here, not the process), and the sync and the async client in process over a real SQLite
 file. The async client is driven through `Driven`, which runs its coroutines on an event
 loop, so one test body serves both shells. `test_http_and_in_process_agree` then runs one
 scenario on fresh stores and asserts that HTTP and in-process give identical results and
@@ -36,7 +36,7 @@ from ampkit import (
     ValidationFailed,
 )
 from ampkit.client import ConfigError, resolve
-from support import ROOT, ServerProcess, free_port
+from support import ROOT, AppServer, free_port
 
 BACKENDS = ["http-sync", "http-async", "local-sync", "local-async"]
 MISSING_ID = "mem_" + "0" * 26
@@ -75,11 +75,20 @@ def open_client(backend: str, target: str, agent_id: str | None, **options):
     return client
 
 
+@pytest.fixture(scope="module", autouse=True)
+def clock_override():
+    """Lifecycle and purge tests here move the clock (`as_of`): this module's servers and
+    in-process clients are test servers that allow it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AMPKIT_ALLOW_CLOCK_OVERRIDE", "true")
+        yield
+
+
 @pytest.fixture(scope="module")
 def client_server(tmp_path_factory):
     """This module's own server, so that lifecycle runs here never touch other tests' cells."""
     tmp = tmp_path_factory.mktemp("client-server")
-    with ServerProcess(f"sqlite:///{tmp}/memory.db", log_path=tmp / "server.log") as proc:
+    with AppServer(f"sqlite:///{tmp}/memory.db", args=["--allow-clock-override"], log_path=tmp / "server.log") as proc:
         yield proc
 
 
@@ -383,7 +392,7 @@ def scenario(connect) -> list:
 
 
 def test_http_and_in_process_agree(server_factory, tmp_path):
-    server = server_factory()
+    server = server_factory(args=["--allow-clock-override"])
     local_url = f"sqlite:///{tmp_path}/agree.db"
     results = {}
     for backend in BACKENDS:  # sync first, then async, on the same two stores
@@ -575,7 +584,7 @@ def test_api_key_is_sent_as_bearer_to_an_auth_server(server_factory, tmp_path):
                               "--store", store], capture_output=True, text=True, timeout=60)
     assert created.returncode == 0, created.stderr
     key = created.stdout.strip()
-    server = server_factory(store, args=["--auth"])
+    server = server_factory(store, args=["--auth"], env={"AMPKIT_ALLOW_CLOCK_OVERRIDE": "false"})  # refused together
     with ampkit.connect(server.base_url, agent_id="keyed-agent", api_key=key) as keyed:
         cell = keyed.remember("behind a key", owner_id="o")
         assert cell.identity.created_by == "keyed-agent"

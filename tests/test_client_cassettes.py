@@ -7,7 +7,7 @@ fails when a recorded body no longer validates against the published schema
 generated OpenAPI document if the file is absent), and checks that the bodies the client
 sent in successful calls are valid requests: the signal to look at what changed on the wire.
 
-Re-record (starts a real `ampkit serve` on a temp SQLite file):
+Re-record (serves the real app over HTTP on a temp SQLite file):
 
     RECORD_CASSETTES=1 .venv/bin/python -m pytest tests/test_client_cassettes.py
 
@@ -31,7 +31,7 @@ import yaml
 
 import ampkit
 from ampkit import AccessDenied, Conflict, InvalidTransition, MissingAgentId, PayloadTooLarge, ValidationFailed
-from support import ROOT, ServerProcess
+from support import ROOT, AppServer
 
 RECORD = os.environ.get("RECORD_CASSETTES") == "1"  # conftest clears AMPKIT_* variables
 CASSETTES = Path(__file__).parent / "cassettes"
@@ -73,7 +73,7 @@ def base_url(tmp_path_factory):
         yield "http://127.0.0.1:9/amp/v1"  # nothing listens there: every answer comes from a cassette
         return
     tmp = tmp_path_factory.mktemp("record")
-    with ServerProcess(f"sqlite:///{tmp}/memory.db", log_path=tmp / "server.log") as server:
+    with AppServer(f"sqlite:///{tmp}/memory.db", log_path=tmp / "server.log") as server:
         yield server.base_url
 
 

@@ -1,7 +1,8 @@
 """The conformance suite against a real `ampkit serve` process, through the CLI, as CI runs it.
 
-A dedicated server: the lifecycle vectors move the clock with `as_of`, which touches every
-cell in the store, so they must not share a store with other tests."""
+A dedicated server started with `--allow-clock-override`: the lifecycle vectors move the clock
+with `as_of`, which touches every cell in the store, so they must not share a store with other
+tests. Against a production server (no override) those vectors are reported as skipped."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def conformance_server(tmp_path_factory):
     from support import ServerProcess
 
     tmp = tmp_path_factory.mktemp("conformance")
-    proc = ServerProcess(f"sqlite:///{tmp}/memory.db", log_path=tmp / "server.log")
+    proc = ServerProcess(f"sqlite:///{tmp}/memory.db", args=["--allow-clock-override"], log_path=tmp / "server.log")
     proc.start()
     yield proc
     proc.stop()
@@ -63,6 +64,16 @@ def test_suite_passes_against_ampkit_serve(conformance_server):
     assert (failed, result.returncode) == (0, 0), result.stdout
     assert passed >= 40 and skipped == 0, result.stdout
     assert result.stdout.strip().splitlines()[-1] == f"{passed} passed, 0 failed"
+
+
+def test_clock_moving_cases_are_skipped_cleanly_on_a_production_server(server):
+    result = run_cli(server.base_url, "--only", "lifecycle")
+    passed, failed, skipped = (int(n or 0) for n in SUMMARY.findall(result.stdout)[-1])
+    needs_clock = [c["id"] for c in load_cases() if "lifecycle" in c["id"] and "lifecycle_as_of" in c.get("requires", [])]
+    assert (failed, result.returncode) == (0, 0), result.stdout
+    assert skipped == len(needs_clock) > 0 and passed > 0, result.stdout
+    for case_id in needs_clock:
+        assert f"SKIP {case_id}: server does not advertise lifecycle_as_of" in result.stdout
 
 
 def test_suite_is_repeatable_against_one_server(conformance_server):
@@ -113,7 +124,7 @@ def test_runner_fails_cleanly_when_nothing_listens(tmp_path):
 @pytest.mark.postgres
 def test_suite_passes_against_ampkit_serve_on_postgres(server_factory, pg_url):
     """The same vectors hold the PostgreSQL store to the same protocol."""
-    result = run_cli(server_factory(store_url=pg_url).base_url)
+    result = run_cli(server_factory(store_url=pg_url, args=["--allow-clock-override"], process=True).base_url)
     assert result.returncode == 0, result.stdout
     passed, failed, _ = SUMMARY.findall(result.stdout)[-1]
     assert int(passed) >= 40 and failed == "0", result.stdout

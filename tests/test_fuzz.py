@@ -1,5 +1,5 @@
-"""Fuzzing: schemathesis drives the checked-in OpenAPI document against a real server
-process, with a bounded number of cases per operation. Whatever it sends, the server must not
+"""Fuzzing: schemathesis drives the checked-in OpenAPI document against the real server
+app over HTTP (served in the test process), with a bounded number of cases per operation. Whatever it sends, the server must not
 answer 5xx, and every error must be the `{"error": {"code", "message", "details"}}` envelope.
 It runs twice: auth off (X-AMP-Agent-ID) and auth required (a Bearer key with every scope).
 `AMPKIT_FUZZ_EXAMPLES` raises the number of cases per operation for a longer run.
@@ -16,7 +16,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from support import ROOT, ServerProcess
+from support import ROOT, AppServer
 
 MAX_EXAMPLES = int(os.environ.get("AMPKIT_FUZZ_EXAMPLES", "10"))
 SPEC = ROOT / "spec" / "openapi.json"
@@ -50,7 +50,7 @@ def fuzz_server(request, tmp_path_factory):
         headers = {"Authorization": f"Bearer {create_key(store, 'fuzzer', 'read,write,admin').token}"}
         store.close()
         args = ["--auth", "--rate-limit", "0"]
-    with ServerProcess(url, args=args, log_path=tmp / "server.log") as proc:
+    with AppServer(url, args=args, log_path=tmp / "server.log") as proc:
         yield proc, headers
 
 

@@ -19,10 +19,10 @@ KOREAN = [
 
 @pytest.fixture(scope="module")
 def korean_server(tmp_path_factory):
-    from support import ServerProcess
+    from support import AppServer
 
     tmp = tmp_path_factory.mktemp("multilingual")
-    proc = ServerProcess(f"sqlite:///{tmp}/ko.db", env={"AMPKIT_EMBEDDER": "default"}, log_path=tmp / "server.log")
+    proc = AppServer(f"sqlite:///{tmp}/ko.db", env={"AMPKIT_EMBEDDER": "default"}, log_path=tmp / "server.log")
     proc.start()
     with httpx.Client(base_url=proc.base_url, headers={"X-AMP-Agent-ID": "minji"}, timeout=30) as http:
         cells = [{"content": {"text": t}, "identity": {"owner_id": "minji"}} for t in KOREAN]

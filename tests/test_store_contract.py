@@ -7,6 +7,7 @@ the `pg_url` fixture (embedded PostgreSQL, see conftest) is available.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -151,7 +152,7 @@ def test_purge_removes_cell_and_scrubs_history(service, store):
     service.update("agent_a", cell.id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
     service.delete("agent_a", cell.id)
     later = utcnow() + timedelta(days=31)
-    result = service.purge("admin", [cell.id], as_of=later)
+    result = replace(service, clock=lambda: later).purge("admin", [cell.id])
     assert result.purged == [cell.id]
     assert store.get(cell.id) is None
     assert store.keyword_candidates("secret", everything(), 10) == []

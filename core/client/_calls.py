@@ -24,6 +24,7 @@ from ..operations import BY_NAME, Operation
 from ..models import (
     BatchCreateResponse,
     CellCreate,
+    ConsolidateResponse,
     Health,
     HistoryEntry,
     HistoryResponse,
@@ -83,6 +84,7 @@ class Call(Generic[T]):
     headers: dict[str, str] = field(default_factory=dict)
     path_params: dict[str, str] = field(default_factory=dict)
     resend: Optional[bool] = None  # overrides the operation's idempotence for this call
+    timeout: Optional[float] = None  # seconds to read the answer, when the client's default is too short
 
     @property
     def method(self) -> str:
@@ -174,7 +176,10 @@ def create_body(text: str, owner_id: str, type: Union[str, MemoryType] = MemoryT
 
 
 def remember(text: str, *, owner_id: str, type: Union[str, MemoryType] = MemoryType.semantic, **cell_fields: Any) -> Call[MemoryCell]:
-    return call("create_memory", _decode_cell, body=create_body(text, owner_id, type, **cell_fields))
+    """The new cell. With an API key that lacks the `read` scope the server answers 204 and
+    this decodes to None (the cell is stored; a write-only key never receives a cell)."""
+    return call("create_memory", _decode_optional_cell,  # type: ignore[arg-type]
+                body=create_body(text, owner_id, type, **cell_fields))
 
 
 def remember_many(items: Iterable[Union[Mapping[str, Any], CellCreate]]) -> Call[list[MemoryCell]]:
@@ -182,7 +187,9 @@ def remember_many(items: Iterable[Union[Mapping[str, Any], CellCreate]]) -> Call
         item.model_dump(mode="json", exclude_unset=True) if isinstance(item, CellCreate) else create_body(**item)
         for item in items
     ]
-    return call("create_memories", lambda body: BatchCreateResponse.model_validate(body).results, body={"cells": cells})
+    # A key without the read scope gets 204: the cells are stored, none is returned.
+    return call("create_memories", lambda body: [] if body is None else BatchCreateResponse.model_validate(body).results,
+                body={"cells": cells})
 
 
 def _as_of_query(as_of: Optional[datetime]) -> dict[str, Any]:
@@ -213,6 +220,29 @@ def update(cell_id: str, *, expected_version: Optional[int] = None, **changes: A
     body = nest(changes, allowed=set(CELL_FIELDS) - {"type", "supersedes"})
     return call("patch_memory", _decode_optional_cell, body=body, headers=headers, path_params=_cell(cell_id),
                 resend=expected_version is not None)
+
+
+def record_outcome(cell_id: str, success: bool, note: Optional[str] = None) -> Call[Optional[MemoryCell]]:
+    body: dict[str, Any] = {"success": success}
+    if note is not None:
+        body["note"] = note
+    return call("record_outcome", _decode_optional_cell, body=body, path_params=_cell(cell_id))
+
+
+CONSOLIDATE_TIMEOUT = 300.0
+"""Seconds a consolidation call may take over HTTP: it waits for the model."""
+
+
+def consolidate(owner_id: str, *, session_id: Optional[str] = None, episode_ids: Optional[Iterable[str]] = None,
+                since: Optional[datetime] = None, until: Optional[datetime] = None, playbooks: str = "propose",
+                dry_run: bool = False) -> Call[ConsolidateResponse]:
+    body: dict[str, Any] = {"owner_id": owner_id, "session_id": session_id, "since": since, "until": until,
+                            "episode_ids": None if episode_ids is None else list(episode_ids)}
+    body = {k: v for k, v in body.items() if v is not None}
+    body.update(playbooks=playbooks, dry_run=dry_run)
+    # Not resent: a run that timed out may still be writing (re-running it would change nothing, but wait for it).
+    return call("consolidate", ConsolidateResponse.model_validate, body=to_jsonable_python(body),
+                timeout=CONSOLIDATE_TIMEOUT)
 
 
 def delete(cell_id: str) -> Call[None]:

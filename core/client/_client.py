@@ -12,7 +12,16 @@ from typing import Any, AsyncIterator, Generator, Iterable, Iterator, Mapping, O
 
 import httpx
 
-from ..models import CellCreate, Health, HistoryEntry, LifecycleRunResponse, MemoryCell, MemoryType, PurgeResponse
+from ..models import (
+    CellCreate,
+    ConsolidateResponse,
+    Health,
+    HistoryEntry,
+    LifecycleRunResponse,
+    MemoryCell,
+    MemoryType,
+    PurgeResponse,
+)
 from . import _calls as calls
 from ._calls import Call, SearchResult
 from ._config import ClientConfig, resolve
@@ -113,6 +122,10 @@ class Client(_BaseClient):
     def history(self, id: str) -> list[HistoryEntry]:
         return self._send(calls.history(id))
 
+    def record_outcome(self, id: str, success: bool, *, note: Optional[str] = None) -> Optional[MemoryCell]:
+        """Count one run of a playbook (a procedural cell) as a success or a failure."""
+        return self._send(calls.record_outcome(id, success, note))
+
     # ------------------------------------------------------------ finding
     def search(self, query: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
                limit: int = 10, **filters: Any) -> list[SearchResult]:
@@ -120,6 +133,22 @@ class Client(_BaseClient):
 
     def export(self, owner_id: Optional[str] = None) -> list[MemoryCell]:
         return self._send(calls.export(owner_id))
+
+    # ------------------------------------------------------------ learning
+    def consolidate(self, owner_id: str, *, session_id: Optional[str] = None,
+                    episode_ids: Optional[Iterable[str]] = None, since: Optional[datetime] = None,
+                    until: Optional[datetime] = None, playbooks: str = "propose",
+                    dry_run: bool = False) -> ConsolidateResponse:
+        """Distil the owner's episodes (a session, a list, or a since/until window) into facts
+        and playbooks; every decision comes back with its reason (docs/consolidation.md)."""
+        return self._send(calls.consolidate(owner_id, session_id=session_id, episode_ids=episode_ids,
+                                              since=since, until=until, playbooks=playbooks, dry_run=dry_run))
+
+    def remember_conversation(self, session_id: str, *, owner_id: str,
+                              playbooks: str = "propose") -> ConsolidateResponse:
+        """"Remember this": consolidate one conversation (session) now, instead of waiting for
+        the background run."""
+        return self._send(calls.consolidate(owner_id, session_id=session_id, playbooks=playbooks))
 
     # ------------------------------------------------------------ admin and meta
     def run_lifecycle(self, as_of: Optional[datetime] = None) -> LifecycleRunResponse:
@@ -215,6 +244,10 @@ class AsyncClient(_BaseClient):
     async def history(self, id: str) -> list[HistoryEntry]:
         return await self._send(calls.history(id))
 
+    async def record_outcome(self, id: str, success: bool, *, note: Optional[str] = None) -> Optional[MemoryCell]:
+        """Count one run of a playbook (a procedural cell) as a success or a failure."""
+        return await self._send(calls.record_outcome(id, success, note))
+
     # ------------------------------------------------------------ finding
     async def search(self, query: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
                      limit: int = 10, **filters: Any) -> list[SearchResult]:
@@ -222,6 +255,22 @@ class AsyncClient(_BaseClient):
 
     async def export(self, owner_id: Optional[str] = None) -> list[MemoryCell]:
         return await self._send(calls.export(owner_id))
+
+    # ------------------------------------------------------------ learning
+    async def consolidate(self, owner_id: str, *, session_id: Optional[str] = None,
+                    episode_ids: Optional[Iterable[str]] = None, since: Optional[datetime] = None,
+                    until: Optional[datetime] = None, playbooks: str = "propose",
+                    dry_run: bool = False) -> ConsolidateResponse:
+        """Distil the owner's episodes (a session, a list, or a since/until window) into facts
+        and playbooks; every decision comes back with its reason (docs/consolidation.md)."""
+        return await self._send(calls.consolidate(owner_id, session_id=session_id, episode_ids=episode_ids,
+                                              since=since, until=until, playbooks=playbooks, dry_run=dry_run))
+
+    async def remember_conversation(self, session_id: str, *, owner_id: str,
+                              playbooks: str = "propose") -> ConsolidateResponse:
+        """"Remember this": consolidate one conversation (session) now, instead of waiting for
+        the background run."""
+        return await self._send(calls.consolidate(owner_id, session_id=session_id, playbooks=playbooks))
 
     # ------------------------------------------------------------ admin and meta
     async def run_lifecycle(self, as_of: Optional[datetime] = None) -> LifecycleRunResponse:

@@ -41,8 +41,9 @@ def _headers(agent_id: Optional[str], api_key: Optional[str]) -> dict[str, str]:
 
 def build_request(http: Union[httpx.Client, httpx.AsyncClient], call: Call) -> httpx.Request:
     has_body = call.method in ("POST", "PATCH", "PUT")
+    extra: dict[str, Any] = {} if call.timeout is None else {"timeout": httpx.Timeout(call.timeout, connect=5.0)}
     return http.build_request(call.method, call.path.lstrip("/"), params=tuple(query_pairs(call.query)),
-                              json=call.body if has_body else None, headers=call.headers)
+                              json=call.body if has_body else None, headers=call.headers, **extra)
 
 
 def decode_response(call: Call, response: httpx.Response) -> Any:

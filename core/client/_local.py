@@ -21,7 +21,7 @@ import anyio.to_thread
 
 from ..access import check_agent_id
 from ..bootstrap import build_service, settings_for_store
-from ..operations import Context, query_pairs
+from ..operations import Answer, Context, query_pairs
 from ..service import MemoryService
 from ._calls import Call
 
@@ -36,7 +36,8 @@ def run_call(service: MemoryService, agent: str, call: Call[Any], auth: Mapping[
     operation = call.operation
     inputs = operation.parse(path=call.path_params, query=query_pairs(call.query), headers=call.headers,
                              body=call.body, limits=service.limits)
-    return call.decode(operation.run(Context(service, agent, auth), inputs))
+    result = operation.run(Context(service, agent, auth), inputs)
+    return call.decode(result.value if isinstance(result, Answer) else result)
 
 
 class LocalTransport:

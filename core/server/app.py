@@ -7,21 +7,23 @@ import asyncio
 import importlib.util
 import inspect
 import logging
+import time
 from contextlib import asynccontextmanager, nullcontext
 from typing import Annotated, Any, Callable, Optional
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import StreamingResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from .. import portable
 from ..bootstrap import build_service, load_settings
 from ..config import Settings
 from ..errors import UnsupportedMediaType
 from ..models import AMP_VERSION, ErrorEnvelope
-from ..operations import OPERATIONS, PREFIX, Context, Operation
+from ..operations import OPERATIONS, PREFIX, Answer, Context, Operation
 from ..service import MemoryService
-from .errors import BodySizeLimit, HeaderSizeLimit, install_error_handlers
+from .errors import BodySizeLimit, CatchUnexpected, HeaderSizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 
 log = logging.getLogger("ampkit.server")
@@ -42,10 +44,14 @@ async def require_json(request: Request) -> None:  # async: no thread-pool hop
         )
 
 
-def create_app(settings: Optional[Settings] = None, service: Optional[MemoryService] = None) -> FastAPI:
+def create_app(settings: Optional[Settings] = None, service: Optional[MemoryService] = None, *,
+               monotonic: Callable[[], float] = time.monotonic) -> FastAPI:
+    """The app for `settings` (loaded from the environment when absent), running `service`
+    (built from `settings` when absent). Keys expire on the service's clock; `monotonic`
+    refills the rate-limit buckets."""
     settings = settings or load_settings()
     service = service or build_service(settings)
-    identity = IdentityResolver(settings, service.store)
+    identity = IdentityResolver(settings, service.store, clock=service.clock, monotonic=monotonic)
 
     async def lifecycle_loop() -> None:
         interval = service.policy.interval_seconds
@@ -87,6 +93,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=service.limits.max_request_bytes)
     app.add_middleware(HeaderSizeLimit, max_bytes=settings.max_header_bytes)
+    app.add_middleware(CatchUnexpected)  # outermost of ours: see its docstring
 
     router = APIRouter(prefix=PREFIX, responses=_ERRORS)
     auth = identity.describe()
@@ -202,7 +209,13 @@ def _endpoint(op: Operation, service: MemoryService, identity: IdentityResolver,
     def endpoint(**inputs: Any) -> Any:
         caller: Optional[Caller] = inputs.pop("caller", None)
         agent = "" if caller is None else caller.agent_id if op.scope == "admin" else caller.need(op.scope or "")
-        result = op.run(Context(service, agent, auth, mcp), inputs)
+        for scope in op.extra_scopes:
+            if caller is not None:
+                caller.need(scope)
+        may_read = caller is None or caller.may("read")
+        result = op.run(Context(service, agent, auth, mcp, may_read=may_read), inputs)
+        if isinstance(result, Answer):
+            return JSONResponse(jsonable_encoder(result.value), status_code=result.status_code, headers=dict(result.headers))
         return Response(status_code=204) if result is None else result
 
     endpoint.__name__ = op.name

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import (
     APIError,
     InternalError,
+    MalformedRequest,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
@@ -68,6 +69,11 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = dict(exc.headers or {})
         if exc.status_code == 404:
             err: APIError = NotFound(f"no route {request.method} {request.url.path}")
+        elif exc.status_code == 400 and isinstance(exc.__cause__, (ValueError, RecursionError)):
+            # FastAPI's body parser: not UTF-8 (UnicodeDecodeError) or nested too deep for the
+            # JSON decoder (RecursionError). Both are bodies that are not usable JSON.
+            err = MalformedRequest("request body is not valid JSON (UTF-8 text, not nested too deeply)",
+                                   {"reason": type(exc.__cause__).__name__})
         elif exc.status_code == 405:
             allowed = allowed_methods(request)
             err = MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}", {"allowed": allowed})
@@ -81,6 +87,37 @@ def install_error_handlers(app: FastAPI) -> None:
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return envelope_response(InternalError("internal server error; see the server log"))
+
+
+class CatchUnexpected:
+    """Answer an unhandled exception with 500 in the envelope and keep the connection.
+
+    Starlette's outermost error middleware re-raises after answering, and the HTTP server
+    then closes the keep-alive connection; this middleware sits inside it, logs, answers and
+    stops the exception there."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            if started:  # half an answer is on the wire: only closing the connection is honest
+                raise
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            await envelope_response(InternalError("internal server error; see the server log"))(scope, receive, send)
 
 
 class BodySizeLimit:

@@ -14,8 +14,10 @@ The per-agent rate limit is applied here too, once the identity is known.
 from __future__ import annotations
 
 import ipaddress
+import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from datetime import datetime
+from typing import Any, Callable, Optional
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
@@ -24,6 +26,7 @@ from ..auth import SCOPES, verify_key
 from ..config import Settings
 from ..access import check_agent_id
 from ..errors import Forbidden, Unauthorized
+from ..models import utcnow
 from ..store.base import Store
 from .ratelimit import RateLimiter
 
@@ -46,6 +49,9 @@ class Caller:
             raise Forbidden(f"this key lacks the {scope!r} scope", {"required_scope": scope})
         return self.agent_id
 
+    def may(self, scope: str) -> bool:
+        return scope in self.scopes
+
     def read(self) -> str:
         return self.need("read")
 
@@ -53,18 +59,23 @@ class Caller:
         return self.need("write")
 
 
-def rate_limiter_from_settings(settings: Settings) -> Optional[RateLimiter]:
+def rate_limiter_from_settings(settings: Settings, clock: Callable[[], float] = time.monotonic) -> Optional[RateLimiter]:
     rate = settings.rate_limit
     if rate is None:
         rate = DEFAULT_AUTH_RATE_LIMIT if settings.auth == "required" else 0.0
-    return RateLimiter(rate, settings.rate_burst or None) if rate > 0 else None
+    return RateLimiter(rate, settings.rate_burst or None, clock=clock) if rate > 0 else None
 
 
 class IdentityResolver:
-    def __init__(self, settings: Settings, store: Store):
+    """`clock` decides when a key has expired (the service's clock); `monotonic` refills the
+    rate-limit buckets. Both are arguments so that tests move time instead of sleeping."""
+
+    def __init__(self, settings: Settings, store: Store, *, clock: Callable[[], datetime] = utcnow,
+                 monotonic: Callable[[], float] = time.monotonic):
         self.settings = settings
         self.store = store
-        self.rate_limiter = rate_limiter_from_settings(settings)
+        self.clock = clock
+        self.rate_limiter = rate_limiter_from_settings(settings, monotonic)
 
     @property
     def required(self) -> bool:
@@ -92,7 +103,7 @@ class IdentityResolver:
         scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("this server requires an API key: Authorization: Bearer <key>")
-        key = verify_key(self.store, token)
+        key = verify_key(self.store, token, now=self.clock())
         claimed = request.headers.get(AGENT_HEADER, "").strip()
         if claimed and check_agent_id(claimed) != key.agent_id:
             raise Forbidden(

@@ -1,7 +1,8 @@
 """The PostgreSQL store's schema: numbered migrations, and the keyword index's upkeep.
 
 The keyword index (`cell_search`) holds, per cell, a *window*: the cell's text plus up to
-CONTEXT_RADIUS same-session neighbours each side, in insertion order, exactly as the SQLite
+CONTEXT_RADIUS neighbours of the same window class (same owner, session, readers and status:
+`ampkit.store.base.window_class`) each side, in insertion order, exactly as the SQLite
 store's `cell_context` does; a question asked in one turn is then found by the answer given
 in the next. Each write transaction collects the cells it touched and rewrites their windows
 (and their neighbours') once, before COMMIT (`refresh_windows`).
@@ -12,9 +13,11 @@ from __future__ import annotations
 from typing import Iterable
 
 import psycopg
+from psycopg.types.json import Json
 
+from ..glob import parse_stored, upgrade_stored
 from ..textindex import index_text
-from .sqlite import CONTEXT_RADIUS  # the same keyword windows as the embedded store
+from .base import CONTEXT_RADIUS, window_class
 
 TEXT_CONFIG = "english"  # stemming and stop words, the counterpart of FTS5's porter tokenizer
 
@@ -111,18 +114,31 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             WHERE cell_key IS NOT NULL AND status IN ('active', 'stale') AND superseded_by IS NULL;
         """,
     ),
+    (
+        6,
+        "keyword windows only within one access class; readers in the one glob dialect",
+        # As SQLite's migration 5: neighbours are the nearest cells of the same window class,
+        # so a window never crosses an access or status boundary; `reader_patterns` is
+        # recompiled by ampkit.glob (the old translation let some patterns through as invalid
+        # regular expressions), after stored patterns outside the grammar are rewritten to match
+        # literally (`upgrade_stored`). `rebuild_access_and_windows` does all three.
+        """
+        ALTER TABLE cells ADD COLUMN window_class TEXT;
+        CREATE INDEX cells_window_seq ON cells (window_class, seq) WHERE window_class IS NOT NULL;
+        """,
+    ),
 ]
 
 
-# A cell's window: up to CONTEXT_RADIUS same-session cells each side (insertion order), as
-# in SQLite. The first placeholder of each query is the radius.
-_SAME_SESSION = "p.owner_id = c.owner_id AND p.session_id = c.session_id"
+# A cell's window: up to CONTEXT_RADIUS cells of its window class each side (insertion order),
+# as in SQLite. The first placeholder of each query is the radius.
+_SAME_SESSION = "p.window_class = c.window_class"
 SESSION_NEIGHBOURS = f"""
 SELECT x.id FROM cells c CROSS JOIN LATERAL (
     (SELECT p.id FROM cells p WHERE {_SAME_SESSION} AND p.seq < c.seq ORDER BY p.seq DESC LIMIT %s)
     UNION ALL
     (SELECT p.id FROM cells p WHERE {_SAME_SESSION} AND p.seq > c.seq ORDER BY p.seq LIMIT %s)) x
-WHERE c.id = ANY(%s) AND c.session_id IS NOT NULL
+WHERE c.id = ANY(%s) AND c.window_class IS NOT NULL
 """
 
 _WINDOWS = f"""
@@ -165,5 +181,40 @@ def rebuild_keyword_index(conn: psycopg.Connection, batch_size: int = 1000) -> N
         after = ids[-1]
 
 
+# The neighbours a cell had in a window class it is leaving (placeholders: class, seq, radius,
+# class, seq, radius).
+CLASS_NEIGHBOURS = """
+(SELECT id FROM cells WHERE window_class = %s AND seq < %s ORDER BY seq DESC LIMIT %s)
+UNION ALL
+(SELECT id FROM cells WHERE window_class = %s AND seq > %s ORDER BY seq LIMIT %s)
+"""
+
+
+def rebuild_access_and_windows(conn: psycopg.Connection, batch_size: int = 1000) -> None:
+    """Migration 6: patterns outside the glob grammar rewritten to match literally
+    (`ampkit.glob.upgrade_stored`), every cell's window class and compiled reader patterns,
+    then every window."""
+    after = ""
+    while True:
+        rows = conn.execute(
+            "SELECT id, owner_id, session_id, created_by, public, status, superseded_by, body "
+            "FROM cells WHERE id > %s ORDER BY id LIMIT %s", (after, batch_size),
+        ).fetchall()
+        if not rows:
+            break
+        updates = []
+        for cid, owner, session, creator, public, status, newer, body in rows:
+            policy = body.setdefault("access_policy", {})
+            for key in ("readable_by", "writable_by"):
+                policy[key] = [upgrade_stored(p) for p in policy.get(key, [])]
+            readable_by = policy["readable_by"]
+            updates.append((Json(body), window_class(owner, session, creator, public, readable_by, status, newer),
+                            sorted({parse_stored(p).postgres_regex() for p in readable_by}), cid))
+        with conn.cursor() as cur:
+            cur.executemany("UPDATE cells SET body = %s, window_class = %s, reader_patterns = %s WHERE id = %s", updates)
+        after = rows[-1][0]
+    rebuild_keyword_index(conn)
+
+
 # Python steps that run inside a migration's transaction, after its SQL.
-MIGRATION_STEPS = {3: rebuild_keyword_index}
+MIGRATION_STEPS = {3: rebuild_keyword_index, 6: rebuild_access_and_windows}

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import builtins
 import base64
+import hashlib
+import json
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -24,6 +26,11 @@ from typing import Any, Iterator, Optional, Sequence
 from ..models import HistoryEntry, MemoryCell, Status
 
 ALL_STATUSES: tuple[str, ...] = tuple(status.value for status in Status)
+
+# Same-session neighbours on each side that a cell's keyword window includes, in every SQL
+# store. Measured on LoCoMo (bench/locomo.py): recall@10 0.62 without windows, 0.70 with 1,
+# 0.72 with 2.
+CONTEXT_RADIUS = 2
 
 
 @dataclass
@@ -96,6 +103,20 @@ def decode_cursor(cursor: str) -> str:
     return value
 
 
+def window_class(owner_id: str, session_id: Optional[str], created_by: Optional[str], public: bool,
+                 readable_by: Sequence[str], status: str, superseded_by: Optional[str]) -> Optional[str]:
+    """Which cells may lend each other keyword context (the session windows of the keyword
+    index): those with the same value here. It is the same owner and session, the same
+    readers (creator, `public`, the set of `readable_by` patterns) and the same status, so a
+    window never shows anyone text they could not read themselves; a deleted or superseded
+    cell, or one without a session, has no class and no neighbours."""
+    if session_id is None or status == "deleted" or superseded_by is not None:
+        return None
+    key = json.dumps([owner_id, session_id, created_by, bool(public), sorted(set(readable_by)), status],
+                     ensure_ascii=False, separators=(",", ":"))
+    return hashlib.blake2b(key.encode("utf-8"), digest_size=16).hexdigest()
+
+
 def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
     """What every store keeps of a cell: the indexed columns (plain Python values, each store
     adapts the types) and the JSON body without its text, which lives once, in `text`."""
@@ -113,6 +134,10 @@ def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
         "superseded_by": cell.lifecycle.superseded_by,
         "cell_key": cell.identity.key,
         "text": text,
+        "window_class": window_class(
+            cell.identity.owner_id, cell.identity.session_id, cell.identity.created_by, cell.access_policy.public,
+            cell.access_policy.readable_by, cell.lifecycle.status, cell.lifecycle.superseded_by,
+        ),
     }
     return columns, body
 
@@ -180,6 +205,11 @@ class Store(ABC):
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Top-k by the backend's keyword ranker (BM25 for SQLite), best first."""
 
+    def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
+        """Ids of cells that may have the same words as `text` (a superset is fine: the caller
+        compares the normalised texts), for dedup on write. Default: the keyword leg's top k."""
+        return [c.cell_id for c in self.keyword_candidates(text, flt, k)]
+
     def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Top-k by cosine similarity among cells embedded with `model`. Default: no dense leg.
 
@@ -227,6 +257,11 @@ class Store(ABC):
         lifecycle now, False when another server sharing the store already ran it within the
         interval (so N servers run it once per interval, not N times). Manual runs never ask.
         Default: True (a store that one process owns)."""
+        return True
+
+    def claim_scheduled_job(self, name: str, interval_seconds: float) -> bool:
+        """`claim_scheduled_lifecycle` for any named job (e.g. "consolidation"): True when this
+        process should run it now. Default: True (a store that one process owns)."""
         return True
 
     def ping(self) -> None:

@@ -5,14 +5,16 @@ Several stateless `ampkit serve` processes can share one database. Layout (see M
 
 - `cells`: the indexed columns, the text, the rest of the cell as JSON (`body`, key order kept
   as written, like SQLite), `metadata` again as JSONB for equality filters, and the cell's
-  `readable_by` patterns as anchored regular expressions (`reader_patterns`, matched with `~`)
+  `readable_by` patterns as anchored regular expressions compiled by `ampkit.glob`
+  (`reader_patterns`, matched with `~`)
   so the access filter runs inside every query. A read bumps `access_count`, so cells rows are
   rewritten often; the search structures therefore live in side tables that change only when
   the text or the vector does:
 - `cell_search`: the keyword leg, a `tsvector` per cell with a GIN index, ranked by Okapi
   BM25 computed in SQL (PostgreSQL's own `ts_rank_cd` has no IDF and scores 0.54 against
-  BM25's 0.72 recall@10 on LoCoMo, see bench/keyword_legs.py). As in SQLite, a cell's entry
-  covers a window: its text plus its session neighbours' (insertion order, `cells.seq`);
+  BM25's 0.72 recall@10 on LoCoMo, see bench/keyword_legs.py) with statistics over the cells
+  the caller may see, never the whole corpus. As in SQLite, a cell's entry covers a window:
+  its text plus its neighbours' of the same window class (insertion order, `cells.seq`);
 - `cell_vectors`: one untyped `vector` per cell plus its model name and dimension. Each
   (model, dimension) gets its own partial HNSW cosine index over `embedding::vector(dim)`,
   created the first time a vector of that model is written, so any embedder works and
@@ -37,8 +39,6 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
-import math
-import time
 from contextlib import contextmanager, nullcontext
 from datetime import timezone
 from typing import Any, Iterator, Optional, Sequence
@@ -50,16 +50,19 @@ from psycopg.types.json import Json, Jsonb
 from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..access import glob_to_regex
 from ..errors import Unavailable
+from ..glob import parse_stored
 from ..models import HistoryEntry, MemoryCell
 from ..textindex import query_terms
 from ._pg_url import redact, split_url
 from ._pg_schema import (
-    CONTEXT_RADIUS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
+    CLASS_NEIGHBOURS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
 )
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
-from .base import ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx, cell_columns
+from .base import (
+    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
+    cell_columns,
+)
 
 # Advisory lock keys (any fixed bigints; they only need to be distinct within the database).
 MIGRATION_LOCK = 0x616D706B_0001  # "ampk" + 1
@@ -67,8 +70,6 @@ LIFECYCLE_LOCK = 0x616D706B_0002
 VECTOR_INDEX_LOCK = 0x616D706B_0003
 
 KEYWORD_RANKERS = ("bm25", "ts_rank_cd")
-STATS_TTL_SECONDS = 60.0  # corpus size, mean length and document frequencies, per server
-MAX_CACHED_TERMS = 100_000
 BM25_K1, BM25_B = 1.2, 0.75  # FTS5's defaults
 
 # The query's words go through the same parser as the indexed text (stemming, stop words);
@@ -82,27 +83,30 @@ FROM q, cell_search s JOIN cells c ON c.id = s.cell_id
 WHERE s.tsv @@ q.tsq AND {where} ORDER BY score DESC, s.cell_id LIMIT %s
 """
 
-# Okapi BM25 in SQL. IDF is computed over the whole corpus, as FTS5 does, from document
-# frequencies the store counts in the GIN index and caches (`_idf`); term frequency comes from
-# the tsvector's positions, document length from cell_search.len. Placeholders: the query's
-# lexemes, their IDFs, the filter's, mean length, k.
+# Okapi BM25 in SQL, with its statistics taken over the cells the filter admits (the caller's
+# readable scope), never the whole corpus: number of documents and mean length from `scope`,
+# document frequencies from the matches themselves. Term frequency comes from the tsvector's
+# positions, document length from cell_search.len. The per-document sum runs in lexeme order,
+# so equal inputs give bit-identical scores. Placeholders: the query's lexemes, the filter's
+# (twice), k.
 _BM25 = f"""
-WITH weights AS (SELECT * FROM unnest(%s::text[], %s::float8[]) AS w(lexeme, idf)),
-matches AS (  -- each match's tsvector cut down to the query's lexemes (setweight marks them, ts_filter keeps them)
+WITH weights AS (SELECT * FROM unnest(%s::text[]) AS w(lexeme)),
+matches AS MATERIALIZED (  -- each match's tsvector cut down to the query's lexemes (setweight marks them, ts_filter keeps them)
     SELECT s.cell_id, ts_filter(setweight(s.tsv, 'A', (SELECT array_agg(lexeme) FROM weights)), '{{{{a}}}}') AS hits, s.len
     FROM cell_search s JOIN cells c ON c.id = s.cell_id
-    WHERE s.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM weights) AND {{where}})
-SELECT m.cell_id,
-       SUM(w.idf * cardinality(u.positions) * {BM25_K1 + 1}
-           / (cardinality(u.positions) + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * m.len / %s::float8))) AS score
-FROM matches m CROSS JOIN LATERAL unnest(m.hits) AS u JOIN weights w ON w.lexeme = u.lexeme
-GROUP BY m.cell_id ORDER BY score DESC, m.cell_id LIMIT %s
+    WHERE s.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM weights) AND {{where}}),
+terms AS (SELECT m.cell_id, m.len, u.lexeme, cardinality(u.positions) AS tf FROM matches m CROSS JOIN LATERAL unnest(m.hits) AS u),
+scope AS (SELECT COUNT(*)::float8 AS n, GREATEST(COALESCE(AVG(s.len), 1), 1)::float8 AS avgdl
+          FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE {{where}}),
+idf AS (SELECT t.lexeme, ln(1 + (GREATEST(scope.n, COUNT(*)) - COUNT(*) + 0.5) / (COUNT(*) + 0.5)) AS idf
+        FROM terms t CROSS JOIN scope GROUP BY t.lexeme, scope.n)
+SELECT t.cell_id,
+       SUM(i.idf * t.tf * {BM25_K1 + 1} / (t.tf + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * t.len / scope.avgdl))
+           ORDER BY t.lexeme) AS score
+FROM terms t JOIN idf i ON i.lexeme = t.lexeme CROSS JOIN scope
+GROUP BY t.cell_id ORDER BY score DESC, t.cell_id LIMIT %s
 """
 _LEXEMES = "SELECT DISTINCT unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s)))"
-_DOCUMENT_FREQUENCIES = """
-SELECT t.lexeme, (SELECT COUNT(*) FROM cell_search x WHERE x.tsv @@ quote_literal(t.lexeme)::tsquery)
-FROM unnest(%s::text[]) AS t(lexeme)
-"""
 
 _CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 
@@ -132,7 +136,7 @@ def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
     columns, body = cell_columns(cell)
     return {
         **columns,
-        "reader_patterns": sorted({glob_to_regex(p) for p in cell.access_policy.readable_by}),
+        "reader_patterns": sorted({parse_stored(p).postgres_regex() for p in cell.access_policy.readable_by}),
         "metadata": Jsonb(body["content"].get("metadata") or {}),
         "body": Json(body),
     }
@@ -250,16 +254,24 @@ class _PostgresWriteTx(WriteTx):
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
         row = cell_to_row(cell)
         cols = [k for k in row if k != "id"]
-        # The CTE reads the row as it was before the UPDATE: re-index only when the text moved.
+        # The CTE reads the row as it was before the UPDATE: re-index only when the text or the
+        # window class (policy, status, session...) moved; a cell leaving a class also
+        # rewrites the windows of the neighbours it had there.
         changed = self.conn.execute(
-            sql.SQL("WITH prev AS (SELECT text FROM cells WHERE id = %s) "
-                    "UPDATE cells SET {} WHERE id = %s RETURNING (SELECT text FROM prev) IS DISTINCT FROM text").format(
+            sql.SQL("WITH prev AS (SELECT text, window_class FROM cells WHERE id = %s) "
+                    "UPDATE cells SET {} WHERE id = %s RETURNING (SELECT text FROM prev) IS DISTINCT FROM text, "
+                    "(SELECT window_class FROM prev), seq").format(
                 sql.SQL(",").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in cols)
             ),
             [cell.id, *(row[k] for k in cols), cell.id],
         ).fetchone()
-        if changed is not None and changed[0]:
-            self._touch(cell.id)
+        if changed is not None:
+            text_moved, old_class, seq = changed
+            if old_class != row["window_class"] and old_class is not None:
+                left = self.conn.execute(CLASS_NEIGHBOURS, (old_class, seq, CONTEXT_RADIUS, old_class, seq, CONTEXT_RADIUS))
+                self._dirty_windows.update(r[0] for r in left)
+            if text_moved or old_class != row["window_class"]:
+                self._touch(cell.id)
         self._write_vector(cell.id, vector)
 
     def add_history(self, record: HistoryRecord) -> None:
@@ -302,8 +314,6 @@ class PostgresStore(SQLKeyReads, Store):
             raise ValueError(f"keyword_ranker must be one of {', '.join(KEYWORD_RANKERS)}")
         self._pool: Optional[ConnectionPool] = None
         self._vector_indexes: set[str] = set()
-        self._stats: Optional[tuple[float, float, float]] = None  # (documents, mean length, when)
-        self._document_frequencies: dict[str, int] = {}
 
     # ------------------------------------------------------------ connections
     @staticmethod
@@ -473,33 +483,8 @@ class PostgresStore(SQLKeyReads, Store):
                 lexemes = [r[0] for r in conn.execute(_LEXEMES, (TEXT_CONFIG, " ".join(terms)))]
                 if not lexemes:
                     return []
-                idf, avgdl = self._idf(conn, lexemes)
-                rows = conn.execute(sql.SQL(_BM25).format(where=where),
-                                    [lexemes, [idf[x] for x in lexemes], *params, avgdl, k])
+                rows = conn.execute(sql.SQL(_BM25).format(where=where), [sorted(lexemes), *params, *params, k])
             return [Candidate(cid, float(score)) for cid, score in rows]
-
-    def _idf(self, conn: psycopg.Connection, lexemes: builtins.list[str]) -> tuple[dict[str, float], float]:
-        """BM25 inverse document frequencies of these lexemes, and the mean document length.
-
-        Counting a common term's documents reads thousands of rows (~15 ms per term at 100k
-        cells), so counts are cached per server for STATS_TTL_SECONDS; rare terms are cheap to
-        count anyway. IDF moves slowly: a minute-old count ranks the same."""
-        now = time.monotonic()
-        if self._stats is None or now - self._stats[2] > STATS_TTL_SECONDS:
-            n, avgdl = _one(conn.execute("SELECT COUNT(*), COALESCE(AVG(len), 1) FROM cell_search"))
-            self._stats = (float(n), max(float(avgdl), 1.0), now)
-            self._document_frequencies.clear()
-        n, avgdl, _ = self._stats
-        missing = [x for x in lexemes if x not in self._document_frequencies]
-        if missing:
-            if len(self._document_frequencies) > MAX_CACHED_TERMS:
-                self._document_frequencies.clear()
-            self._document_frequencies.update(conn.execute(_DOCUMENT_FREQUENCIES, (missing,)).fetchall())
-        idf = {}
-        for lexeme in lexemes:
-            df = float(self._document_frequencies[lexeme])
-            idf[lexeme] = math.log(1 + (max(n, df) - df + 0.5) / (df + 0.5))
-        return idf, avgdl
 
     def vector_query(self, vector: Any, model: str, flt: CellFilter, k: int,
                      exact: bool = False) -> tuple[sql.Composed, builtins.list[Any]]:
@@ -585,6 +570,16 @@ class PostgresStore(SQLKeyReads, Store):
             "ON CONFLICT (name) DO UPDATE SET last_run = now() "
             "WHERE lifecycle_schedule.last_run <= now() - make_interval(secs => %s) RETURNING 1",
             (0.9 * interval_seconds,),
+        )
+        return bool(rows)
+
+    def claim_scheduled_job(self, name: str, interval_seconds: float) -> bool:
+        """The same atomic upsert as the lifecycle's, on the job's own row."""
+        rows = self._query(
+            "INSERT INTO lifecycle_schedule (name, last_run) VALUES (%s, now()) "
+            "ON CONFLICT (name) DO UPDATE SET last_run = now() "
+            "WHERE lifecycle_schedule.last_run <= now() - make_interval(secs => %s) RETURNING 1",
+            (f"job:{name}", 0.9 * interval_seconds),
         )
         return bool(rows)
 

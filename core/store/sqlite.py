@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
+import re
 import os
 import sqlite3
 import tempfile
@@ -24,13 +26,16 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from ..access import glob_to_sql_glob
 from ..errors import Unavailable
+from ..glob import parse_stored, upgrade_stored
 from ..models import HistoryEntry, MemoryCell
-from ..textindex import fts_match, index_text, owner_token
+from ..textindex import fts_match, index_text, owner_token, query_terms
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
-from .base import ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx, cell_columns
+from .base import (
+    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
+    cell_columns, window_class,
+)
 
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
@@ -148,11 +153,48 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             WHERE cell_key IS NOT NULL AND status IN ('active', 'stale') AND superseded_by IS NULL;
         """,
     ),
+    (
+        5,
+        "keyword windows only within one access class; access-scoped BM25; readers in the one glob dialect",
+        # Windows no longer cross an access or status boundary: neighbours are the nearest
+        # cells of the same `window_class` (ampkit.store.base.window_class). Each window keeps
+        # its term frequencies and length, so BM25 statistics can be computed over exactly the
+        # cells a search may see (`keyword_candidates`). `cell_readers` is recompiled from the
+        # stored patterns by ampkit.glob, after stored patterns outside its grammar are
+        # rewritten to match literally (`upgrade_stored`). The Python step (`_rebuild_access_and_windows`)
+        # fills all three. (The index on window_class also orders by rowid, implicitly.)
+        """
+        ALTER TABLE cells ADD COLUMN window_class TEXT;
+        CREATE INDEX cells_window ON cells(window_class) WHERE window_class IS NOT NULL;
+        ALTER TABLE cell_context ADD COLUMN terms TEXT NOT NULL DEFAULT '{}';
+        ALTER TABLE cell_context ADD COLUMN len INTEGER NOT NULL DEFAULT 0;
+        """,
+    ),
 ]
 
-# Same-session neighbours on each side that a cell's keyword window includes. Measured on
-# LoCoMo (bench/locomo.py): recall@10 0.62 without windows, 0.70 with 1, 0.72 with 2.
-CONTEXT_RADIUS = 2
+BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() constants
+
+# FTS5 is also the tokenizer: a contentless temporary index per connection turns texts into
+# the exact terms (porter stems) and counts the keyword index uses.
+_TOKENIZER = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_tokens USING fts5("
+    "text, content='', tokenize='porter unicode61 remove_diacritics 2')",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_token_instances USING fts5vocab(temp, ampkit_tokens, instance)",
+)
+
+
+def tokenize(conn: sqlite3.Connection, texts: Sequence[str]) -> list[dict[str, int]]:
+    """Each text's term frequencies, as the keyword index counts them."""
+    out: list[dict[str, int]] = [{} for _ in texts]
+    if not texts:
+        return out
+    conn.executemany("INSERT INTO temp.ampkit_tokens(rowid, text) VALUES (?, ?)", list(enumerate(texts)))
+    for doc, term, count in conn.execute(
+        "SELECT doc, term, COUNT(*) FROM temp.ampkit_token_instances GROUP BY doc, term ORDER BY doc, term"
+    ):
+        out[doc][term] = count
+    conn.execute("INSERT INTO temp.ampkit_tokens(ampkit_tokens) VALUES ('delete-all')")
+    return out
 
 
 def _ts(value: Optional[datetime]) -> Optional[float]:
@@ -262,20 +304,21 @@ class _SQLiteWriteTx(WriteTx):
         self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell.id,))
         self.conn.executemany(
             "INSERT OR IGNORE INTO cell_readers(cell_id, pattern) VALUES (?, ?)",
-            [(cell.id, glob_to_sql_glob(p)) for p in cell.access_policy.readable_by],
+            [(cell.id, parse_stored(p).sqlite_glob()) for p in cell.access_policy.readable_by],
         )
 
     def _window(self, rowid: int) -> tuple[list[tuple[int, str]], Optional[tuple[str, str]], list[tuple[int, str]]]:
-        """(cells before, (owner, own text), cells after): up to CONTEXT_RADIUS same-session
-        neighbours each side, in insertion order. A cell without a session has no neighbours."""
-        row = self.conn.execute("SELECT owner_id, session_id, text FROM cells WHERE rowid = ?", (rowid,)).fetchone()
+        """(cells before, (owner, own text), cells after): the nearest CONTEXT_RADIUS cells of
+        the same window class each side, in insertion order (cells of other classes are
+        skipped, so they change nothing). A cell without a class has no neighbours."""
+        row = self.conn.execute("SELECT owner_id, window_class, text FROM cells WHERE rowid = ?", (rowid,)).fetchone()
         if row is None:
             return [], None, []
         if row[1] is None:
             return [], (row[0], row[2]), []
-        sql = "SELECT rowid, text FROM cells WHERE owner_id = ? AND session_id = ? AND rowid {} ? ORDER BY rowid {} LIMIT ?"
-        before = self.conn.execute(sql.format("<", "DESC"), (row[0], row[1], rowid, CONTEXT_RADIUS)).fetchall()
-        after = self.conn.execute(sql.format(">", "ASC"), (row[0], row[1], rowid, CONTEXT_RADIUS)).fetchall()
+        sql = "SELECT rowid, text FROM cells WHERE window_class = ? AND rowid {} ? ORDER BY rowid {} LIMIT ?"
+        before = self.conn.execute(sql.format("<", "DESC"), (row[1], rowid, CONTEXT_RADIUS)).fetchall()
+        after = self.conn.execute(sql.format(">", "ASC"), (row[1], rowid, CONTEXT_RADIUS)).fetchall()
         return before[::-1], (row[0], row[2]), after
 
     def _touch(self, rowid: int) -> None:
@@ -284,18 +327,24 @@ class _SQLiteWriteTx(WriteTx):
         self._dirty_windows.update([rowid, *(r for r, _ in before), *(r for r, _ in after)])
 
     def flush(self) -> None:
-        """Rewrite the marked keyword windows (see migration 2); runs once before COMMIT, so
-        a batch of turns in one session rewrites each window once."""
+        """Rewrite the marked keyword windows (text, term frequencies, length); runs once
+        before COMMIT, so a batch of turns in one session rewrites each window once."""
+        rows: list[tuple[int, str, str]] = []
         for rowid in sorted(self._dirty_windows):
             self.conn.execute("DELETE FROM cell_context WHERE rowid = ?", (rowid,))
             before, own, after = self._window(rowid)
             if own is not None:
                 owner, text = own
-                window = "\n".join([*(t for _, t in before), text, *(t for _, t in after)])
-                self.conn.execute(
-                    "INSERT INTO cell_context(rowid, text, owner) VALUES (?, ?, ?)",
-                    (rowid, index_text(window), owner_token(owner)),
-                )
+                rows.append((rowid, index_text("\n".join([*(t for _, t in before), text, *(t for _, t in after)])),
+                             owner_token(owner)))
+        for i in range(0, len(rows), 500):
+            chunk = rows[i : i + 500]
+            counts = tokenize(self.conn, [text for _, text, _ in chunk])
+            self.conn.executemany(
+                "INSERT INTO cell_context(rowid, text, owner, terms, len) VALUES (?, ?, ?, ?, ?)",
+                [(rowid, text, owner, json.dumps(tf, ensure_ascii=False, separators=(",", ":")), sum(tf.values()))
+                 for (rowid, text, owner), tf in zip(chunk, counts)],
+            )
         self._dirty_windows.clear()
 
     def _rowid(self, cell_id: str) -> Optional[int]:
@@ -313,13 +362,16 @@ class _SQLiteWriteTx(WriteTx):
 
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
         row = cell_to_row(cell)
-        old_text = self.conn.execute("SELECT text FROM cells WHERE id = ?", (cell.id,)).fetchone()
-        text_changed = old_text is None or old_text[0] != row["text"]
+        old = self.conn.execute("SELECT rowid, text, window_class FROM cells WHERE id = ?", (cell.id,)).fetchone()
+        # A new text, or a new window class (policy, status, session...), rewrites the windows
+        # of the cell's old neighbours (before the UPDATE) and of its new ones (after it).
+        moved = old is not None and (old[1] != row["text"] or old[2] != row["window_class"])
+        if moved:
+            self._touch(old[0])
         sets = ",".join(f"{k} = ?" for k in row if k != "id")
         self.conn.execute(f"UPDATE cells SET {sets} WHERE id = ?", [v for k, v in row.items() if k != "id"] + [cell.id])
-        rowid = self._rowid(cell.id)
-        if text_changed and rowid is not None:
-            self._touch(rowid)
+        if moved:
+            self._touch(old[0])
         self._write_readers(cell)
         self._write_vector(cell.id, vector)
 
@@ -380,6 +432,8 @@ class SQLiteStore(SQLKeyReads, Store):
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         conn.create_function("ampkit_index_text", 1, index_text, deterministic=True)  # migration 2
         conn.create_function("ampkit_owner_token", 1, owner_token, deterministic=True)
+        for statement in _TOKENIZER:
+            conn.execute(statement)
         return conn
 
     def open(self) -> None:
@@ -411,6 +465,8 @@ class SQLiteStore(SQLKeyReads, Store):
                 try:
                     for statement in _split_sql(sql):
                         conn.execute(statement)
+                    if version in MIGRATION_STEPS:
+                        MIGRATION_STEPS[version](conn)
                     conn.execute(
                         "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
                         (version, name, datetime.now(timezone.utc).isoformat()),
@@ -511,19 +567,74 @@ class SQLiteStore(SQLKeyReads, Store):
         return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
 
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
+        """Okapi BM25 (FTS5's formula and constants) with its statistics (number of documents,
+        mean length, document frequencies) taken over the cells `flt` admits, not the whole
+        index: a caller's scores then depend only on cells it may read (non-interference)."""
         match = fts_match(query)
         if match is None:
             return []
         match = f"text : ({match})"
         if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
             match += f' AND owner : "{owner_token(flt.owner_id)}"'
+        conn = self._reader()
+        terms = sorted(tokenize(conn, [" ".join(query_terms(query))])[0])
+        terms = [t for t in terms if '"' not in t and "\\" not in t]
+        if not terms:
+            return []
         where, params = filter_sql(flt)
+        n, total_len = self._query(
+            f"SELECT COUNT(*), COALESCE(SUM(x.len), 0) FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where}",
+            params,
+        )[0]
+        if not n:
+            return []
+        # Every admitted match with its window length and the query terms' frequencies (SQLite
+        # caches the parsed JSON across a row's calls). CROSS JOIN keeps the FTS match the
+        # outer loop (the planner would otherwise run the MATCH once per admitted cell).
+        tf_columns = ", ".join("json_extract(x.terms, ?)" for _ in terms)
         rows = self._query(
-            "SELECT c.id, bm25(cells_fts, 1.0, 0.0) FROM cells_fts JOIN cells c ON c.rowid = cells_fts.rowid "
-            f"WHERE cells_fts MATCH ? AND {where} ORDER BY bm25(cells_fts, 1.0, 0.0) LIMIT ?",
+            f"SELECT c.id, x.len, {tf_columns} FROM cells_fts CROSS JOIN cells c ON c.rowid = cells_fts.rowid "
+            f"CROSS JOIN cell_context x ON x.rowid = c.rowid WHERE cells_fts MATCH ? AND {where}",
+            [*('$."' + t + '"' for t in terms), match, *params],
+        )
+        if not rows:
+            return []
+        matches = [(row[0], row[1], [tf or 0 for tf in row[2:]]) for row in rows]
+        idf = []
+        for i in range(len(terms)):
+            df = len(rows) - [tfs[i] for _, _, tfs in matches].count(0)
+            value = math.log((n - df + 0.5) / (df + 0.5)) if df else 0.0
+            idf.append(value if value > 0 or not df else 1e-6)  # FTS5 floors a common term's IDF
+        avgdl = total_len / n
+        scored = []
+        for cid, length, tfs in matches:
+            norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl) if avgdl else BM25_K1
+            score = 0.0
+            for weight, tf in zip(idf, tfs):  # always in term order: equal inputs, equal bits
+                if tf:
+                    score += weight * tf * (BM25_K1 + 1) / (tf + norm)
+            if score > 0:
+                scored.append((-score, cid))
+        scored.sort()
+        return [Candidate(cid, -neg) for neg, cid in scored[:k]]
+
+    def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
+        """An FTS phrase query: cells whose indexed text contains all of `text`'s words in
+        order. No ranking, so its cost does not grow with how common the words are."""
+        words = re.sub(r"[^\w]+", " ", text).split()
+        if not words:
+            return []
+        match = f'text : "{" ".join(words)}"'
+        if flt.owner_id is not None:
+            match += f' AND owner : "{owner_token(flt.owner_id)}"'
+        where, params = filter_sql(flt)
+        # The phrase match runs first (a CTE, materialised), the filter on its few rows after.
+        rows = self._query(
+            "WITH m AS MATERIALIZED (SELECT rowid FROM cells_fts WHERE cells_fts MATCH ?) "
+            f"SELECT c.id FROM m JOIN cells c ON c.rowid = m.rowid WHERE {where} LIMIT ?",
             [match, *params, k],
         )
-        return [Candidate(cid, -float(score)) for cid, score in rows]
+        return [cid for (cid,) in rows]
 
     def _catch_up_vectors(self) -> None:
         """Load vectors written since the last call (by this process or any other)."""
@@ -665,3 +776,35 @@ def _split_sql(script: str) -> list[str]:
     if "\n".join(current).strip():
         statements.append("\n".join(current))
     return statements
+
+
+def _rebuild_access_and_windows(conn: sqlite3.Connection) -> None:
+    """Migration 5: patterns outside the glob grammar rewritten to match literally
+    (`ampkit.glob.upgrade_stored`), then every cell's window class and compiled readers, then
+    every window."""
+    conn.execute("DELETE FROM cell_readers")
+    rowids: list[int] = []
+    for rowid, cell_id, owner_id, session_id, created_by, public, status, superseded_by, body in conn.execute(
+        "SELECT rowid, id, owner_id, session_id, created_by, public, status, superseded_by, body FROM cells"
+    ).fetchall():
+        data = json.loads(body)
+        policy = data.setdefault("access_policy", {})
+        upgraded = {k: [upgrade_stored(p) for p in policy.get(k, [])] for k in ("readable_by", "writable_by")}
+        if any(upgraded[k] != policy.get(k, []) for k in upgraded):
+            policy.update(upgraded)
+            conn.execute("UPDATE cells SET body = ? WHERE rowid = ?",
+                         (json.dumps(data, separators=(",", ":"), ensure_ascii=False), rowid))
+        readable_by = upgraded["readable_by"]
+        klass = window_class(owner_id, session_id, created_by, bool(public), readable_by, status, superseded_by)
+        conn.execute("UPDATE cells SET window_class = ? WHERE rowid = ?", (klass, rowid))
+        conn.executemany("INSERT OR IGNORE INTO cell_readers(cell_id, pattern) VALUES (?, ?)",
+                         [(cell_id, parse_stored(p).sqlite_glob()) for p in readable_by])
+        rowids.append(rowid)
+    tx = _SQLiteWriteTx(conn)
+    for i in range(0, len(rowids), 2000):
+        tx._dirty_windows.update(rowids[i : i + 2000])
+        tx.flush()
+
+
+# Python steps that run inside a migration's transaction, after its SQL.
+MIGRATION_STEPS = {5: _rebuild_access_and_windows}

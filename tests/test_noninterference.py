@@ -1,0 +1,318 @@
+"""Non-interference, as a differential property (issue 10).
+
+For a random world (agents, owners, sessions, cells with random access policies) and a random
+caller, every read path's answer must be byte-identical whether or not cells the caller cannot
+read exist, are created, changed, deleted or purged around it. Two stores are built in lockstep
+with the same ids and the same (injected) clock: `plain` holds the world, `noisy` holds the world
+plus noise written by an agent the caller can never read (in the same owners and sessions, with
+the same words). Each read path renders the caller's answer as canonical JSON bytes (results,
+scores, totals, errors); the two must be equal. Runs on SQLite and PostgreSQL.
+
+Adding a surface (files, MCP, as-of reads, consolidation...): append a `ReadPath` to
+`READ_PATHS`. Its `render(service, caller, world)` returns the bytes of every answer the
+caller can get from that surface for this world (use `answer()` to turn a result or an
+APIError into bytes, and `world.owners` / `world.visible_ids` / `world.noise_ids` to choose
+what to ask). Nothing else changes: the property then covers it on both stores.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ampkit.service as service_module
+from ampkit.errors import APIError
+from ampkit.models import CellCreate, CellPatch, SearchRequest
+from ampkit.service import MemoryService
+from ampkit.store import store_from_url
+
+NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
+AGENTS = ["alice", "bob", "carol", "team-1"]
+NOISE_AGENT = "mallory"  # never the caller, never named by a visible cell's policy
+OWNERS = ["alice", "bob", "ada"]
+SESSIONS = [None, "chat-1", "chat-2"]
+WORDS = ["vault", "code", "tea", "river", "4812", "green", "blue", "oak"]
+PATTERNS = ["alice", "bob", "carol", "team-*", "*", "b?b", "[ab]*"]
+
+
+# ---------------------------------------------------------------- the world
+@dataclass
+class CellSpec:
+    creator: str
+    owner: str
+    session: Optional[str]
+    words: list[str]
+    readable_by: list[str]
+    public: bool
+    archived: bool
+
+
+@dataclass
+class NoiseSpec:
+    owner: str
+    session: Optional[str]
+    words: list[str]
+    then: str  # "keep" | "patch" | "delete" | "purge"
+
+
+words = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)
+cell_specs = st.builds(
+    CellSpec, creator=st.sampled_from(AGENTS), owner=st.sampled_from(OWNERS), session=st.sampled_from(SESSIONS),
+    words=words, readable_by=st.lists(st.sampled_from(PATTERNS), max_size=2), public=st.booleans(),
+    archived=st.booleans(),
+)
+noise_specs = st.builds(
+    NoiseSpec, owner=st.sampled_from(OWNERS), session=st.sampled_from(SESSIONS), words=words,
+    then=st.sampled_from(["keep", "patch", "delete", "purge"]),
+)
+
+
+@dataclass
+class World:
+    caller: str
+    owners: list[Optional[str]] = field(default_factory=lambda: [None, *OWNERS])
+    visible_ids: list[str] = field(default_factory=list)  # every world cell (readable or not)
+    noise_ids: list[str] = field(default_factory=list)
+    query_words: list[str] = field(default_factory=lambda: list(WORDS))
+
+
+class FixedIds:
+    """Deterministic cell ids, so that both stores give a world cell the same id. World cells
+    and noise cells draw from two interleaved sequences (noise ids sort between world ids)."""
+
+    def __init__(self) -> None:
+        self.next: Optional[str] = None
+
+    def __call__(self) -> str:
+        assert self.next is not None
+        value, self.next = self.next, None
+        return value
+
+
+def cell_id(n: int, noise: bool) -> str:
+    return "mem_" + f"{2 * n + (1 if noise else 0):026d}"
+
+
+# ---------------------------------------------------------------- rendering answers
+def answer(fn: Callable[[], Any]) -> bytes:
+    """A read's answer as canonical bytes: the body a route would send, or the error envelope."""
+    try:
+        result = fn()
+    except APIError as exc:
+        return json.dumps({"status": exc.status, **exc.envelope()}, sort_keys=True).encode()
+    return json.dumps(_jsonable(result), sort_keys=True).encode()
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _pages(service: MemoryService, caller: str, owner: Optional[str], size: int) -> Iterator[bytes]:
+    cursor = None
+    for _ in range(50):
+        page = answer(lambda: service.list(caller, owner_id=owner, status=["active", "archived"], limit=size,
+                                           cursor=cursor, include_superseded=True))
+        yield page
+        body = json.loads(page)
+        cursor = body[2] if isinstance(body, list) else None
+        if cursor is None:
+            return
+
+
+@dataclass(frozen=True)
+class ReadPath:
+    name: str
+    render: Callable[[MemoryService, str, World], Iterator[bytes]]
+
+
+def _get(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    # Noise ids are asked too: in `plain` they do not exist, in `noisy` they are unreadable;
+    # both must answer the same bytes.
+    for cid in world.visible_ids + world.noise_ids:
+        yield answer(lambda: service.get(caller, cid))
+
+
+def _history(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for cid in world.visible_ids + world.noise_ids:
+        yield answer(lambda: service.history(caller, cid))
+
+
+def _list(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for owner in world.owners:
+        for size in (2, 100):
+            yield from _pages(service, caller, owner, size)
+
+
+def _search(explain: bool) -> Callable[[MemoryService, str, World], Iterator[bytes]]:
+    def render(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+        for owner in world.owners:
+            for word in world.query_words:
+                req = SearchRequest(query=word, owner_id=owner, explain=explain, limit=20,
+                                    status=["active", "archived"])
+                yield answer(lambda: service.search(caller, req))
+    return render
+
+
+def _export(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for owner in world.owners:
+        yield answer(lambda: service.export(caller, owner_id=owner))
+
+
+READ_PATHS: list[ReadPath] = [
+    ReadPath("get", _get),
+    ReadPath("history", _history),
+    ReadPath("list", _list),
+    ReadPath("search", _search(explain=False)),
+    ReadPath("search_explain", _search(explain=True)),
+    ReadPath("export", _export),
+]
+
+
+# As-of reads (issue 16): the cell or set as it was at T, before the world (nothing), at its
+# instant (everything) and after it. As-of search ranks from the as-of texts of readable
+# cells only, so it is not waiting for the store fix.
+AS_OF_TIMES = (NOW - timedelta(seconds=1), NOW, NOW + timedelta(days=1))
+
+
+def _as_of_get(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for at in AS_OF_TIMES:
+        for cid in world.visible_ids + world.noise_ids:
+            yield answer(lambda: service.get(caller, cid, as_of=at))
+
+
+def _as_of_list(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for at in AS_OF_TIMES:
+        for owner in world.owners:
+            cursor = None
+            for _ in range(50):
+                page = answer(lambda: service.list(caller, owner_id=owner, status=["active", "archived"], limit=2,
+                                                   cursor=cursor, include_superseded=True, as_of=at))
+                yield page
+                body = json.loads(page)
+                cursor = body[2] if isinstance(body, list) else None
+                if cursor is None:
+                    break
+
+
+def _as_of_search(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for at in AS_OF_TIMES:
+        for owner in world.owners:
+            for word in world.query_words:
+                req = SearchRequest(query=word, owner_id=owner, explain=True, limit=20,
+                                    status=["active", "archived"], as_of=at)
+                yield answer(lambda: service.search(caller, req))
+
+
+READ_PATHS += [
+    ReadPath("as_of_get", _as_of_get),
+    ReadPath("as_of_list", _as_of_list),
+    ReadPath("as_of_search", _as_of_search),
+]
+# Scores and keyword ranks still depend on unreadable cells until the store side of issue 10
+# (keyword windows within one access class, per-class BM25 statistics: branch i10-store) lands;
+# with that branch merged every path holds on both stores. Empty this set when it lands.
+AWAITING_STORE_FIX = {"search", "search_explain"}
+
+
+# ---------------------------------------------------------------- building the two stores
+def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSpec],
+          noise: list[NoiseSpec], world: World, with_noise: bool) -> None:
+    def create(agent: str, body: dict[str, Any], cid: str) -> None:
+        ids.next = cid
+        service.create(agent, CellCreate.model_validate(body))
+
+    def body(owner: str, session: Optional[str], text: str, readable_by: list[str], public: bool) -> dict[str, Any]:
+        return {"content": {"text": text}, "identity": {"owner_id": owner, "session_id": session},
+                "access_policy": {"readable_by": readable_by, "public": public}}
+
+    archive = CellPatch.model_validate({"lifecycle": {"status": "archived"}})
+    steps = max(len(specs), len(noise))
+    for n in range(steps):
+        if n < len(specs):
+            spec = specs[n]
+            cid = cell_id(n, noise=False)
+            create(spec.creator, body(spec.owner, spec.session, " ".join(spec.words), spec.readable_by, spec.public), cid)
+            if spec.archived:
+                service.update(spec.creator, cid, archive)
+            world.visible_ids.append(cid)
+        if n < len(noise) and with_noise:
+            spec_n = noise[n]
+            if spec_n.owner == caller:
+                continue  # a cell the caller owns is readable: not noise
+            cid = cell_id(n, noise=True)
+            create(NOISE_AGENT, body(spec_n.owner, spec_n.session, " ".join(spec_n.words), [], False), cid)
+            if spec_n.then == "patch":
+                service.update(NOISE_AGENT, cid, CellPatch.model_validate({"content": {"text": "4812 vault " * 3}}))
+            elif spec_n.then in ("delete", "purge"):
+                service.update(NOISE_AGENT, cid, archive)
+                service.delete(NOISE_AGENT, cid)
+                if spec_n.then == "purge":
+                    later = replace(service, clock=lambda: NOW + timedelta(days=400))
+                    assert later.purge("admin", [cid]).purged == [cid]
+    if with_noise:
+        world.noise_ids = [cell_id(n, noise=True) for n in range(len(noise))]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_urls(request) -> Callable[[], tuple[str, str]]:
+    """A factory of two fresh, empty stores of this backend."""
+    if request.param == "sqlite":
+        tmp = Path(tempfile.mkdtemp(prefix="ampkit-ni-"))
+        counter = iter(range(10**6))
+        return lambda: tuple(f"sqlite:///{tmp}/{next(counter)}.db" for _ in range(2))  # type: ignore[return-value]
+    pg_server = request.getfixturevalue("pg_server")
+    counter = iter(range(10**6))
+
+    def fresh() -> tuple[str, str]:
+        return tuple(pg_server.create_database(f"ni_{id(request)}_{next(counter)}", template="ampkit_template")
+                     for _ in range(2))  # type: ignore[return-value]
+    return fresh
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(caller=st.sampled_from(AGENTS), specs=st.lists(cell_specs, min_size=1, max_size=5),
+       noise=st.lists(noise_specs, min_size=1, max_size=4))
+def test_no_read_path_depends_on_cells_the_caller_cannot_read(store_urls, monkeypatch_ids, caller, specs, noise):
+    plain_url, noisy_url = store_urls()
+    worlds, outputs = {}, {}
+    for label, url, with_noise in (("plain", plain_url, False), ("noisy", noisy_url, True)):
+        store = store_from_url(url)
+        store.open()
+        try:
+            service = MemoryService(store=store, clock=lambda: NOW)
+            world = World(caller=caller)
+            build(service, monkeypatch_ids, caller, specs, noise, world, with_noise)
+            worlds[label] = world
+            if not with_noise:  # ask the plain store about the noise ids too
+                world.noise_ids = [cell_id(n, noise=True) for n in range(len(noise))]
+            outputs[label] = {path.name: list(path.render(service, caller, world)) for path in READ_PATHS}
+        finally:
+            store.close()
+    failures = []
+    for path in READ_PATHS:
+        if outputs["plain"][path.name] != outputs["noisy"][path.name]:
+            failures.append(path.name)
+    held = [name for name in failures if name not in AWAITING_STORE_FIX]
+    assert not held, f"read paths whose answer depends on cells {caller} cannot read: {held}"
+
+
+@pytest.fixture
+def monkeypatch_ids(monkeypatch) -> FixedIds:
+    ids = FixedIds()
+    monkeypatch.setattr(service_module, "new_cell_id", ids)
+    return ids
