@@ -48,7 +48,7 @@ from .errors import (
     ValidationFailed,
     validation_to_api_error,
 )
-from .models import HistoryResponse, ListResponse, MemoryCell, SearchResponse
+from .models import ConsolidateResponse, HistoryResponse, ListResponse, MemoryCell, SearchResponse
 from .service import MemoryService
 
 log = logging.getLogger("ampkit.mcp")
@@ -136,7 +136,10 @@ class ServiceGateway:
     caller_for: Callable[[Context], Caller]
 
     async def send(self, ctx: Context, call: Call) -> Any:
-        agent = self.caller_for(ctx).need(call.operation.scope or "")
+        caller = self.caller_for(ctx)
+        agent = caller.need(call.operation.scope or "")
+        for scope in call.operation.extra_scopes:  # consolidation reads as well as writes
+            caller.need(scope)
         return await anyio.to_thread.run_sync(run_call, self.service, agent, call, MCP_AUTH)
 
     def agent_id(self, ctx: Context) -> Optional[str]:
@@ -391,6 +394,35 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
         """Every change to a memory: who created, changed, superseded or deleted it, and when."""
         return HistoryResponse(results=await gateway.send(ctx, calls.history(id)))
 
+    # ------------------------------------------------------------ learning (docs/consolidation.md)
+    @mcp.tool(annotations=WRITE)
+    async def record_outcome(
+        ctx: Context,
+        id: Annotated[str, Field(description="The id of the playbook (a procedural memory) you followed")],
+        success: Annotated[bool, Field(description="Did following it work?")],
+        note: Annotated[Optional[str], Field(max_length=2048, description="What happened, briefly (especially on failure)")] = None,
+    ) -> UpdateResult:
+        """Report whether following a playbook worked. Outcomes rank playbooks in recall and tell
+        consolidation which ones to refine."""
+        return UpdateResult(cell=await gateway.send(ctx, calls.record_outcome(id, success, note)))
+
+    @mcp.tool(annotations=WRITE)
+    async def consolidate(
+        ctx: Context,
+        owner_id: OwnerId = None,
+        session_id: Annotated[Optional[str], Field(description="Only this conversation's episodes")] = None,
+        since: Annotated[Optional[datetime], Field(description="Only episodes from this time on (ISO 8601)")] = None,
+        until: Annotated[Optional[datetime], Field(description="Only episodes before this time (ISO 8601)")] = None,
+        playbooks: Annotated[Literal["propose", "apply"], Field(description="propose: playbook changes are returned for approval, not written")] = "propose",
+        dry_run: Annotated[bool, Field(description="Decide everything, write nothing")] = False,
+    ) -> ConsolidateResponse:
+        """Distil recorded episodes (what happened in conversations) into lasting facts and
+        playbooks, adding, updating or superseding memories. Needs a model configured on the
+        server; returns every decision with its reason."""
+        owner, _ = owner_or_self(ctx, owner_id)
+        return await gateway.send(ctx, calls.consolidate(owner, session_id=session_id, since=since, until=until,
+                                                         playbooks=playbooks, dry_run=dry_run))
+
     # ------------------------------------------------------------ AMP's amp-mcp names
     @mcp.tool(annotations=WRITE)
     async def amp_remember(
@@ -499,6 +531,7 @@ def _transport_security(host: str) -> TransportSecuritySettings:
 
 TOOL_NAMES: Sequence[str] = (
     "remember", "recall", "get_memory", "update_memory", "forget", "supersede", "list_memories", "memory_history",
+    "record_outcome", "consolidate",
     "amp_remember", "amp_recall", "amp_forget", "amp_list_memories",
 )
 READ_TOOLS: Sequence[str] = ("recall", "get_memory", "list_memories", "memory_history",

@@ -266,6 +266,41 @@ def auth_server(tmp_path_factory):
         yield srv, keys
 
 
+async def test_playbook_outcomes_and_consolidation_are_tools(service, tmp_path):
+    from fake_llm import FakeModel, extraction
+
+    owner = unique("alice")
+    async with in_process(service, owner) as mcp:
+        playbook = await mcp.ok("remember", text="To deploy: run the tests, then tag the release.", type="procedural")
+        assert (await mcp.ok("record_outcome", id=playbook["id"], success=True))["cell"]["scoring"]["success_count"] == 1
+        failed = await mcp.ok("record_outcome", id=playbook["id"], success=False, note="tagging failed")
+        assert failed["cell"]["scoring"]["failure_count"] == 1
+        assert (await mcp.ok("memory_history", id=playbook["id"]))["results"][-1]["changes"]["note"] == "tagging failed"
+        fact = await mcp.ok("remember", text="a plain fact")
+        assert await mcp.code("record_outcome", id=fact["id"], success=True) == "VALIDATION_ERROR"
+        assert await mcp.error("record_outcome", id=NO_SUCH_ID, success=True) == DENIED
+        assert await mcp.code("consolidate") == "NOT_CONFIGURED"  # this service has no model
+    async with in_process(service, owner, ("write",)) as writer:  # consolidation reads too
+        assert await writer.code("consolidate") == "FORBIDDEN"
+
+    fake = FakeModel().start()
+    try:
+        fake.on("extract", "I moved to Porto", reply=extraction(("The user lives in Porto.", "fact", ["I moved to Porto"])))
+        learning = build_service(Settings(store=f"sqlite:///{tmp_path}/learn.db", embedder="none",
+                                          llm_url=fake.url, llm_model="fake-1"))
+        learning.store.open()
+        async with in_process(learning, "assistant") as mcp:
+            await mcp.ok("remember", text="I moved to Porto last week.", type="episodic", owner_id="u1", session_id="s1")
+            run = await mcp.ok("consolidate", owner_id="u1", session_id="s1")
+            assert run["episodes"] == 1 and len(run["written"]) == 1
+            assert [d["action"] for d in run["decisions"]] == ["ADD"]
+            found = await mcp.ok("recall", query="Porto", owner_id="u1", types=["semantic"])
+            assert [h["id"] for h in found["results"]] == run["written"]
+        learning.store.close()
+    finally:
+        fake.stop()
+
+
 # ---------------------------------------------------------------- non-interference
 
 

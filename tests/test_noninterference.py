@@ -222,10 +222,106 @@ READ_PATHS += [
     ReadPath("as_of_list", _as_of_list),
     ReadPath("as_of_search", _as_of_search),
 ]
+
+# MCP (issue 13): the read tools and the cell resources, called on one MCP server (built once:
+# its gateway is pointed at each world's service and caller). The in-process, stdio and HTTP
+# transports are tested in test_mcp.py; here it is what the tools answer.
+_MCP: dict[str, Any] = {}
+
+
+def _mcp_server() -> tuple[Any, Any]:
+    from ampkit.mcp_server import ServiceGateway, build_mcp_server
+
+    if not _MCP:
+        gateway = ServiceGateway(None, lambda ctx: None)  # type: ignore[arg-type]
+        _MCP.update(gateway=gateway, server=build_mcp_server(gateway))
+    return _MCP["server"], _MCP["gateway"]
+
+
+def _mcp_render(calls: Callable[[Any], Any]) -> Callable[[MemoryService, str, World], Iterator[bytes]]:
+    """A read path from `calls(ask)`: an async function asking the tools through `ask`."""
+    def render(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+        import anyio
+
+        from ampkit.mcp_server import fixed_caller
+        from ampkit.server.identity import Caller
+
+        server, gateway = _mcp_server()
+        gateway.service, gateway.caller_for = service, fixed_caller(Caller(caller))
+        out: list[bytes] = []
+
+        async def ask(name: str, **args: Any) -> dict[str, Any]:
+            if name == "resource":
+                from mcp.shared.exceptions import McpError
+
+                try:
+                    body: Any = [c.content for c in await server.read_resource(args["uri"])]
+                except McpError as exc:
+                    body = {"code": exc.error.code, "message": exc.error.message, "data": exc.error.data}
+                out.append(json.dumps(body, sort_keys=True).encode())
+                return {}
+            result = await server.call_tool(name, {k: v for k, v in args.items() if v is not None})
+            out.append(json.dumps({"isError": result.isError, "text": result.content[0].text}).encode())
+            return result.structuredContent or {}
+
+        anyio.run(calls, ask, world)
+        return iter(out)
+    return render
+
+
+async def _mcp_ids(ask: Any, world: World) -> None:
+    for cid in world.visible_ids + world.noise_ids:
+        await ask("get_memory", id=cid)
+        await ask("memory_history", id=cid)
+        await ask("resource", uri=f"amp://memories/{cid}")
+        await ask("resource", uri=f"amp://memories/{cid}/history")
+        for at in AS_OF_TIMES:
+            await ask("get_memory", id=cid, as_of=at.isoformat())
+
+
+async def _mcp_lists(ask: Any, world: World) -> None:
+    for owner in world.owners:
+        for as_of in (None, *AS_OF_TIMES):
+            cursor = None
+            for _ in range(50):
+                page = await ask("list_memories", owner_id=owner, status=["active", "archived"], limit=2,
+                                 include_superseded=True, cursor=cursor, as_of=as_of and as_of.isoformat())
+                cursor = page.get("next_cursor")
+                if not cursor:
+                    break
+        if owner is not None:
+            await ask("amp_list_memories", owner_id=owner)
+
+
+async def _mcp_recall(ask: Any, world: World) -> None:
+    for owner in world.owners:
+        for word in world.query_words:
+            await ask("recall", query=word, owner_id=owner, limit=20, include_stale=True)
+            if owner is not None:
+                await ask("amp_recall", query=word, owner_id=owner, limit=20)
+            await ask("recall", query=word, owner_id=owner, limit=20, as_of=AS_OF_TIMES[-1].isoformat())
+
+
+READ_PATHS += [
+    ReadPath("mcp_get_history_resources", _mcp_render(_mcp_ids)),
+    ReadPath("mcp_list", _mcp_render(_mcp_lists)),
+    ReadPath("mcp_recall", _mcp_render(_mcp_recall)),
+]
+
+
+def test_every_mcp_read_tool_is_a_read_path():
+    import inspect
+
+    from ampkit.mcp_server import READ_TOOLS
+
+    asked = "".join(inspect.getsource(fn) for fn in (_mcp_ids, _mcp_lists, _mcp_recall))
+    assert all(f'"{tool}"' in asked for tool in READ_TOOLS)
+
+
 # Scores and keyword ranks still depend on unreadable cells until the store side of issue 10
 # (keyword windows within one access class, per-class BM25 statistics: branch i10-store) lands;
 # with that branch merged every path holds on both stores. Empty this set when it lands.
-AWAITING_STORE_FIX = {"search", "search_explain"}
+AWAITING_STORE_FIX = {"search", "search_explain", "mcp_recall"}
 
 
 # ---------------------------------------------------------------- building the two stores
