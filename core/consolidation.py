@@ -56,10 +56,15 @@ class MemoryService(Protocol):
     """What consolidation uses of `ampkit.service.MemoryService` (named here, not imported:
     the service imports this module)."""
 
-    store: Store
-    retriever: Retriever
-    clock: Callable[[], datetime]
-    dedup_threshold: float
+    # Read-only: the service is a frozen dataclass.
+    @property
+    def store(self) -> Store: ...
+    @property
+    def retriever(self) -> Retriever: ...
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+    @property
+    def dedup_threshold(self) -> float: ...
 
     def create_many_detailed(self, agent: str, reqs: Sequence[CellCreate]) -> list[tuple[MemoryCell, Optional[str]]]: ...
 
