@@ -29,7 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..access import can_read, can_write
+from ..access import can_write
 from ..errors import APIError, ValidationFailed, validation_to_api_error
 from ..models import CellCreate, CellPatch, HistoryEntry, MemoryCell, MemoryType, SearchRequest, Status
 from ..operations import metadata_filter, split_values
@@ -231,10 +231,10 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
     async def signin(request: Request) -> Response:
         if request.method == "GET":
             nonce = signer.signin_nonce()
-            response = render(request, "signin.html", None, token=signer.signin_token(nonce),
-                              next=request.query_params.get("next", ""))
-            _set_cookie(request, response, SIGNIN_COOKIE, nonce, 3600)
-            return response
+            form_page: Response = render(request, "signin.html", None, token=signer.signin_token(nonce),
+                                     next=request.query_params.get("next", ""))
+            _set_cookie(request, form_page, SIGNIN_COOKIE, nonce, 3600)
+            return form_page
         form = await request.form()
         try:
             signer.check_signin_token(request.cookies.get(SIGNIN_COOKIE), str(form.get("csrf") or ""))
@@ -244,10 +244,10 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
                 rate_check(session.agent)
         except APIError as exc:
             nonce = signer.signin_nonce()
-            response = render(request, "signin.html", None, status=exc.status, error=exc,
-                              token=signer.signin_token(nonce), next=str(form.get("next") or ""))
-            _set_cookie(request, response, SIGNIN_COOKIE, nonce, 3600)
-            return response
+            refused = render(request, "signin.html", None, status=exc.status, error=exc,
+                             token=signer.signin_token(nonce), next=str(form.get("next") or ""))
+            _set_cookie(request, refused, SIGNIN_COOKIE, nonce, 3600)
+            return refused
         response = RedirectResponse(_safe_next(request, str(form.get("next") or "")), status_code=303)
         _set_cookie(request, response, SESSION_COOKIE, cookie, int(SESSION_LIFETIME.total_seconds()))
         response.delete_cookie(SIGNIN_COOKIE, path=base(request) + "/")
@@ -280,17 +280,15 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
     async def cells(request: Request, session: UiSession) -> Response:
         agent = session.need("read")
         q = request.query_params
-        filters = {
-            "owner": q.get("owner") or None, "type": q.getlist("type") or None, "status": q.getlist("status") or None,
-            "session": q.get("session") or None, "metadata": q.get("metadata") or None,
-            "superseded": q.get("superseded") == "1",
-        }
+        owner, session_id, metadata = q.get("owner") or None, q.get("session") or None, q.get("metadata") or None
+        kinds, statuses, superseded = q.getlist("type") or None, q.getlist("status") or None, q.get("superseded") == "1"
+        filters: dict[str, Any] = {"owner": owner, "type": kinds, "status": statuses, "session": session_id,
+                                   "metadata": metadata, "superseded": superseded}
         cursor = q.get("cursor") or None
         results, total, next_cursor = await run_in_threadpool(
             lambda: service.list(
-                agent, owner_id=filters["owner"], types=split_values(filters["type"], MemoryType),
-                status=split_values(filters["status"], Status), session_id=filters["session"],
-                metadata=metadata_filter(filters["metadata"]), include_superseded=filters["superseded"],
+                agent, owner_id=owner, types=split_values(kinds, MemoryType), status=split_values(statuses, Status),
+                session_id=session_id, metadata=metadata_filter(metadata), include_superseded=superseded,
                 limit=PAGE_SIZE, cursor=cursor))
         return render(request, "cells.html", session, results=results, total=total, next_cursor=next_cursor,
                       cursor=cursor, filters=filters)
@@ -345,7 +343,7 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
         threshold = service.policy.stale_threshold
         consolidation = cell.content.metadata.get("consolidation") if isinstance(
             cell.content.metadata.get("consolidation"), dict) else None
-        episodes = []
+        episodes: list[tuple[str, Optional[MemoryCell]]] = []
         for episode_id in cell.provenance.supporting_episode_ids or []:
             try:
                 episodes.append((episode_id, service.peek(agent, episode_id)))

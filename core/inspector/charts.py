@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from markupsafe import Markup, escape
 
@@ -134,7 +134,3 @@ def decay_summary(cell: MemoryCell, now: datetime, threshold: float) -> dict[str
     return {"now": decay_score(cell, now), "days_since_use": now_day,
             "stale_after_days": cross if math.isfinite(cross) else None}
 
-
-def spark(values: Sequence[float]) -> str:
-    """Not used by a page yet; kept out."""
-    raise NotImplementedError

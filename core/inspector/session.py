@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 from ..auth import SCOPES, key_state, verify_key
 from ..access import check_agent_id
-from ..errors import Forbidden, Unauthorized
+from ..errors import Forbidden
 from ..store.base import Store
 
 SESSION_COOKIE = "ampkit_ui"
@@ -152,10 +152,6 @@ class SessionSigner:
                 if until < now:
                     del self._ended[nonce]
             self._ended[session.nonce] = now + SESSION_LIFETIME
-
-
-def unauthorized_signin() -> Unauthorized:
-    return Unauthorized("sign in first")
 
 
 __all__ = ["SESSION_COOKIE", "SESSION_LIFETIME", "SIGNIN_COOKIE", "SessionSigner", "UiSession"]
