@@ -393,7 +393,8 @@ def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSp
 
     def body(owner: str, session: Optional[str], text: str, readable_by: list[str], public: bool) -> dict[str, Any]:
         return {"content": {"text": text}, "identity": {"owner_id": owner, "session_id": session},
-                "access_policy": {"readable_by": readable_by, "public": public}}
+                "access_policy": {"readable_by": readable_by, "public": public},
+                "dedup": "off"}  # every spec is its own cell (two equal specs would dedup into one id)
 
     archive = CellPatch.model_validate({"lifecycle": {"status": "archived"}})
     steps = max(len(specs), len(noise))
