@@ -60,7 +60,7 @@ from ._pg_schema import (
 from .sql import POSTGRES, compile_filter
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
-    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
+    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
     cell_columns,
 )
 
@@ -438,6 +438,19 @@ class PostgresStore(SQLKeyReads, Store):
     def count(self, flt: CellFilter) -> int:
         where, params = filter_sql(flt)
         return int(self._query(sql.SQL("SELECT COUNT(*) FROM cells c WHERE {}").format(where), params)[0][0])
+
+    def facets(self, flt: CellFilter, limit: int, after_owner: Optional[str] = None) -> builtins.list[FacetRow]:
+        where, params = filter_sql(flt)
+        after = sql.SQL("") if after_owner is None else sql.SQL(" AND c.owner_id > %s")
+        rows = self._query(
+            sql.SQL(
+                "SELECT c.owner_id, c.type, c.status, COUNT(*) FROM cells c WHERE {where} AND c.owner_id IN "
+                "(SELECT DISTINCT c.owner_id FROM cells c WHERE {where}{after} ORDER BY c.owner_id LIMIT %s) "
+                "GROUP BY c.owner_id, c.type, c.status ORDER BY c.owner_id, c.type, c.status"
+            ).format(where=where, after=after),
+            [*params, *params, *([after_owner] if after_owner is not None else []), limit],
+        )
+        return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
 
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         terms = query_terms(query)

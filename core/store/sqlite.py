@@ -34,7 +34,7 @@ from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
 from .sql import SQLITE, compile_filter
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
-    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
+    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
     cell_columns, window_class,
 )
 
@@ -537,6 +537,17 @@ class SQLiteStore(SQLKeyReads, Store):
     def count(self, flt: CellFilter) -> int:
         where, params = filter_sql(flt)
         return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
+
+    def facets(self, flt: CellFilter, limit: int, after_owner: Optional[str] = None) -> builtins.list[FacetRow]:
+        where, params = filter_sql(flt)
+        after = "" if after_owner is None else " AND c.owner_id > ?"
+        owners = f"SELECT DISTINCT c.owner_id FROM cells c WHERE {where}{after} ORDER BY c.owner_id LIMIT ?"
+        rows = self._query(
+            f"SELECT c.owner_id, c.type, c.status, COUNT(*) FROM cells c WHERE {where} AND c.owner_id IN ({owners}) "
+            "GROUP BY c.owner_id, c.type, c.status ORDER BY c.owner_id, c.type, c.status",
+            [*params, *params, *([after_owner] if after_owner is not None else []), limit],
+        )
+        return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
 
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Okapi BM25 (FTS5's formula and constants) with its statistics (number of documents,
