@@ -390,7 +390,7 @@ def test_every_mcp_read_tool_is_a_read_path():
 # Scores and keyword ranks still depend on unreadable cells until the store side of issue 10
 # (keyword windows within one access class, per-class BM25 statistics: branch i10-store) lands;
 # with that branch merged every path holds on both stores. Empty this set when it lands.
-AWAITING_STORE_FIX = {"search", "search_explain", "mcp_recall", "inspector_search"}
+AWAITING_STORE_FIX: set[str] = set()
 
 
 # ---------------------------------------------------------------- building the two stores
