@@ -53,6 +53,7 @@ class CellSpec:
     readable_by: list[str]
     public: bool
     archived: bool
+    episodic: bool = False
 
 
 @dataclass
@@ -61,17 +62,18 @@ class NoiseSpec:
     session: Optional[str]
     words: list[str]
     then: str  # "keep" | "patch" | "delete" | "purge"
+    episodic: bool = False
 
 
 words = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)
 cell_specs = st.builds(
     CellSpec, creator=st.sampled_from(AGENTS), owner=st.sampled_from(OWNERS), session=st.sampled_from(SESSIONS),
     words=words, readable_by=st.lists(st.sampled_from(PATTERNS), max_size=2), public=st.booleans(),
-    archived=st.booleans(),
+    archived=st.booleans(), episodic=st.booleans(),
 )
 noise_specs = st.builds(
     NoiseSpec, owner=st.sampled_from(OWNERS), session=st.sampled_from(SESSIONS), words=words,
-    then=st.sampled_from(["keep", "patch", "delete", "purge"]),
+    then=st.sampled_from(["keep", "patch", "delete", "purge"]), episodic=st.booleans(),
 )
 
 
@@ -82,6 +84,8 @@ class World:
     visible_ids: list[str] = field(default_factory=list)  # every world cell (readable or not)
     noise_ids: list[str] = field(default_factory=list)
     query_words: list[str] = field(default_factory=lambda: list(WORDS))
+    file_paths: list[str] = field(default_factory=list)  # memory files (issue 11), world and noise
+    proposal_ids: list[str] = field(default_factory=list)
 
 
 class FixedIds:
@@ -331,9 +335,11 @@ def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSp
         ids.next = cid
         service.create(agent, CellCreate.model_validate(body))
 
-    def body(owner: str, session: Optional[str], text: str, readable_by: list[str], public: bool) -> dict[str, Any]:
+    def body(owner: str, session: Optional[str], text: str, readable_by: list[str], public: bool,
+             episodic: bool = False) -> dict[str, Any]:
         return {"content": {"text": text}, "identity": {"owner_id": owner, "session_id": session},
-                "access_policy": {"readable_by": readable_by, "public": public}}
+                "access_policy": {"readable_by": readable_by, "public": public},
+                "type": "episodic" if episodic else "semantic"}
 
     archive = CellPatch.model_validate({"lifecycle": {"status": "archived"}})
     steps = max(len(specs), len(noise))
@@ -341,7 +347,8 @@ def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSp
         if n < len(specs):
             spec = specs[n]
             cid = cell_id(n, noise=False)
-            create(spec.creator, body(spec.owner, spec.session, " ".join(spec.words), spec.readable_by, spec.public), cid)
+            create(spec.creator, body(spec.owner, spec.session, " ".join(spec.words), spec.readable_by, spec.public,
+                                      spec.episodic), cid)
             if spec.archived:
                 service.update(spec.creator, cid, archive)
             world.visible_ids.append(cid)
@@ -350,7 +357,7 @@ def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSp
             if spec_n.owner == caller:
                 continue  # a cell the caller owns is readable: not noise
             cid = cell_id(n, noise=True)
-            create(NOISE_AGENT, body(spec_n.owner, spec_n.session, " ".join(spec_n.words), [], False), cid)
+            create(NOISE_AGENT, body(spec_n.owner, spec_n.session, " ".join(spec_n.words), [], False, spec_n.episodic), cid)
             if spec_n.then == "patch":
                 service.update(NOISE_AGENT, cid, CellPatch.model_validate({"content": {"text": "4812 vault " * 3}}))
             elif spec_n.then in ("delete", "purge"):
@@ -361,6 +368,97 @@ def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSp
                     assert later.purge("admin", [cid]).purged == [cid]
     if with_noise:
         world.noise_ids = [cell_id(n, noise=True) for n in range(len(noise))]
+    build_files(service, ids, caller, specs, noise, world, with_noise)
+
+
+def build_files(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSpec],
+                noise: list[NoiseSpec], world: World, with_noise: bool) -> None:
+    """Memory files (issue 11): each world cell's creator writes a file into its owner's folder
+    with the cell's access policy, then proposes a change to it; the noise agent writes files
+    and proposes new ones in the same folders. Ids are fixed, as for cells."""
+    from ampkit.files import ApprovalMode, FileService, FileWrite
+    from ampkit.models import AccessPolicy
+
+    proposal_ids = iter(range(10**6))
+    next_proposal: list[str] = []
+    files = FileService(service.store, service.clock, service.limits, service.retriever, ids,
+                        lambda: next_proposal.pop())
+
+    def write(agent: str, owner: str, path: str, text: str, cid: str, policy: Optional[AccessPolicy] = None,
+              proposal: Optional[str] = None) -> None:
+        ids.next = cid
+        if proposal is not None:
+            next_proposal.append(proposal)
+        files.write(agent, FileWrite(owner_id=owner, path=path, content=text, access_policy=policy))
+        ids.next = None
+
+    def mode(owner: str, name: str) -> None:
+        files.set_approval_mode("ops", ApprovalMode(owner_id=owner, approval_mode=name))  # type: ignore[arg-type]
+
+    for owner in OWNERS:
+        mode(owner, "yolo")
+    for n, spec in enumerate(specs):
+        path = f"notes/{n}.md"
+        policy = AccessPolicy(readable_by=spec.readable_by, public=spec.public)
+        write(spec.creator, spec.owner, path, " ".join(spec.words) + "\n", cell_id(100 + n, noise=False), policy)
+        world.file_paths.append(path)
+    if with_noise:
+        for n, spec_n in enumerate(noise):
+            if spec_n.owner == caller:
+                continue
+            write(NOISE_AGENT, spec_n.owner, f"noise/{n}.md", " ".join(spec_n.words) + "\n", cell_id(100 + n, noise=True))
+    world.file_paths += [f"noise/{n}.md" for n in range(len(noise))]
+    for owner in OWNERS:
+        mode(owner, "review")
+    for n, spec in enumerate(specs):
+        pid = f"prop_{2 * next(proposal_ids):026d}"
+        write(spec.creator, spec.owner, f"notes/{n}.md", "vault tea\n", cell_id(200 + n, noise=False), proposal=pid)
+        world.proposal_ids.append(pid)
+    for n, spec_n in enumerate(noise):
+        pid = f"prop_{2 * n + 1 + 10**6:026d}"
+        if with_noise and spec_n.owner != caller:
+            write(NOISE_AGENT, spec_n.owner, f"noise-new/{n}.md", "vault tea code\n", cell_id(200 + n, noise=True),
+                  proposal=pid)
+        world.proposal_ids.append(pid)
+
+
+def _files_list_read_history(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    from ampkit.files import PROPOSALS_FILE, SESSIONS_DIR
+
+    for owner in OWNERS:
+        listed = service.files.list(caller, owner)
+        yield answer(lambda: listed)
+        yield answer(lambda: service.files.list(caller, owner, glob="notes/**"))
+        virtual = [f.path for f in listed.results if f.path.startswith(SESSIONS_DIR)]
+        for path in world.file_paths + virtual + [PROPOSALS_FILE, SESSIONS_DIR + "chat-1.md"]:
+            yield answer(lambda: service.files.read(caller, owner, path))
+            yield answer(lambda: service.files.read(caller, owner, path, offset=1, limit=1))
+            yield answer(lambda: service.files.history(caller, owner, path))
+
+
+def _files_grep_search(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    from ampkit.files import FileSearchRequest
+
+    for owner in OWNERS:
+        for word in world.query_words:
+            yield answer(lambda: service.files.grep(caller, owner, word))
+            yield answer(lambda: service.files.grep(caller, owner, word, glob="notes/**", max_count=1))
+            yield answer(lambda: service.files.search(caller, FileSearchRequest(owner_id=owner, query=word)))
+
+
+def _proposals(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for owner in [None, *OWNERS]:
+        yield answer(lambda: service.files.proposals(caller, owner))
+        yield answer(lambda: service.files.proposals(caller, owner, status="pending", proposed_by=caller))
+    for pid in world.proposal_ids:
+        yield answer(lambda: service.files.proposal(caller, pid))
+
+
+READ_PATHS += [
+    ReadPath("files_list_read_history", _files_list_read_history),
+    ReadPath("files_grep_search", _files_grep_search),
+    ReadPath("proposals", _proposals),
+]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -31,6 +31,7 @@ from ..glob import parse_stored, upgrade_stored
 from ..models import HistoryEntry, MemoryCell
 from ..textindex import fts_match, index_text, owner_token, query_terms
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
+from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
     CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
@@ -170,6 +171,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE cell_context ADD COLUMN len INTEGER NOT NULL DEFAULT 0;
         """,
     ),
+    (6, "memory files: paths, proposals, approval modes", FILES_SCHEMA),
 ]
 
 BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() constants
@@ -264,7 +266,7 @@ def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[str, list[Any]]:
     return " AND ".join(where), params
 
 
-class _SQLiteWriteTx(WriteTx):
+class _SQLiteWriteTx(SQLFileTx, WriteTx):
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
         self._dirty_windows: set[int] = set()
@@ -397,7 +399,7 @@ class _SQLiteWriteTx(WriteTx):
         self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = ?", (cell_id,))
 
 
-class SQLiteStore(SQLKeyReads, Store):
+class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
     backend = "sqlite"
 
     def __init__(
