@@ -68,6 +68,11 @@ class Settings(ClientDefaults):
     # MCP
     mcp_http: bool = Field(default=True, description="also serve MCP over streamable HTTP at /mcp (needs the mcp extra)")
 
+    # inspector (docs/inspector.md)
+    ui: bool = Field(default=True, description="serve the memory inspector web pages at /ui")
+    ui_secret: Optional[SecretStr] = Field(
+        default=None, description="signs inspector cookies; unset = random per process (a restart signs everyone out)")
+
     # retrieval
     embedder: str = Field(default="default", description="none | default | sentence-transformers:<model> | openai:<url>")
 
