@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 import ampkit.service as service_module
 from ampkit.errors import APIError
 from ampkit.models import CellCreate, CellPatch, SearchRequest
+from ampkit.retrieval import RetrievalConfig, Retriever
 from ampkit.service import MemoryService
 from ampkit.store import store_from_url
 
@@ -172,6 +173,13 @@ def _search(explain: bool) -> Callable[[MemoryService, str, World], Iterator[byt
     return render
 
 
+def _search_feedback(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    """Search with pseudo-relevance feedback on: the second query is built from first hits,
+    so an unreadable neighbour of a hit must lend it no words."""
+    feedback = replace(service, retriever=Retriever(config=RetrievalConfig(prf_docs=3, prf_terms=4)))
+    yield from _search(explain=True)(feedback, caller, world)
+
+
 def _export(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
     for owner in world.owners:
         yield answer(lambda: service.export(caller, owner_id=owner))
@@ -183,6 +191,7 @@ READ_PATHS: list[ReadPath] = [
     ReadPath("list", _list),
     ReadPath("search", _search(explain=False)),
     ReadPath("search_explain", _search(explain=True)),
+    ReadPath("search_feedback", _search_feedback),
     ReadPath("export", _export),
 ]
 
