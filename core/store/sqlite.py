@@ -35,6 +35,7 @@ from ..models import HistoryEntry, MemoryCell
 from ..textindex import fts_match, index_text, owner_token, query_terms
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
 from .sql import SQLITE, compile_filter
+from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
     CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
@@ -174,6 +175,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE cell_context ADD COLUMN len INTEGER NOT NULL DEFAULT 0;
         """,
     ),
+    (6, "memory files: paths, proposals, approval modes", FILES_SCHEMA),
 ]
 
 BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() constants
@@ -226,7 +228,7 @@ def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[str, list[Any]]:
     return compile_filter(flt, SQLITE, alias)
 
 
-class _SQLiteWriteTx(WriteTx):
+class _SQLiteWriteTx(SQLFileTx, WriteTx):
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
         self._dirty_windows: set[int] = set()
@@ -359,7 +361,7 @@ class _SQLiteWriteTx(WriteTx):
         self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = ?", (cell_id,))
 
 
-class SQLiteStore(SQLKeyReads, Store):
+class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
     backend = "sqlite"
 
     def __init__(
