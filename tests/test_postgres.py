@@ -23,7 +23,7 @@ from ampkit.models import CellCreate, CellPatch  # noqa: E402
 from ampkit.service import MemoryService  # noqa: E402
 from ampkit.store import CellFilter, StoredVector, store_from_url  # noqa: E402
 from ampkit.store.postgres import MIGRATIONS, PostgresStore, split_url  # noqa: E402
-from pg import EmbeddedPostgres  # noqa: E402
+from pg import EmbeddedPostgres, scratch_dir  # noqa: E402
 from support import run_cli  # noqa: E402
 
 pytestmark = pytest.mark.postgres
@@ -242,7 +242,7 @@ def test_missing_right_to_create_pgvector_is_explained(pg_server):
 
 
 def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
-    root = Path(tempfile.mkdtemp(prefix="ampkit-pg-outage-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="ampkit-pg-outage-", dir=scratch_dir()))
     pg = EmbeddedPostgres(root / "data", root / "sock").start()
     try:
         url = pg.url() + "&pool_timeout=1"
