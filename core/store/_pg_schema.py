@@ -134,6 +134,18 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # neighbours') are indexed again by `rewrite_hangul_windows`.
         "SELECT 1",
     ),
+    (
+        8,
+        "embedding queue",
+        # As SQLite's migration 7: cells written without a vector while the retriever embeds
+        # in the background, oldest first; a purged cell leaves the queue with its row.
+        """
+        CREATE TABLE embed_queue (
+            seq     BIGSERIAL PRIMARY KEY,
+            cell_id TEXT COLLATE "C" NOT NULL UNIQUE REFERENCES cells(id) ON DELETE CASCADE
+        );
+        """,
+    ),
 ]
 
 
