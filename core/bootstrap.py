@@ -23,7 +23,7 @@ from .consolidation import ConsolidationPolicy
 from .embeddings import embedder_from_name
 from .llm import ChatModel, ModelConfig
 from .models import utcnow
-from .retrieval import Embedder, Retriever
+from .retrieval import Embedder, RetrievalConfig, Retriever
 from .service import MemoryService
 from .store import Store, store_from_url
 
@@ -63,7 +63,9 @@ def retriever_from_settings(settings: Settings, *, background: bool = False) -> 
     wanted = settings.embed_in_background
     if wanted is None:
         wanted = bool(getattr(embedder, "background", False))
-    return Retriever(embedder=embedder, background=background and wanted)
+    config = RetrievalConfig(own_text_weight=settings.retrieval_own_text_weight,
+                             prf_docs=settings.retrieval_feedback_docs)
+    return Retriever(embedder=embedder, config=config, background=background and wanted)
 
 
 def store_from_settings(settings: Settings) -> Store:

@@ -7,6 +7,7 @@ agent id and raise `ampkit.errors` exceptions; they never see HTTP.
 
 from __future__ import annotations
 
+import base64
 import builtins
 import json
 from dataclasses import dataclass, field
@@ -75,6 +76,16 @@ if TYPE_CHECKING:
     from .llm import ChatModel
 
 SYSTEM_ACTOR = "system:lifecycle"
+
+
+@dataclass
+class OwnerCounts:
+    """One row of `MemoryService.owners`: an owner's readable cells, counted."""
+
+    owner_id: str
+    total: int = 0
+    by_type: dict[str, int] = field(default_factory=dict)
+    by_status: dict[str, int] = field(default_factory=dict)
 
 
 def new_cell_id() -> str:
@@ -700,6 +711,43 @@ class MemoryService:
         flt = CellFilter(reader=agent, owner_id=owner_id, statuses=statuses, include_superseded=True)
         return [c for c in self.store.scan(flt) if can_read(c, agent)]
 
+    def owners(
+        self, agent: str, *, types: Optional[Sequence[str]] = None, status: Optional[Sequence[str]] = None,
+        limit: Optional[int] = None, cursor: Optional[str] = None,
+    ) -> tuple[builtins.list[OwnerCounts], Optional[str]]:
+        """A page of the owners whose cells the caller may read, each with its counts by type
+        and status (the cells `list` would show, superseded ones left out). Counted in the
+        store (one GROUP BY over the readable cells): no cell is loaded."""
+        limit = self.limits.default_page_size if limit is None else limit
+        if not 1 <= limit <= self.limits.max_page_size:
+            raise ValidationFailed(f"limit must be between 1 and {self.limits.max_page_size}", {"limit": limit})
+        after = None
+        if cursor:
+            try:
+                after = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+                _check_params(cursor=after)
+            except (ValueError, ValidationFailed):
+                raise ValidationFailed("invalid cursor", {"cursor": storable_or_none(cursor)}) from None
+        wanted = status or [Status.active.value, Status.stale.value, Status.archived.value]
+        flt = CellFilter(reader=agent, types=types, statuses=self._statuses(wanted, False),
+                         not_expired_at=self.clock())
+        page: dict[str, OwnerCounts] = {}
+        for row in self.store.facets(flt, limit + 1, after):
+            counts = page.setdefault(row.owner_id, OwnerCounts(row.owner_id))
+            counts.total += row.count
+            counts.by_type[row.type] = counts.by_type.get(row.type, 0) + row.count
+            counts.by_status[row.status] = counts.by_status.get(row.status, 0) + row.count
+        owners = builtins.list(page.values())
+        next_cursor = None
+        if len(owners) > limit:
+            next_cursor = base64.urlsafe_b64encode(owners[limit - 1].owner_id.encode()).decode().rstrip("=")
+        return owners[:limit], next_cursor
+
+    def peek(self, agent: str, cell_id: str) -> MemoryCell:
+        """Read a cell under the read rule without counting a use: a person inspecting a
+        memory is not the agent using it, so its decay clock and access count stay put."""
+        return self._readable(self.store.get(cell_id), agent)
+
     # ---------------------------------------------------------------- learning
     def consolidate(self, agent: str, req: ConsolidateRequest,
                     progress: Optional[Callable[[int], None]] = None) -> ConsolidateResponse:
@@ -830,5 +878,5 @@ def spec_document(service: MemoryService, auth: dict[str, Any], mcp: Optional[di
 
 
 __all__ = [
-    "EXTENSIONS", "MemoryService", "Limits", "cell_size_bytes", "new_cell_id", "spec_document",
+    "EXTENSIONS", "MemoryService", "Limits", "OwnerCounts", "cell_size_bytes", "new_cell_id", "spec_document",
 ]

@@ -15,9 +15,10 @@ from typing import Iterable
 import psycopg
 from psycopg.types.json import Json
 
-from ..glob import parse_stored, upgrade_stored
+from ..glob import upgrade_stored
 from ..textindex import index_text
 from .base import CONTEXT_RADIUS, window_class
+from .sql.dialects import POSTGRES
 
 TEXT_CONFIG = "english"  # stemming and stop words, the counterpart of FTS5's porter tokenizer
 
@@ -228,7 +229,7 @@ def rebuild_access_and_windows(conn: psycopg.Connection, batch_size: int = 1000)
                 policy[key] = [upgrade_stored(p) for p in policy.get(key, [])]
             readable_by = policy["readable_by"]
             updates.append((Json(body), window_class(owner, session, creator, public, readable_by, status, newer),
-                            sorted({parse_stored(p).postgres_regex() for p in readable_by}), cid))
+                            sorted({POSTGRES.reader_pattern(p) for p in readable_by}), cid))
         with conn.cursor() as cur:
             cur.executemany("UPDATE cells SET body = %s, window_class = %s, reader_patterns = %s WHERE id = %s", updates)
         after = rows[-1][0]

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterator, Optional, Sequence
 
-from ..models import HistoryEntry, MemoryCell, Status
+from ..errors import ValidationFailed
+from ..models import HistoryEntry, MemoryCell, Status, storable_text
 
 ALL_STATUSES: tuple[str, ...] = tuple(status.value for status in Status)
 
@@ -121,6 +122,7 @@ def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
     """What every store keeps of a cell: the indexed columns (plain Python values, each store
     adapts the types) and the JSON body without its text, which lives once, in `text`."""
     body = cell.model_dump(mode="json")
+    check_storable(body)
     text = body["content"].pop("text")
     columns = {
         "id": cell.id,
@@ -142,8 +144,37 @@ def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
     return columns, body
 
 
+def check_storable(body: Any) -> None:
+    """Refuse a cell holding text no store can keep (NUL, a lone surrogate) with the same 422
+    on every store. The models already refuse it on input; this holds the stores to one
+    answer whatever builds the cell (SQLite would keep it, PostgreSQL would fail)."""
+    pending = [body]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str):
+            try:
+                storable_text(item)
+            except ValueError as exc:
+                raise ValidationFailed(f"cell: {exc}") from None
+
+
 # Module-level, because inside `Store` the name `list` is the method.
 HistoryPage = list[HistoryEntry]
+
+
+@dataclass(frozen=True)
+class FacetRow:
+    """One group of `Store.facets`: how many matching cells an owner has of a type and status."""
+
+    owner_id: str
+    type: str
+    status: str
+    count: int
 
 
 class WriteTx(ABC):
@@ -277,6 +308,18 @@ class Store(ABC):
         """Raise `Unavailable` when the store cannot answer a trivial read (GET /health).
         Default: a count that matches nothing, the cheapest query every store already has."""
         self.count(CellFilter(statuses=()))
+
+    def facets(self, flt: CellFilter, limit: int, after_owner: Optional[str] = None) -> builtins.list[FacetRow]:
+        """Counts of the cells matching `flt`, grouped by (owner, type, status), for the first
+        `limit` owners (in owner order) after `after_owner` that have any: one GROUP BY, so an
+        owners page never loads cells. The reader filter applies inside the query, as in
+        `count`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot count by owner")
+
+    def pending_migrations(self) -> builtins.list[tuple[int, str]]:
+        """(version, name) of the migrations `open()` would apply; reads only, needs no
+        `open()` (`ampkit migrate --check`). Default: none (a store without a schema)."""
+        return []
 
     def stats(self) -> dict[str, Any]:
         return {}

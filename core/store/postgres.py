@@ -51,16 +51,16 @@ from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import Unavailable
-from ..glob import parse_stored
 from ..models import HistoryEntry, MemoryCell
 from ..textindex import query_terms
 from ._pg_url import redact, split_url
 from ._pg_schema import (
     CLASS_NEIGHBOURS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
 )
+from .sql import POSTGRES, compile_filter
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
-    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
+    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
     cell_columns,
 )
 
@@ -136,7 +136,7 @@ def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
     columns, body = cell_columns(cell)
     return {
         **columns,
-        "reader_patterns": sorted({parse_stored(p).postgres_regex() for p in cell.access_policy.readable_by}),
+        "reader_patterns": sorted({POSTGRES.reader_pattern(p) for p in cell.access_policy.readable_by}),
         "metadata": Jsonb(body["content"].get("metadata") or {}),
         "body": Json(body),
     }
@@ -152,40 +152,9 @@ def as_vector(vector: Any) -> np.ndarray:
 
 
 def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[sql.Composable, list[Any]]:
-    """WHERE clause (without the keyword) for a CellFilter; the same meaning as SQLite's."""
-    a = sql.Identifier(alias)
-    where: list[sql.Composable] = []
-    params: list[Any] = []
-    if flt.statuses:
-        where.append(sql.SQL("{}.status = ANY(%s)").format(a))
-        params.append(list(flt.statuses))
-    else:
-        where.append(sql.SQL("FALSE"))
-    if flt.reader is not None:
-        where.append(sql.SQL(
-            "({a}.owner_id = %s OR {a}.created_by = %s OR {a}.public "
-            "OR EXISTS (SELECT 1 FROM unnest({a}.reader_patterns) p WHERE %s ~ p))"
-        ).format(a=a))
-        params.extend([flt.reader, flt.reader, flt.reader])
-    if flt.owner_id is not None:
-        where.append(sql.SQL("{}.owner_id = %s").format(a))
-        params.append(flt.owner_id)
-    if flt.types:
-        where.append(sql.SQL("{}.type = ANY(%s)").format(a))
-        params.append(list(flt.types))
-    if flt.session_id is not None:
-        where.append(sql.SQL("{}.session_id = %s").format(a))
-        params.append(flt.session_id)
-    if not flt.include_superseded:
-        where.append(sql.SQL("{}.superseded_by IS NULL").format(a))
-    if flt.not_expired_at is not None:
-        where.append(sql.SQL("({a}.expires_at IS NULL OR {a}.expires_at > %s)").format(a=a))
-        params.append(flt.not_expired_at)
-    for key, value in (flt.metadata or {}).items():
-        # JSONB equality: 3 = 3.0, true != 1, "3" != 3, null matches only an explicit null.
-        where.append(sql.SQL("{}.metadata -> %s = %s::jsonb").format(a))
-        params.extend([str(key), json.dumps(value)])
-    return sql.SQL(" AND ").join(where), params
+    """WHERE clause (without the keyword) for a CellFilter (the one compiler, PostgreSQL's spelling)."""
+    where, params = compile_filter(flt, POSTGRES, alias)
+    return sql.SQL(where), params  # compiled from our own fragments: values are parameters
 
 
 def _vector_index_name(model: str, dim: int) -> str:
@@ -480,6 +449,19 @@ class PostgresStore(SQLKeyReads, Store):
     def count(self, flt: CellFilter) -> int:
         where, params = filter_sql(flt)
         return int(self._query(sql.SQL("SELECT COUNT(*) FROM cells c WHERE {}").format(where), params)[0][0])
+
+    def facets(self, flt: CellFilter, limit: int, after_owner: Optional[str] = None) -> builtins.list[FacetRow]:
+        where, params = filter_sql(flt)
+        after = sql.SQL("") if after_owner is None else sql.SQL(" AND c.owner_id > %s")
+        rows = self._query(
+            sql.SQL(
+                "SELECT c.owner_id, c.type, c.status, COUNT(*) FROM cells c WHERE {where} AND c.owner_id IN "
+                "(SELECT DISTINCT c.owner_id FROM cells c WHERE {where}{after} ORDER BY c.owner_id LIMIT %s) "
+                "GROUP BY c.owner_id, c.type, c.status ORDER BY c.owner_id, c.type, c.status"
+            ).format(where=where, after=after),
+            [*params, *params, *([after_owner] if after_owner is not None else []), limit],
+        )
+        return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
 
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         terms = query_terms(query)

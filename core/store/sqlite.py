@@ -27,13 +27,14 @@ from typing import Any, Iterator, Optional, Sequence, cast
 import numpy as np
 
 from ..errors import Unavailable
-from ..glob import parse_stored, upgrade_stored
+from ..glob import upgrade_stored
 from ..models import HistoryEntry, MemoryCell
 from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
+from .sql import SQLITE, compile_filter
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
-    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
+    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
     cell_columns, window_class,
 )
 
@@ -237,50 +238,8 @@ def row_to_cell(text: str, body: str) -> MemoryCell:
 
 
 def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[str, list[Any]]:
-    """WHERE clause (without the keyword) for a CellFilter."""
-    where: list[str] = []
-    params: list[Any] = []
-    if flt.statuses:
-        where.append(f"{alias}.status IN ({','.join('?' * len(flt.statuses))})")
-        params.extend(flt.statuses)
-    else:
-        where.append("0")
-    if flt.reader is not None:
-        where.append(
-            f"({alias}.owner_id = ? OR {alias}.created_by = ? OR {alias}.public = 1 OR EXISTS "
-            f"(SELECT 1 FROM cell_readers r WHERE r.cell_id = {alias}.id AND ? GLOB r.pattern))"
-        )
-        params.extend([flt.reader, flt.reader, flt.reader])
-    if flt.owner_id is not None:
-        where.append(f"{alias}.owner_id = ?")
-        params.append(flt.owner_id)
-    if flt.types:
-        where.append(f"{alias}.type IN ({','.join('?' * len(flt.types))})")
-        params.extend(flt.types)
-    if flt.session_id is not None:
-        where.append(f"{alias}.session_id = ?")
-        params.append(flt.session_id)
-    if not flt.include_superseded:
-        where.append(f"{alias}.superseded_by IS NULL")
-    if flt.not_expired_at is not None:
-        where.append(f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)")
-        params.append(flt.not_expired_at.timestamp())
-    for key, value in (flt.metadata or {}).items():
-        path = '$.content.metadata."' + str(key).replace('"', '\\"') + '"'
-        if isinstance(value, (dict, list)):
-            where.append(f"json_extract({alias}.body, ?) IS NOT NULL AND json(json_extract({alias}.body, ?)) = json(?)")
-            params.extend([path, path, json.dumps(value)])
-        elif value is None:
-            where.append(f"json_type({alias}.body, ?) = 'null'")
-            params.append(path)
-        else:
-            if isinstance(value, bool):
-                where.append(f"json_type({alias}.body, ?) = ?")
-                params.extend([path, "true" if value else "false"])
-            else:
-                where.append(f"json_type({alias}.body, ?) NOT IN ('true','false') AND json_extract({alias}.body, ?) = ?")
-                params.extend([path, path, value])
-    return " AND ".join(where), params
+    """WHERE clause (without the keyword) for a CellFilter (the one compiler, SQLite's spelling)."""
+    return compile_filter(flt, SQLITE, alias)
 
 
 class _SQLiteWriteTx(WriteTx):
@@ -324,7 +283,7 @@ class _SQLiteWriteTx(WriteTx):
         self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell.id,))
         self.conn.executemany(
             "INSERT OR IGNORE INTO cell_readers(cell_id, pattern) VALUES (?, ?)",
-            [(cell.id, parse_stored(p).sqlite_glob()) for p in cell.access_policy.readable_by],
+            [(cell.id, SQLITE.reader_pattern(p)) for p in cell.access_policy.readable_by],
         )
 
     def _window(self, rowid: int) -> tuple[list[tuple[int, str]], Optional[tuple[str, str]], list[tuple[int, str]]]:
@@ -481,6 +440,19 @@ class SQLiteStore(SQLKeyReads, Store):
             raise Unavailable(f"cannot open SQLite store at {self.path}: {exc}") from exc
         self.migrate()
 
+    def pending_migrations(self) -> builtins.list[tuple[int, str]]:
+        """(version, name) of the migrations `open()` would apply; reads only (the file is
+        opened read-only, and not created), needs no `open()`."""
+        applied: set[int] = set()
+        if self.path not in ("", ":memory:") and os.path.exists(self.path):
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+            try:
+                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_migrations'").fetchone() is not None:
+                    applied = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+            finally:
+                conn.close()
+        return [(version, name) for version, name, _ in MIGRATIONS if version not in applied]
+
     def migrate(self) -> list[int]:
         """Apply pending numbered migrations; returns the versions applied."""
         conn = self._require_writer()
@@ -597,6 +569,17 @@ class SQLiteStore(SQLKeyReads, Store):
     def count(self, flt: CellFilter) -> int:
         where, params = filter_sql(flt)
         return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
+
+    def facets(self, flt: CellFilter, limit: int, after_owner: Optional[str] = None) -> builtins.list[FacetRow]:
+        where, params = filter_sql(flt)
+        after = "" if after_owner is None else " AND c.owner_id > ?"
+        owners = f"SELECT DISTINCT c.owner_id FROM cells c WHERE {where}{after} ORDER BY c.owner_id LIMIT ?"
+        rows = self._query(
+            f"SELECT c.owner_id, c.type, c.status, COUNT(*) FROM cells c WHERE {where} AND c.owner_id IN ({owners}) "
+            "GROUP BY c.owner_id, c.type, c.status ORDER BY c.owner_id, c.type, c.status",
+            [*params, *params, *([after_owner] if after_owner is not None else []), limit],
+        )
+        return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
 
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Okapi BM25 (FTS5's formula and constants) with its statistics (number of documents,
@@ -854,7 +837,7 @@ def _rebuild_access_and_windows(conn: sqlite3.Connection) -> None:
         klass = window_class(owner_id, session_id, created_by, bool(public), readable_by, status, superseded_by)
         conn.execute("UPDATE cells SET window_class = ? WHERE rowid = ?", (klass, rowid))
         conn.executemany("INSERT OR IGNORE INTO cell_readers(cell_id, pattern) VALUES (?, ?)",
-                         [(cell_id, parse_stored(p).sqlite_glob()) for p in readable_by])
+                         [(cell_id, SQLITE.reader_pattern(p)) for p in readable_by])
         rowids.append(rowid)
     tx = _SQLiteWriteTx(conn)
     for i in range(0, len(rowids), 2000):

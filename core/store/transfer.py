@@ -11,9 +11,7 @@ cells already purged at the source is not carried.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Optional
 
 from ..models import MemoryCell
@@ -105,22 +103,5 @@ def verify_copy(source: Store, destination: Store) -> list[str]:
 def pending_migrations(url: str) -> list[tuple[int, str]]:
     """(version, name) of the migrations `open()` would apply to the store at `url`; reads only."""
     from . import store_from_url
-    from .sqlite import MIGRATIONS, SQLiteStore
 
-    store = store_from_url(url)  # builds, does no I/O
-    if not isinstance(store, SQLiteStore):
-        return store.pending_migrations()  # type: ignore[attr-defined]
-    applied = _sqlite_applied(store.path)
-    return [(version, name) for version, name, _ in MIGRATIONS if version not in applied]
-
-
-def _sqlite_applied(path: str) -> set[int]:
-    if not path or path == ":memory:" or not Path(path).exists():
-        return set()
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_migrations'").fetchone() is None:
-            return set()
-        return {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
-    finally:
-        conn.close()
+    return store_from_url(url).pending_migrations()  # builds (no I/O), then reads only

@@ -1,0 +1,166 @@
+"""How each SQL database spells what the compiler (`compiler.py`) asks for.
+
+A dialect answers "how do I write this here" and nothing else: placeholders, a membership
+test, a boolean column, the reader-pattern match (patterns compiled by `ampkit.glob`, the one
+grammar), a metadata value compared as JSON, the encoding of times, row locks, and which
+driver errors mean what. The meaning of a filter lives once, in the compiler.
+
+No driver is imported at module level: the PostgreSQL dialect must load without psycopg.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Sequence
+
+from ...glob import parse_stored
+
+SQLFragment = tuple[str, list[Any]]
+
+
+class Dialect:
+    """The spelling interface; see SQLiteDialect and PostgresDialect."""
+
+    name = "abstract"
+    param = "?"  # the driver's placeholder
+    false = "0"  # a condition that is never true
+    for_update = ""  # suffix of a SELECT that locks its rows until the transaction ends
+
+    def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
+        raise NotImplementedError
+
+    def is_true(self, column: str) -> str:
+        raise NotImplementedError
+
+    def reader_pattern(self, pattern: str) -> str:
+        """A stored `readable_by` pattern compiled for `reader_matches` (ampkit.glob)."""
+        raise NotImplementedError
+
+    def reader_matches(self, alias: str) -> str:
+        """A condition with one placeholder (the agent id): some compiled reader pattern of
+        the row `alias` matches the agent."""
+        raise NotImplementedError
+
+    def expiry(self, value: datetime) -> Any:
+        """A time as the `expires_at` column holds it."""
+        raise NotImplementedError
+
+    def metadata_equals(self, alias: str, key: str, value: Any) -> SQLFragment:
+        """`content.metadata[key]` equals `value` as JSON (`ampkit.versions.json_equal`):
+        3 = 3.0, true != 1, "3" != 3, objects equal whatever their key order, arrays in order,
+        null matches only an explicit null, a missing key matches nothing."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ the error map
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    def is_unstorable_text(self, exc: BaseException) -> bool:
+        """The database refused a value it cannot hold (NUL in text)."""
+        return False
+
+
+class SQLiteDialect(Dialect):
+    name = "sqlite"
+    param = "?"
+    false = "0"
+    for_update = ""  # writers are serialised (BEGIN IMMEDIATE): every row read is already ours
+
+    def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
+        return f"{column} IN ({','.join('?' * len(values))})", list(values)
+
+    def is_true(self, column: str) -> str:
+        return f"{column} = 1"
+
+    def reader_pattern(self, pattern: str) -> str:
+        return parse_stored(pattern).sqlite_glob()
+
+    def reader_matches(self, alias: str) -> str:
+        return f"EXISTS (SELECT 1 FROM cell_readers r WHERE r.cell_id = {alias}.id AND ? GLOB r.pattern)"
+
+    def expiry(self, value: datetime) -> float:
+        return value.timestamp()
+
+    def metadata_equals(self, alias: str, key: str, value: Any) -> SQLFragment:
+        # json_each instead of a JSON path: a path cannot name every key (a '"' or a trailing
+        # '\' in a key makes json_extract answer NULL), and `m.key = ?` can.
+        params: list[Any] = [key]
+        condition = self._json_equals("m0", value, 1, params)
+        return (f"EXISTS (SELECT 1 FROM json_each({alias}.body, '$.content.metadata') m0 "
+                f"WHERE m0.key = ? AND {condition})", params)
+
+    def _json_equals(self, entry: str, value: Any, depth: int, params: list[Any]) -> str:
+        """The json_each row `entry` holds `value` (structurally, so key order never counts)."""
+        if value is None:
+            return f"{entry}.type = 'null'"
+        if isinstance(value, bool):
+            return f"{entry}.type = '{'true' if value else 'false'}'"
+        if isinstance(value, (int, float)):
+            params.append(value)
+            return f"{entry}.type IN ('integer', 'real') AND {entry}.atom = ?"
+        if isinstance(value, str):
+            params.append(value)
+            return f"{entry}.type = 'text' AND {entry}.atom = ?"
+        child = f"m{depth}"
+        if isinstance(value, dict):
+            items: list[tuple[Any, Any]] = list(value.items())
+            shape = f"{entry}.type = 'object' AND (SELECT COUNT(*) FROM json_each({entry}.value)) = {len(items)}"
+        else:
+            items = list(enumerate(value))
+            shape = f"{entry}.type = 'array' AND json_array_length({entry}.value) = {len(items)}"
+        parts = [shape]
+        for k, v in items:
+            params.append(k)
+            inner = self._json_equals(child, v, depth + 1, params)
+            parts.append(f"EXISTS (SELECT 1 FROM json_each({entry}.value) {child} WHERE {child}.key = ? AND {inner})")
+        return " AND ".join(parts)
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        import sqlite3
+
+        return isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc)
+
+
+class PostgresDialect(Dialect):
+    name = "postgresql"
+    param = "%s"
+    false = "FALSE"
+    for_update = " FOR UPDATE"  # two servers updating one cell queue on the row lock
+
+    def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
+        return f"{column} = ANY(%s)", [list(values)]
+
+    def is_true(self, column: str) -> str:
+        return column
+
+    def reader_pattern(self, pattern: str) -> str:
+        return parse_stored(pattern).postgres_regex()
+
+    def reader_matches(self, alias: str) -> str:
+        return f"EXISTS (SELECT 1 FROM unnest({alias}.reader_patterns) p WHERE %s ~ p)"
+
+    def expiry(self, value: datetime) -> datetime:
+        return value
+
+    def metadata_equals(self, alias: str, key: str, value: Any) -> SQLFragment:
+        import json
+
+        # JSONB equality is already structural: key order never counts, 3 = 3.0, true != 1.
+        return f"{alias}.metadata -> %s = %s::jsonb", [str(key), json.dumps(value)]
+
+    def is_unique_violation(self, exc: BaseException) -> bool:
+        import psycopg
+
+        return isinstance(exc, psycopg.errors.UniqueViolation)
+
+    def is_unstorable_text(self, exc: BaseException) -> bool:
+        import psycopg
+
+        # psycopg refuses NUL in a text parameter itself (DataError); the server refuses a
+        # \u0000 escape inside JSON it must convert (UntranslatableCharacter).
+        return isinstance(exc, psycopg.errors.UntranslatableCharacter) or (
+            isinstance(exc, psycopg.DataError) and "NUL" in str(exc))
+
+
+SQLITE = SQLiteDialect()
+POSTGRES = PostgresDialect()
