@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
+import hashlib
 import json
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -161,6 +164,9 @@ def _diff(old: Any, new: Any, prefix: str = "") -> dict[str, list[Any]]:
     return {} if old == new else {prefix: [old, new]}
 
 
+_DEDUP_STRIPES = [threading.Lock() for _ in range(64)]
+
+
 @dataclass
 class MemoryService:
     store: Store
@@ -254,6 +260,21 @@ class MemoryService:
                        {"key": key})
 
     # ---------------------------------------------------------------- create
+    def _dedup_guard(self, reqs: Sequence[CellCreate], cells: list[MemoryCell]) -> contextlib.ExitStack:
+        """Holds, from the duplicate check to the commit, one lock per (owner, type, normalised
+        text) among these cells: two identical writes racing each other in this process store
+        one cell, not two. (Across server processes the check stays best effort.)"""
+        stripes = sorted({
+            int.from_bytes(hashlib.blake2b(
+                f"{c.identity.owner_id}\0{c.type}\0{normalise_text(c.content.text)}".encode(), digest_size=4,
+            ).digest(), "big") % len(_DEDUP_STRIPES)
+            for r, c in zip(reqs, cells) if (r.dedup or self.dedup_default) != "off"
+        })
+        stack = contextlib.ExitStack()
+        for i in stripes:  # in order: no two batches wait for each other
+            stack.enter_context(_DEDUP_STRIPES[i])
+        return stack
+
     def create(self, agent: str, req: CellCreate) -> MemoryCell:
         return self.create_many(agent, [req])[0]
 
@@ -332,6 +353,11 @@ class MemoryService:
         now = self.clock()
         cells = [self._build(r, agent, now) for r in reqs]
         vectors = self.retriever.vectors_for([c.content.text for c in cells])
+        with self._dedup_guard(reqs, cells):
+            return self._create_checked(agent, reqs, cells, vectors, now)
+
+    def _create_checked(self, agent: str, reqs: Sequence[CellCreate], cells: list[MemoryCell],
+                        vectors: Sequence[Any], now: datetime) -> list[tuple[MemoryCell, Optional[str]]]:
         dups = self._duplicates(agent, reqs, cells, vectors, now)
         out: list[tuple[MemoryCell, Optional[str]]] = []
         stored: set[str] = set()

@@ -2,14 +2,12 @@
 
 Fusion and the vector index are exercised in process on a real SQLite file with a fake
 embedder (the test is about ranking, not about a model); what users see (a paraphrase found
-by meaning, reindex after a model change) goes through real `ampkit serve` processes and the
-real `ampkit reindex` command with the shipped default model.
+by meaning, reindex after a model change) goes through real servers over HTTP and the
+`ampkit reindex` command with the shipped default model.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import replace
 from datetime import datetime, timezone
 
@@ -22,6 +20,7 @@ from ampkit.retrieval import RetrievalConfig, Retriever
 from ampkit.service import MemoryService
 from ampkit.store.base import CellFilter, StoredVector
 from ampkit.store.sqlite import SQLiteStore
+from support import run_cli
 
 CONCEPTS = {"pet": {"pet", "cat", "kitten"}, "money": {"invoice", "money"}, "travel": {"travel", "trip"}}
 
@@ -153,12 +152,10 @@ def test_reindex_after_a_model_change(tmp_path, server_factory):
         assert http.post("/memories/search", json={"query": "canine companion"}).json()["results"] == []
     srv.stop()
 
-    run = subprocess.run([sys.executable, "-m", "ampkit.cli", "reindex", "--store", url, "--embedder", "default"],
-                         capture_output=True, text=True, timeout=120)
+    run = run_cli("reindex", "--store", url, "--embedder", "default")
     assert run.returncode == 0, run.stderr
     assert "re-embedded 2 cells" in run.stdout and "reindex" in run.stderr  # the tqdm bar
-    again = subprocess.run([sys.executable, "-m", "ampkit.cli", "reindex", "--store", url, "--embedder", "default"],
-                           capture_output=True, text=True, timeout=120)
+    again = run_cli("reindex", "--store", url, "--embedder", "default")
     assert "re-embedded 0 cells" in again.stdout  # already current: skipped
 
     srv = server_factory(store_url=url, env={"AMPKIT_EMBEDDER": "default"})
