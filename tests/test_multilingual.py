@@ -88,8 +88,8 @@ def test_korean_terms_are_stems_and_stem_bigrams_without_question_words():
     assert query_terms("내가 못 먹는 음식 있어?") == ["먹는", "음식", "먹"]
 
 
-def test_migration_6_reindexes_korean_windows(tmp_path):
-    """A store whose keyword index predates Korean stems (version 5) finds a Korean word
+def test_migration_7_reindexes_korean_windows(tmp_path):
+    """A store whose keyword index predates Korean stems (before version 7) finds a Korean word
     under another particle after the upgrade, and not before it."""
     from ampkit.models import CellCreate
     from ampkit.service import MemoryService
@@ -111,7 +111,7 @@ def test_migration_6_reindexes_korean_windows(tmp_path):
         conn.execute("DELETE FROM cell_context WHERE rowid = ?", (rowid,))  # as version 5 indexed it: no stems
         conn.execute("INSERT INTO cell_context(rowid, text, owner, terms, len) VALUES (?, ?, ?, '{}', 1)",
                      (rowid, text.split("\n")[0], owner))
-    conn.execute("DELETE FROM schema_migrations WHERE version = 6")
+    conn.execute("DELETE FROM schema_migrations WHERE version = 7")
     conn.execute("COMMIT")
     stem_matches = "SELECT count(*) FROM cells_fts WHERE cells_fts MATCH '\"강아지\"'"
     assert conn.execute(stem_matches).fetchone()[0] == 0
@@ -120,7 +120,7 @@ def test_migration_6_reindexes_korean_windows(tmp_path):
     store = SQLiteStore(path)
     store.open()
     try:
-        assert store.schema_version() >= 6
+        assert store.schema_version() >= 7
         assert store._query(stem_matches)[0][0] == 1
         hits = store.keyword_candidates("강아지는 몇 살이야", CellFilter(reader="minji", owner_id="minji"), 10)
         assert len(hits) == 1

@@ -17,6 +17,7 @@ from psycopg.types.json import Json
 
 from ..glob import upgrade_stored
 from ..textindex import index_text
+from ._files import FILES_SCHEMA
 from .base import CONTEXT_RADIUS, window_class
 from .sql.dialects import POSTGRES
 
@@ -128,17 +129,18 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX cells_window_seq ON cells (window_class, seq) WHERE window_class IS NOT NULL;
         """,
     ),
+    (7, "memory files: paths, proposals, approval modes", FILES_SCHEMA),
     (
-        7,
+        8,
         "keyword index: Korean words by stem (particles and endings stripped)",
-        # As SQLite's migration 6: the windows that hold Korean text (a Korean cell's and its
+        # As SQLite's migration 7: the windows that hold Korean text (a Korean cell's and its
         # neighbours') are indexed again by `rewrite_hangul_windows`.
         "SELECT 1",
     ),
     (
-        8,
+        9,
         "embedding queue",
-        # As SQLite's migration 7: cells written without a vector while the retriever embeds
+        # As SQLite's migration 8: cells written without a vector while the retriever embeds
         # in the background, oldest first; a purged cell leaves the queue with its row.
         """
         CREATE TABLE embed_queue (
@@ -237,7 +239,7 @@ def rebuild_access_and_windows(conn: psycopg.Connection, batch_size: int = 1000)
 
 
 def rewrite_hangul_windows(conn: psycopg.Connection) -> None:
-    """Migration 7: the windows of cells with Korean text, and of their neighbours, again."""
+    """Migration 8: the windows of cells with Korean text, and of their neighbours, again."""
     ids = [r[0] for r in conn.execute("SELECT id FROM cells WHERE text ~ '[가-힣]'")]
     for i in range(0, len(ids), 1000):
         chunk = ids[i : i + 1000]
@@ -246,4 +248,4 @@ def rewrite_hangul_windows(conn: psycopg.Connection) -> None:
 
 
 # Python steps that run inside a migration's transaction, after its SQL.
-MIGRATION_STEPS = {3: rebuild_keyword_index, 6: rebuild_access_and_windows, 7: rewrite_hangul_windows}
+MIGRATION_STEPS = {3: rebuild_keyword_index, 6: rebuild_access_and_windows, 8: rewrite_hangul_windows}

@@ -32,6 +32,7 @@ from ..models import HistoryEntry, MemoryCell
 from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
 from .sql import SQLITE, compile_filter
+from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
     CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
@@ -171,8 +172,9 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE cell_context ADD COLUMN len INTEGER NOT NULL DEFAULT 0;
         """,
     ),
+    (6, "memory files: paths, proposals, approval modes", FILES_SCHEMA),
     (
-        6,
+        7,
         "keyword index: Korean words by stem (particles and endings stripped)",
         # ampkit.textindex now indexes a Korean word's stem and the stem's bigrams instead of
         # the bigrams of the whole word; the Python step (`_rewrite_hangul_windows`) rewrites
@@ -180,7 +182,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         "",
     ),
     (
-        7,
+        8,
         "embedding queue",
         # Cells written without a vector while the retriever embeds in the background
         # (docs/retrieval.md#embedding-in-the-background), oldest first; a worker embeds them in
@@ -242,7 +244,7 @@ def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[str, list[Any]]:
     return compile_filter(flt, SQLITE, alias)
 
 
-class _SQLiteWriteTx(WriteTx):
+class _SQLiteWriteTx(SQLFileTx, WriteTx):
     def __init__(self, conn: sqlite3.Connection, embed_queue: bool = False):
         self.conn = conn
         self.embed_queue = embed_queue
@@ -388,7 +390,7 @@ class _SQLiteWriteTx(WriteTx):
         self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = ?", (cell_id,))
 
 
-class SQLiteStore(SQLKeyReads, Store):
+class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
     backend = "sqlite"
 
     def __init__(
@@ -846,7 +848,7 @@ def _rebuild_access_and_windows(conn: sqlite3.Connection) -> None:
 
 
 def _rewrite_hangul_windows(conn: sqlite3.Connection) -> None:
-    """Migration 6: the windows whose text holds Korean, indexed again."""
+    """Migration 7: the windows whose text holds Korean, indexed again."""
     rowids = [rowid for rowid, text in conn.execute("SELECT rowid, text FROM cell_context") if has_hangul(text)]
     tx = _SQLiteWriteTx(conn)
     for i in range(0, len(rowids), 2000):
@@ -855,4 +857,4 @@ def _rewrite_hangul_windows(conn: sqlite3.Connection) -> None:
 
 
 # Python steps that run inside a migration's transaction, after its SQL.
-MIGRATION_STEPS = {5: _rebuild_access_and_windows, 6: _rewrite_hangul_windows}
+MIGRATION_STEPS = {5: _rebuild_access_and_windows, 7: _rewrite_hangul_windows}
