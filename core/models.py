@@ -564,10 +564,21 @@ class EmbeddingHealth(Closed):
                                                      "until embedded, search finds them by keyword")
 
 
+class VectorIndexHealth(Closed):
+    state: Literal["none", "loading", "ready"] = Field(
+        default="none", description="loading: the in-memory vector index is filling after a start; until ready the dense "
+                                    "leg ranks a small filtered set from the stored rows and is skipped for wide ones")
+    vectors: int = Field(default=0, ge=0, description="vectors in memory (all models)")
+    approximate: Literal["none", "building", "ready", "unavailable"] = Field(
+        default="none", description="the HNSW graph for wide searches: building (the exact scan answers meanwhile), "
+                                    "ready (built, or loaded from where the store saved it), unavailable (no hnswlib)")
+
+
 class Health(Closed):
     status: Literal["ok"] = "ok"
     amp_version: str = AMP_VERSION
     embedding: EmbeddingHealth = Field(default_factory=EmbeddingHealth)
+    vector_index: VectorIndexHealth = Field(default_factory=VectorIndexHealth)
 
 
 # PATCH fields the server manages: (section or None for the top level, field). A reader may

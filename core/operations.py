@@ -35,6 +35,7 @@ from .models import (
     ErrorEnvelope,
     EmbeddingHealth,
     Health,
+    VectorIndexHealth,
     HistoryResponse,
     LifecycleRunRequest,
     LifecycleRunResponse,
@@ -257,7 +258,9 @@ def _health(ctx: Context, inputs: Inputs) -> Health:
     # Readiness, not just liveness: a load balancer takes a server whose store is down
     # out of rotation (503 UNAVAILABLE) and back when the store returns.
     ctx.service.store.ping()
-    return Health(embedding=EmbeddingHealth(**ctx.service.embedding_status()))
+    state = getattr(ctx.service.store, "vector_index_state", None)  # stores with an in-memory index
+    return Health(vector_index=VectorIndexHealth(**state()) if state else VectorIndexHealth(),
+                  embedding=EmbeddingHealth(**ctx.service.embedding_status()))
 
 
 def batch_response(created: Sequence[tuple[MemoryCell, Optional[str]]]) -> BatchCreateResponse:
