@@ -38,6 +38,15 @@ def main() -> None:
     """ampkit: one shared long-term memory for AI agents (AMP v0.1 wire protocol)."""
 
 
+def _register_files() -> None:
+    from .cli_files import register
+
+    register(main)
+
+
+_register_files()
+
+
 @main.command()
 @click.option("--host", default=None, help="interface to listen on [default: 127.0.0.1]")
 @click.option("--port", default=None, type=int, help="port [default: 8765]")

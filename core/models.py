@@ -438,6 +438,20 @@ class ListResponse(Closed):
     next_cursor: Optional[str] = None
 
 
+class MetadataValue(Closed):
+    value: str
+    count: int = Field(description="readable cells holding this value")
+
+
+class MetadataValuesResponse(Closed):
+    """GET /memories/values (extension): the distinct values of one metadata key among the
+    readable cells a list with the same filters would show, in code point order, paged."""
+
+    key: str
+    results: list[MetadataValue]
+    next_cursor: Optional[str] = None
+
+
 class HistoryEntry(Closed):
     seq: int
     cell_id: CellId

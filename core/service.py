@@ -60,6 +60,8 @@ from .models import (
     LifecycleRunResponse,
     MemoryCell,
     MemoryType,
+    MetadataValue,
+    MetadataValuesResponse,
     PurgeRefusal,
     PurgeResponse,
     SearchHit,
@@ -791,6 +793,41 @@ class MemoryService:
         if len(owners) > limit:
             next_cursor = base64.urlsafe_b64encode(owners[limit - 1].owner_id.encode()).decode().rstrip("=")
         return owners[:limit], next_cursor
+
+    def metadata_values(
+        self, agent: str, key: str, *, owner_id: Optional[str] = None, types: Optional[Sequence[str]] = None,
+        status: Optional[Sequence[str]] = None, include_stale: bool = False, session_id: Optional[str] = None,
+        metadata: Optional[dict[str, Any]] = None, limit: Optional[int] = None, cursor: Optional[str] = None,
+    ) -> MetadataValuesResponse:
+        """The distinct string values of `content.metadata[key]` among the cells the caller
+        may read that `list` with these filters would show (superseded ones left out), each
+        with its count; grouped in the store, so no cell is loaded (the LangGraph adapter
+        lists namespaces with it)."""
+        limit = self.limits.default_page_size if limit is None else limit
+        if not 1 <= limit <= self.limits.max_page_size:
+            raise ValidationFailed(f"limit must be between 1 and {self.limits.max_page_size}", {"limit": limit})
+        if not key or len(key) > 256:
+            raise ValidationFailed("key: a metadata key of 1 to 256 characters", {"param": "key"})
+        _check_params(owner_id=owner_id, session_id=session_id, metadata=metadata)
+        try:
+            check_json_value({key: None})
+        except ValueError as exc:
+            raise ValidationFailed(f"key: {exc}", {"param": "key"}) from None
+        after = None
+        if cursor:
+            try:
+                after = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+                check_json_value(after)
+            except ValueError:
+                raise ValidationFailed("invalid cursor", {"cursor": storable_or_none(cursor)}) from None
+        flt = CellFilter(reader=agent, owner_id=owner_id, types=types, statuses=self._statuses(status, include_stale),
+                         session_id=session_id, metadata=metadata, not_expired_at=self.clock())
+        rows = self.store.metadata_values(flt, key, limit + 1, after)
+        next_cursor = None
+        if len(rows) > limit:
+            next_cursor = base64.urlsafe_b64encode(rows[limit - 1][0].encode()).decode().rstrip("=")
+        return MetadataValuesResponse(key=key, results=[MetadataValue(value=v, count=n) for v, n in rows[:limit]],
+                                      next_cursor=next_cursor)
 
     def peek(self, agent: str, cell_id: str) -> MemoryCell:
         """Read a cell under the read rule without counting a use: a person inspecting a

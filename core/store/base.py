@@ -337,6 +337,13 @@ class Store(ABC):
         `count`."""
         raise NotImplementedError(f"{type(self).__name__} cannot count by owner")
 
+    def metadata_values(self, flt: CellFilter, key: str, limit: int,
+                        after: Optional[str] = None) -> builtins.list[tuple[str, int]]:
+        """The distinct string values of `content.metadata[key]` among the cells matching
+        `flt`, in order, the first `limit` after `after`, each with how many cells hold it:
+        one GROUP BY, no cell loaded. The reader filter applies inside the query."""
+        raise NotImplementedError(f"{type(self).__name__} cannot group by a metadata value")
+
     def pending_migrations(self) -> builtins.list[tuple[int, str]]:
         """(version, name) of the migrations `open()` would apply; reads only, needs no
         `open()` (`ampkit migrate --check`). Default: none (a store without a schema)."""

@@ -464,6 +464,18 @@ class PostgresStore(SQLFileReads, SQLKeyReads, Store):
         )
         return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
 
+    def metadata_values(self, flt: CellFilter, key: str, limit: int,
+                        after: Optional[str] = None) -> builtins.list[tuple[str, int]]:
+        where, params = filter_sql(flt)
+        value, value_params = POSTGRES.metadata_text("c", key)
+        rows = self._query(
+            sql.SQL("SELECT v, COUNT(*) FROM (SELECT " + value + " AS v FROM cells c WHERE {where}) t "
+                    "WHERE v IS NOT NULL" + ("" if after is None else " AND v COLLATE \"C\" > %s")
+                    + " GROUP BY v ORDER BY v COLLATE \"C\" LIMIT %s").format(where=where),
+            [*value_params, *params, *([] if after is None else [after]), limit],
+        )
+        return [(v, int(n)) for v, n in rows]
+
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         terms = query_terms(query)
         if not terms:

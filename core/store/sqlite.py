@@ -612,6 +612,17 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
         )
         return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
 
+    def metadata_values(self, flt: CellFilter, key: str, limit: int,
+                        after: Optional[str] = None) -> builtins.list[tuple[str, int]]:
+        where, params = filter_sql(flt)
+        value, value_params = SQLITE.metadata_text("c", key)
+        rows = self._query(
+            f"SELECT v, COUNT(*) FROM (SELECT {value} AS v FROM cells c WHERE {where}) "
+            f"WHERE v IS NOT NULL{'' if after is None else ' AND v > ?'} GROUP BY v ORDER BY v LIMIT ?",
+            [*value_params, *params, *([] if after is None else [after]), limit],
+        )
+        return [(v, int(n)) for v, n in rows]
+
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Okapi BM25 (FTS5's formula and constants) with its statistics (number of documents,
         mean length, document frequencies) taken over the cells `flt` admits, not the whole
