@@ -576,6 +576,13 @@ class ErrorEnvelope(Closed):
     error: ErrorDetail
 
 
+class EmbeddingHealth(Closed):
+    model: Optional[str] = Field(default=None, description="the embedder's name; null: keyword search only")
+    background: bool = Field(default=False, description="cells are embedded after the write, from a queue in the store")
+    queued: int = Field(default=0, ge=0, description="cells waiting for a vector, over all owners (a count only); "
+                                                     "until embedded, search finds them by keyword")
+
+
 class VectorIndexHealth(Closed):
     state: Literal["none", "loading", "ready"] = Field(
         default="none", description="loading: the in-memory vector index is filling after a start; until ready the dense "
@@ -589,6 +596,7 @@ class VectorIndexHealth(Closed):
 class Health(Closed):
     status: Literal["ok"] = "ok"
     amp_version: str = AMP_VERSION
+    embedding: EmbeddingHealth = Field(default_factory=EmbeddingHealth)
     vector_index: VectorIndexHealth = Field(default_factory=VectorIndexHealth)
 
 
