@@ -85,6 +85,9 @@ TEXT_FIELDS = ("text", "content", "memory", "data")
 # ---------------------------------------------------------------- LangGraph BaseStore
 
 
+NAMESPACE_PAGE = 200  # namespaces per request (the server's largest page)
+
+
 def namespace_scope(namespace: Sequence[str]) -> str:
     # LangGraph refuses "." inside labels, so the join is reversible.
     return FRAMEWORK + ":" + ".".join(namespace)
@@ -294,8 +297,17 @@ class AmpkitStore(BaseStore):
         prefixes = [c.path for c in conditions if c.match_type == "prefix" and "*" not in c.path]
         owner = self.owner_of(prefixes[0] if prefixes else ())
         in_prefix = prefix_filter(prefixes[0]) if prefixes else {FRAMEWORK_TAG: FRAMEWORK}
-        cells = yield call("list", owner_id=owner, metadata=in_prefix)
-        namespaces = {_namespace_of(c) for c in cells}
+        # The server groups the items' scope tags (one row per namespace, no item loaded).
+        namespaces: set[tuple[str, ...]] = set()
+        cursor = None
+        while True:
+            page = yield call("metadata_values", SCOPE_TAG, owner_id=owner, metadata=in_prefix,
+                              page_size=NAMESPACE_PAGE, cursor=cursor)
+            namespaces.update(tuple(v.value[len(FRAMEWORK) + 1:].split(".")) for v in page.results
+                              if v.value.startswith(FRAMEWORK + ":"))
+            cursor = page.next_cursor
+            if not cursor:
+                break
         namespaces = {ns for ns in namespaces
                       if all(namespace_matches(c.match_type, c.path, ns) for c in conditions)}
         if op.max_depth is not None:

@@ -318,7 +318,17 @@ async def _mcp_recall(ask: Any, world: World) -> None:
             await ask("recall", query=word, owner_id=owner, limit=20, as_of=AS_OF_TIMES[-1].isoformat())
 
 
+async def _mcp_files(ask: Any, world: World) -> None:
+    for owner in OWNERS:
+        await ask("ls_files", owner_id=owner)
+        for path in world.file_paths + ["proposals.md", "sessions/chat-1.md"]:
+            await ask("read_file", owner_id=owner, path=path)
+        for word in world.query_words:
+            await ask("grep_files", owner_id=owner, pattern=word)
+
+
 READ_PATHS += [
+    ReadPath("mcp_files", _mcp_render(_mcp_files)),
     ReadPath("mcp_get_history_resources", _mcp_render(_mcp_ids)),
     ReadPath("mcp_list", _mcp_render(_mcp_lists)),
     ReadPath("mcp_recall", _mcp_render(_mcp_recall)),
@@ -391,7 +401,23 @@ def _consolidation(service: MemoryService, caller: str, world: World) -> Iterato
     yield json.dumps(prompts).encode()
 
 
+# Metadata values (GET /memories/values, the LangGraph adapter's namespace listing): which
+# values exist and how many cells hold each, over readable cells only.
+def _metadata_values(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for owner in world.owners:
+        for size in (1, 100):
+            cursor = None
+            for _ in range(50):
+                page = answer(lambda: service.metadata_values(caller, "topic", owner_id=owner, limit=size,
+                                                              cursor=cursor, status=["active", "archived"]))
+                yield page
+                cursor = json.loads(page).get("next_cursor")
+                if not cursor:
+                    break
+
+
 READ_PATHS += [
+    ReadPath("metadata_values", _metadata_values),
     ReadPath("dedup_create", _dedup_creates),
     ReadPath("consolidate", _consolidation),
 ]
@@ -461,7 +487,7 @@ def test_every_mcp_read_tool_is_a_read_path():
 
     from ampkit.mcp_server import READ_TOOLS
 
-    asked = "".join(inspect.getsource(fn) for fn in (_mcp_ids, _mcp_lists, _mcp_recall))
+    asked = "".join(inspect.getsource(fn) for fn in (_mcp_ids, _mcp_lists, _mcp_recall, _mcp_files))
     assert all(f'"{tool}"' in asked for tool in READ_TOOLS)
 
 
@@ -476,7 +502,8 @@ def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSp
 
     def body(owner: str, session: Optional[str], text: str, readable_by: list[str], public: bool,
              episodic: bool) -> dict[str, Any]:
-        return {"content": {"text": text}, "identity": {"owner_id": owner, "session_id": session},
+        return {"content": {"text": text, "metadata": {"topic": text.split()[0]}},
+                "identity": {"owner_id": owner, "session_id": session},
                 "access_policy": {"readable_by": readable_by, "public": public},
                 "type": "episodic" if episodic else "semantic",
                 # every spec is its own cell (two equal specs would dedup into one id), and a noise
