@@ -10,7 +10,7 @@ No driver is imported at module level: the PostgreSQL dialect must load without 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Sequence
 
 from ...glob import parse_stored
@@ -25,6 +25,7 @@ class Dialect:
     param = "?"  # the driver's placeholder
     false = "0"  # a condition that is never true
     for_update = ""  # suffix of a SELECT that locks its rows until the transaction ends
+    timestamp_type = "TEXT"  # the column type of a bookkeeping time (schema_migrations.applied_at)
 
     def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
         raise NotImplementedError
@@ -43,6 +44,14 @@ class Dialect:
 
     def expiry(self, value: datetime) -> Any:
         """A time as the `expires_at` column holds it."""
+        raise NotImplementedError
+
+    def history_time(self, value: datetime) -> Any:
+        """A history entry's time as the `history.at` column holds it."""
+        raise NotImplementedError
+
+    def now(self) -> SQLFragment:
+        """An expression for the current time, in a `timestamp_type` column."""
         raise NotImplementedError
 
     def metadata_equals(self, alias: str, key: str, value: Any) -> SQLFragment:
@@ -80,6 +89,12 @@ class SQLiteDialect(Dialect):
 
     def expiry(self, value: datetime) -> float:
         return value.timestamp()
+
+    def history_time(self, value: datetime) -> str:
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+    def now(self) -> SQLFragment:
+        return "?", [datetime.now(timezone.utc).isoformat()]
 
     def metadata_equals(self, alias: str, key: str, value: Any) -> SQLFragment:
         # json_each instead of a JSON path: a path cannot name every key (a '"' or a trailing
@@ -126,6 +141,7 @@ class PostgresDialect(Dialect):
     param = "%s"
     false = "FALSE"
     for_update = " FOR UPDATE"  # two servers updating one cell queue on the row lock
+    timestamp_type = "TIMESTAMPTZ"
 
     def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
         return f"{column} = ANY(%s)", [list(values)]
@@ -141,6 +157,12 @@ class PostgresDialect(Dialect):
 
     def expiry(self, value: datetime) -> datetime:
         return value
+
+    def history_time(self, value: datetime) -> datetime:
+        return value.astimezone(timezone.utc)
+
+    def now(self) -> SQLFragment:
+        return "now()", []
 
     def metadata_equals(self, alias: str, key: str, value: Any) -> SQLFragment:
         import json
