@@ -58,9 +58,8 @@ from ._pg_schema import (
 )
 from .sql import POSTGRES, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
-from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
-    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, StoredVector, cell_columns,
+    CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns,
 )
 
 # Advisory lock keys (any fixed bigints; they only need to be distinct within the database).
@@ -239,12 +238,11 @@ class _PostgresWriteTx(SQLWriteTx):
         self._dirty_windows.update(r[0] for r in neighbours)
 
 
-class PostgresStore(SQLKeyReads, SQLStore):
+class PostgresStore(SQLStore):
     backend = "postgresql"
     dialect = POSTGRES
     MIGRATIONS = MIGRATIONS
     MIGRATION_STEPS = MIGRATION_STEPS
-    PARAM = "%s"  # psycopg placeholder (SQLKeyReads)
     KEYWORD_RANKERS = KEYWORD_RANKERS
 
     def __init__(self, url: str, *, pool_min: int = 1, pool_max: int = 10, pool_timeout: float = 5.0,
@@ -473,24 +471,9 @@ class PostgresStore(SQLKeyReads, SQLStore):
         )
         return bool(rows)
 
-    # ------------------------------------------------------------ API keys
-    def put_key(self, key: ApiKeyRecord) -> None:
-        try:
-            with self._connection("write") as conn:
-                conn.execute(
-                    f"INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", key_to_row(key),
-                )
-        except psycopg.errors.UniqueViolation as exc:
-            raise ValueError(f"key {key.key_id} already exists") from exc
-
-    def update_key(self, key: ApiKeyRecord) -> None:
-        with self._connection("write") as conn:
-            cur = conn.execute(
-                "UPDATE api_keys SET expires_at = %s, revoked_at = %s, replaced_by = %s WHERE key_id = %s",
-                (key.expires_at, key.revoked_at, key.replaced_by, key.key_id),
-            )
-            if cur.rowcount == 0:
-                raise KeyError(key.key_id)
+    def _execute(self, statement: str, params: Sequence[Any] = ()) -> int:
+        with self._connection("write") as conn:  # autocommit: durable when it returns
+            return conn.execute(statement, params).rowcount
 
     def stats(self) -> dict[str, Any]:
         cells, size = self._query("SELECT (SELECT COUNT(*) FROM cells), pg_database_size(current_database())")[0]

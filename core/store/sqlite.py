@@ -21,7 +21,7 @@ import sqlite3
 import tempfile
 import threading
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -33,9 +33,8 @@ from ..textindex import fts_match, index_text, owner_token, query_terms
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex
 from .sql import SQLITE, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
-from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
-    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, StoredVector, cell_columns, window_class,
+    CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns, window_class,
 )
 
 MIGRATIONS: list[tuple[int, str, str]] = [
@@ -325,7 +324,7 @@ class _SQLiteWriteTx(SQLWriteTx):
         self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell_id,))
 
 
-class SQLiteStore(SQLKeyReads, SQLStore):
+class SQLiteStore(SQLStore):
     backend = "sqlite"
     dialect = SQLITE
     MIGRATIONS = MIGRATIONS
@@ -601,24 +600,9 @@ class SQLiteStore(SQLKeyReads, SQLStore):
             if got:
                 self._lifecycle_lock.release()
 
-    # ------------------------------------------------------------ API keys
-    def put_key(self, key: ApiKeyRecord) -> None:
+    def _execute(self, statement: str, params: Sequence[Any] = ()) -> int:
         with self.write() as tx:
-            try:
-                tx.conn.execute(  # type: ignore[attr-defined]
-                    f"INSERT INTO api_keys({KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", key_to_row(key, _iso),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise ValueError(f"key {key.key_id} already exists") from exc
-
-    def update_key(self, key: ApiKeyRecord) -> None:
-        with self.write() as tx:
-            cur = tx.conn.execute(  # type: ignore[attr-defined]
-                "UPDATE api_keys SET expires_at = ?, revoked_at = ?, replaced_by = ? WHERE key_id = ?",
-                (_iso(key.expires_at), _iso(key.revoked_at), key.replaced_by, key.key_id),
-            )
-            if cur.rowcount == 0:
-                raise KeyError(key.key_id)
+            return tx.conn.execute(statement, params).rowcount  # type: ignore[attr-defined]
 
     def stats(self) -> dict[str, Any]:
         cells = self._query("SELECT COUNT(*) FROM cells")[0][0]
@@ -626,10 +610,6 @@ class SQLiteStore(SQLKeyReads, SQLStore):
         wal = self.path + "-wal"
         size += os.path.getsize(wal) if os.path.exists(wal) else 0
         return {"backend": self.backend, "path": self.path, "cells": cells, "bytes": size}
-
-
-def _iso(value: Optional[datetime]) -> Optional[str]:
-    return None if value is None else value.astimezone(timezone.utc).isoformat()
 
 
 def decode_vector(blob: bytes, dim: Optional[int]) -> np.ndarray:

@@ -50,6 +50,10 @@ class Dialect:
         """A history entry's time as the `history.at` column holds it."""
         raise NotImplementedError
 
+    def timestamp(self, value: datetime) -> Any:
+        """A time in a `timestamp_type` column (api_keys, schema_migrations)."""
+        raise NotImplementedError
+
     def now(self) -> SQLFragment:
         """An expression for the current time, in a `timestamp_type` column."""
         raise NotImplementedError
@@ -93,8 +97,11 @@ class SQLiteDialect(Dialect):
     def history_time(self, value: datetime) -> str:
         return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
+    def timestamp(self, value: datetime) -> str:
+        return value.astimezone(timezone.utc).isoformat()
+
     def now(self) -> SQLFragment:
-        return "?", [datetime.now(timezone.utc).isoformat()]
+        return "?", [self.timestamp(datetime.now(timezone.utc))]
 
     def metadata_equals(self, alias: str, key: str, value: Any) -> SQLFragment:
         # json_each instead of a JSON path: a path cannot name every key (a '"' or a trailing
@@ -160,6 +167,9 @@ class PostgresDialect(Dialect):
 
     def history_time(self, value: datetime) -> datetime:
         return value.astimezone(timezone.utc)
+
+    def timestamp(self, value: datetime) -> datetime:
+        return value
 
     def now(self) -> SQLFragment:
         return "now()", []

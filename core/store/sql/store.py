@@ -16,7 +16,8 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional, Sequence
 
 from ...models import HistoryEntry, MemoryCell
-from ..base import CellFilter, HistoryPage, HistoryRecord, Store, WriteTx
+from .._keys import SQLKeyStore
+from ..base import ApiKeyStore, CellFilter, HistoryPage, HistoryRecord, Store, WriteTx
 from .compiler import compile_filter
 from .dialects import Dialect
 
@@ -104,6 +105,14 @@ class SQLStore(Store):
     @abstractmethod
     def _query(self, query: Any, params: Sequence[Any] = ()) -> builtins.list[tuple]:
         """Rows of one read, driver errors mapped to `Unavailable`."""
+
+    @abstractmethod
+    def _execute(self, statement: str, params: Sequence[Any] = ()) -> int:
+        """One statement in its own durable transaction (API keys); returns its row count."""
+
+    @property
+    def keys(self) -> ApiKeyStore:
+        return SQLKeyStore(self.dialect, self._query, self._execute)
 
     @abstractmethod
     def _write_transaction(self) -> AbstractContextManager[SQLWriteTx]:
