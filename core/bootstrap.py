@@ -23,7 +23,7 @@ from .consolidation import ConsolidationPolicy
 from .embeddings import embedder_from_name
 from .llm import ChatModel, ModelConfig
 from .models import utcnow
-from .retrieval import Embedder, Retriever
+from .retrieval import Embedder, RetrievalConfig, Retriever
 from .service import MemoryService
 from .store import Store, store_from_url
 
@@ -56,7 +56,9 @@ def cached_embedder(name: str) -> Optional[Embedder]:
 
 
 def retriever_from_settings(settings: Settings) -> Retriever:
-    return Retriever(embedder=cached_embedder(settings.embedder))
+    config = RetrievalConfig(own_text_weight=settings.retrieval_own_text_weight,
+                             prf_docs=settings.retrieval_feedback_docs)
+    return Retriever(embedder=cached_embedder(settings.embedder), config=config)
 
 
 def store_from_settings(settings: Settings) -> Store:

@@ -52,16 +52,18 @@ def main() -> None:
               help="TESTING ONLY: accept `as_of` on lifecycle runs and purges (moves the clock for every cell; "
                    "breaks the retention promise); same as AMPKIT_ALLOW_CLOCK_OVERRIDE=true; refused with --auth")
 @click.option("--no-mcp", "no_mcp", is_flag=True, help="do not serve MCP at /mcp; same as AMPKIT_MCP_HTTP=false")
+@click.option("--ui/--no-ui", "ui", default=None,
+              help="serve the memory inspector at /ui [default: on]; same as AMPKIT_UI")
 def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecycle_interval: Optional[float],
           auth: Optional[str], insecure: bool, rate_limit: Optional[float], allow_clock_override: Optional[bool],
-          no_mcp: bool) -> None:
+          no_mcp: bool, ui: Optional[bool]) -> None:
     """Run the /amp/v1 server (and MCP over streamable HTTP at /mcp)."""
     from .bootstrap import build_service, load_settings
     from .server.identity import is_loopback_host
 
     settings = load_settings(host=host, port=port, store=store, lifecycle_interval_seconds=lifecycle_interval,
                              auth=auth, rate_limit=rate_limit, allow_clock_override=allow_clock_override,
-                             mcp_http=False if no_mcp else None)
+                             mcp_http=False if no_mcp else None, ui=ui)
     if settings.auth == "required" and settings.allow_clock_override:
         click.echo(
             "ampkit: refusing to start with auth required and the clock override on: `as_of` lets any admin key "
@@ -97,6 +99,8 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
                    "create one with `ampkit keys create --agent ID`", err=True)
     click.echo(f"ampkit: listening on http://{settings.host}:{settings.port}/amp/v1"
                + (f" and MCP at http://{settings.host}:{settings.port}/mcp" if settings.mcp_http else ""))
+    if settings.ui:
+        click.echo(f"ampkit: inspector at http://{settings.host}:{settings.port}/ui")
     run(settings, service)  # the checked service, so the embedding model loads once
 
 

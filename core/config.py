@@ -68,8 +68,17 @@ class Settings(ClientDefaults):
     # MCP
     mcp_http: bool = Field(default=True, description="also serve MCP over streamable HTTP at /mcp (needs the mcp extra)")
 
+    # inspector (docs/inspector.md)
+    ui: bool = Field(default=True, description="serve the memory inspector web pages at /ui")
+    ui_secret: Optional[SecretStr] = Field(
+        default=None, description="signs inspector cookies; unset = random per process (a restart signs everyone out)")
+
     # retrieval
     embedder: str = Field(default="default", description="none | default | sentence-transformers:<model> | openai:<url>")
+    retrieval_own_text_weight: float = Field(
+        default=2.0, ge=0, description="boost of a hit whose own text (not its window) holds the query's words; 0 = off")
+    retrieval_feedback_docs: int = Field(
+        default=0, ge=0, le=20, description="pseudo-relevance feedback from this many first hits; 0 = off")
 
     # model (consolidation; docs/consolidation.md). Unset: consolidation answers 501 NOT_CONFIGURED.
     llm_url: Optional[str] = Field(default=None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1")

@@ -13,8 +13,11 @@ same owner and type, active or stale, not superseded, not expired:
 
 Episodic cells are never deduplicated: the same words said twice are two events. A create
 that supersedes a cell is never deduplicated either: it is an explicit replacement.
-The check runs before the write transaction, so two identical writes racing each other can
-both be stored (best effort; the next consolidation treats them as duplicates).
+The service holds a lock per (owner, type, normalised text) from the check to the commit, so
+identical writes racing each other in one server process store one cell. Across server
+processes (several replicas on one PostgreSQL) and for near duplicates the check is best
+effort: two racing writes can both be stored, and the next consolidation treats them as
+duplicates.
 """
 
 from __future__ import annotations

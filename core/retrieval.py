@@ -6,12 +6,14 @@ Stages, each replaceable (docs/retrieval.md has the measurements behind every de
    with the caller's access and filters applied inside the leg, before ranking;
 2. fusion of the legs' ranks (weighted reciprocal-rank fusion, k=10, dense weight 0.5: equal
    weights with k=60 rank worse than BM25 alone);
-3. entity boost: cells whose own text names the query's proper nouns move up;
+3. entity boost: cells whose own text names the query's proper nouns move up; own-text
+   boost: of a keyword window's turns, the ones whose own text holds the query's words move up;
+   (optional, off by default) pseudo-relevance feedback legs from the best first hits;
 4. blend with the lifecycle decay score (importance, confidence, recency of access);
 5. an optional reranker (default: none).
 
 `explain: true` returns each hit's parts: the legs' raw scores and ranks, the fused score,
-the entity match, relevance (fused x boost, normalised to the best hit), decay and the score.
+the entity and own-text matches, relevance (fused x boost, normalised to the best hit), decay and the score.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Callable, Optional, Protocol, Sequence
 
 from .lifecycle import decay_score
 from .models import MemoryCell
+from .textindex import STOP_WORDS
 from .store.base import Candidate, CellFilter, Store, StoredVector
 
 
@@ -59,6 +62,17 @@ class RetrievalConfig:
     entity_weight: float = 0.4  # relevance x (1 + this x share of the query's names in the cell)
     relevance_weight: float = 0.7  # final = relevance_weight x relevance + decay_weight x decay
     decay_weight: float = 0.3
+    # Pseudo-relevance feedback: the best `prf_docs` first-pass hits (cells the caller may
+    # read) lend their most shared words to a second keyword query and, with the embedder,
+    # their mean vector to a second dense query; both join the fusion as legs of their own.
+    # Off (0): on LoCoMo it moved recall@10 by +0.004 and multi-hop by -0.01 (docs/retrieval.md).
+    prf_docs: int = 0
+    prf_terms: int = 8
+    prf_keyword_weight: float = 0.5
+    prf_dense_weight: float = 0.0
+    # relevance x (1 + this x share of the query's content words in the cell's own text, not
+    # its window): of a window's turns, the one that says it comes first. 0 turns it off.
+    own_text_weight: float = 2.0
 
 
 _NAME = re.compile(r"\b[A-Z][\w'’-]+")
@@ -77,6 +91,34 @@ def entity_match(names: Sequence[str], text: str) -> float:
         return 0.0
     words = set(_WORDS.findall(text.lower()))
     return sum(n in words for n in names) / len(names)
+
+
+def feedback_terms(query: str, texts: Sequence[str], n: int) -> list[str]:
+    """The words the feedback texts share most (then the earliest), minus the query's own
+    words and stop words: what a second keyword query looks for."""
+    asked = {w.lower() for w in _WORDS.findall(query)}
+    counts: dict[str, int] = {}
+    for text in texts:
+        for word in dict.fromkeys(w.lower() for w in _WORDS.findall(text)):
+            if len(word) > 2 and not word.isdigit() and word not in asked and word not in STOP_WORDS:
+                counts[word] = counts.get(word, 0) + 1
+    return sorted(counts, key=lambda w: -counts[w])[:n]
+
+
+def content_words(query: str) -> list[str]:
+    return list(dict.fromkeys(w for w in (w.lower() for w in _WORDS.findall(query)) if w not in STOP_WORDS and len(w) > 2))
+
+
+def _stem(word: str) -> str:
+    return word[:5]  # crude, but "camping"/"camped" and "books"/"book" meet
+
+
+def term_match(words: Sequence[str], text: str) -> float:
+    """Share of `words` the text contains (compared by their first five letters)."""
+    if not words:
+        return 0.0
+    stems = {_stem(w) for w in _WORDS.findall(text.lower())}
+    return sum(_stem(w) in stems for w in words) / len(words)
 
 
 def fuse(legs: Sequence[tuple[str, float, list[Candidate]]], k: float) -> dict[str, dict[str, float]]:
@@ -117,6 +159,33 @@ class Retriever:
             legs.append(("dense", cfg.dense_weight, store.vector_candidates(qvec, self.embedder.name, flt, pool)))
         return legs
 
+    def feedback_legs(
+        self,
+        store: Store,
+        query: str,
+        flt: CellFilter,
+        pool: int,
+        fused: dict[str, dict[str, float]],
+        keep: Callable[[MemoryCell], bool],
+    ) -> list[tuple[str, float, list[Candidate]]]:
+        """Pseudo-relevance feedback legs from the best first-pass hits the caller may read."""
+        cfg = self.config
+        top = sorted(fused, key=lambda cid: (-fused[cid]["fused"], cid))[: cfg.prf_docs]
+        loaded = store.get_many(top)
+        texts = [loaded[cid].content.text for cid in top if cid in loaded and keep(loaded[cid])]
+        if not texts:
+            return []
+        terms = feedback_terms(query, texts, cfg.prf_terms)
+        legs: list[tuple[str, float, list[Candidate]]] = []
+        if terms and cfg.prf_keyword_weight > 0:
+            legs.append(("prf_keyword", cfg.prf_keyword_weight, store.keyword_candidates(" ".join(terms), flt, pool)))
+        if self.embedder is not None and cfg.prf_dense_weight > 0:
+            vecs = self.embedder.embed([query, *texts])
+            qvec = vecs[0] + vecs[1:].mean(axis=0)
+            qvec = qvec / max(float((qvec @ qvec) ** 0.5), 1e-12)
+            legs.append(("prf_dense", cfg.prf_dense_weight, store.vector_candidates(qvec, self.embedder.name, flt, pool)))
+        return legs
+
     def search(
         self,
         store: Store,
@@ -132,10 +201,17 @@ class Retriever:
         `keep` is the caller's access check; it runs before the list is cut to `limit`.
         """
         cfg = self.config
-        fused = fuse(self.candidates(store, query, flt, max(cfg.pool, limit * cfg.pool_factor)), cfg.rrf_k)
+        pool = max(cfg.pool, limit * cfg.pool_factor)
+        legs = self.candidates(store, query, flt, pool)
+        fused = fuse(legs, cfg.rrf_k)
         if not fused:
             return [], 0
+        if cfg.prf_docs > 0:
+            extra = self.feedback_legs(store, query, flt, pool, fused, keep)
+            if extra:
+                fused = fuse([*legs, *extra], cfg.rrf_k)
         names = query_names(query)
+        content = content_words(query)
         # Loading and validating a cell costs ~50 us: only the best fused candidates are
         # loaded; the boosts below reorder within them (LoCoMo: no loss against loading all).
         ranked = sorted(fused, key=lambda cid: -fused[cid]["fused"])[: max(40, limit * cfg.rescore)]
@@ -147,6 +223,9 @@ class Retriever:
                 continue
             parts["entity"] = entity_match(names, cell.content.text)
             parts["boosted"] = parts["fused"] * (1.0 + cfg.entity_weight * parts["entity"])
+            if cfg.own_text_weight:
+                parts["own_text"] = term_match(content, cell.content.text)
+                parts["boosted"] *= 1.0 + cfg.own_text_weight * parts["own_text"]
             scored.append((cell, parts))
         if not scored:
             return [], 0

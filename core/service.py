@@ -7,8 +7,12 @@ agent id and raise `ampkit.errors` exceptions; they never see HTTP.
 
 from __future__ import annotations
 
+import base64
 import builtins
+import contextlib
+import hashlib
 import json
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -75,6 +79,16 @@ if TYPE_CHECKING:
     from .llm import ChatModel
 
 SYSTEM_ACTOR = "system:lifecycle"
+
+
+@dataclass
+class OwnerCounts:
+    """One row of `MemoryService.owners`: an owner's readable cells, counted."""
+
+    owner_id: str
+    total: int = 0
+    by_type: dict[str, int] = field(default_factory=dict)
+    by_status: dict[str, int] = field(default_factory=dict)
 
 
 def new_cell_id() -> str:
@@ -148,6 +162,9 @@ def _diff(old: Any, new: Any, prefix: str = "") -> dict[str, list[Any]]:
             out.update(_diff(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else key))
         return out
     return {} if old == new else {prefix: [old, new]}
+
+
+_DEDUP_STRIPES = [threading.Lock() for _ in range(64)]
 
 
 @dataclass
@@ -243,6 +260,21 @@ class MemoryService:
                        {"key": key})
 
     # ---------------------------------------------------------------- create
+    def _dedup_guard(self, reqs: Sequence[CellCreate], cells: list[MemoryCell]) -> contextlib.ExitStack:
+        """Holds, from the duplicate check to the commit, one lock per (owner, type, normalised
+        text) among these cells: two identical writes racing each other in this process store
+        one cell, not two. (Across server processes the check stays best effort.)"""
+        stripes = sorted({
+            int.from_bytes(hashlib.blake2b(
+                f"{c.identity.owner_id}\0{c.type}\0{normalise_text(c.content.text)}".encode(), digest_size=4,
+            ).digest(), "big") % len(_DEDUP_STRIPES)
+            for r, c in zip(reqs, cells) if (r.dedup or self.dedup_default) != "off"
+        })
+        stack = contextlib.ExitStack()
+        for i in stripes:  # in order: no two batches wait for each other
+            stack.enter_context(_DEDUP_STRIPES[i])
+        return stack
+
     def create(self, agent: str, req: CellCreate) -> MemoryCell:
         return self.create_many(agent, [req])[0]
 
@@ -321,6 +353,11 @@ class MemoryService:
         now = self.clock()
         cells = [self._build(r, agent, now) for r in reqs]
         vectors = self.retriever.vectors_for([c.content.text for c in cells])
+        with self._dedup_guard(reqs, cells):
+            return self._create_checked(agent, reqs, cells, vectors, now)
+
+    def _create_checked(self, agent: str, reqs: Sequence[CellCreate], cells: list[MemoryCell],
+                        vectors: Sequence[Any], now: datetime) -> list[tuple[MemoryCell, Optional[str]]]:
         dups = self._duplicates(agent, reqs, cells, vectors, now)
         out: list[tuple[MemoryCell, Optional[str]]] = []
         stored: set[str] = set()
@@ -664,6 +701,43 @@ class MemoryService:
         flt = CellFilter(reader=agent, owner_id=owner_id, statuses=statuses, include_superseded=True)
         return [c for c in self.store.scan(flt) if can_read(c, agent)]
 
+    def owners(
+        self, agent: str, *, types: Optional[Sequence[str]] = None, status: Optional[Sequence[str]] = None,
+        limit: Optional[int] = None, cursor: Optional[str] = None,
+    ) -> tuple[builtins.list[OwnerCounts], Optional[str]]:
+        """A page of the owners whose cells the caller may read, each with its counts by type
+        and status (the cells `list` would show, superseded ones left out). Counted in the
+        store (one GROUP BY over the readable cells): no cell is loaded."""
+        limit = self.limits.default_page_size if limit is None else limit
+        if not 1 <= limit <= self.limits.max_page_size:
+            raise ValidationFailed(f"limit must be between 1 and {self.limits.max_page_size}", {"limit": limit})
+        after = None
+        if cursor:
+            try:
+                after = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+                _check_params(cursor=after)
+            except (ValueError, ValidationFailed):
+                raise ValidationFailed("invalid cursor", {"cursor": storable_or_none(cursor)}) from None
+        wanted = status or [Status.active.value, Status.stale.value, Status.archived.value]
+        flt = CellFilter(reader=agent, types=types, statuses=self._statuses(wanted, False),
+                         not_expired_at=self.clock())
+        page: dict[str, OwnerCounts] = {}
+        for row in self.store.facets(flt, limit + 1, after):
+            counts = page.setdefault(row.owner_id, OwnerCounts(row.owner_id))
+            counts.total += row.count
+            counts.by_type[row.type] = counts.by_type.get(row.type, 0) + row.count
+            counts.by_status[row.status] = counts.by_status.get(row.status, 0) + row.count
+        owners = builtins.list(page.values())
+        next_cursor = None
+        if len(owners) > limit:
+            next_cursor = base64.urlsafe_b64encode(owners[limit - 1].owner_id.encode()).decode().rstrip("=")
+        return owners[:limit], next_cursor
+
+    def peek(self, agent: str, cell_id: str) -> MemoryCell:
+        """Read a cell under the read rule without counting a use: a person inspecting a
+        memory is not the agent using it, so its decay clock and access count stay put."""
+        return self._readable(self.store.get(cell_id), agent)
+
     # ---------------------------------------------------------------- learning
     def consolidate(self, agent: str, req: ConsolidateRequest,
                     progress: Optional[Callable[[int], None]] = None) -> ConsolidateResponse:
@@ -794,5 +868,5 @@ def spec_document(service: MemoryService, auth: dict[str, Any], mcp: Optional[di
 
 
 __all__ = [
-    "EXTENSIONS", "MemoryService", "Limits", "cell_size_bytes", "new_cell_id", "spec_document",
+    "EXTENSIONS", "MemoryService", "Limits", "OwnerCounts", "cell_size_bytes", "new_cell_id", "spec_document",
 ]

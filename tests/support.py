@@ -5,6 +5,8 @@ for one port).
   (the CLI, SIGKILL durability, faults, several processes on one database).
 - `AppServer`: the same app (`create_app`) served by uvicorn in a thread of the test process:
   real HTTP on a real socket, without paying a process start and a model load per server.
+- `run_cli`: an `ampkit` command run in this process by click's CliRunner (the same command
+  code, options, output and exit code), for CLI tests where the process is not the point.
 
 Tests talk to both over real HTTP; nothing here mocks the server or the store."""
 
@@ -33,6 +35,28 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def run_cli(*args: str, env: Optional[dict[str, str]] = None, input: Optional[str] = None,
+            timeout: Optional[float] = None) -> "subprocess.CompletedProcess[str]":
+    """`ampkit ARGS` in this process: click's CliRunner calls the same command the console script
+    does and answers like `subprocess.run(..., capture_output=True, text=True)` would (returncode,
+    stdout, stderr; an uncaught exception's traceback goes to stderr, exit code 1). `env` sets
+    variables for the call only. No Python start and no model load per call (the embedder is
+    cached per process). Use a real process (`sys.executable -m ampkit.cli`) where the process is
+    the point: `serve`, signals, stdio transports, a missing extra. `timeout` is accepted for the
+    subprocess helpers' signature and ignored."""
+    import traceback
+
+    from click.testing import CliRunner
+
+    from ampkit.cli import main
+
+    result = CliRunner().invoke(main, list(args), input=input, env=env, catch_exceptions=True)
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess(["ampkit", *args], result.exit_code, result.stdout, stderr)
 
 
 def _temp_log() -> Path:
@@ -136,7 +160,8 @@ def _serve_overrides(args: Sequence[str], env: Optional[dict[str, str]]) -> dict
     overrides = {name[len("AMPKIT_"):].lower(): value for name, value in (env or {}).items() if name.startswith("AMPKIT_")}
     given = {"host": flags["host"], "auth": flags["auth"], "rate_limit": flags["rate_limit"],
              "lifecycle_interval_seconds": flags["lifecycle_interval"],
-             "allow_clock_override": flags["allow_clock_override"], "mcp_http": False if flags["no_mcp"] else None}
+             "allow_clock_override": flags["allow_clock_override"], "mcp_http": False if flags["no_mcp"] else None,
+             "ui": flags["ui"]}
     overrides.update({name: value for name, value in given.items() if value is not None})  # flags beat variables
     return overrides
 

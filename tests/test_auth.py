@@ -16,13 +16,19 @@ from ampkit.auth import create_key, key_state, parse_duration, revoke_key, rotat
 from ampkit.errors import Unauthorized
 from ampkit.server.identity import is_loopback_host
 from ampkit.store.sqlite import SQLiteStore
-from support import ManualClock, free_port
+from support import ManualClock, free_port, run_cli
 
 CELL = {"type": "semantic", "content": {"text": "the launch code is in the blue folder"},
         "identity": {"owner_id": "alice", "owner_type": "agent"}}
 
 
-def ampkit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def ampkit(*args: str) -> subprocess.CompletedProcess:
+    """The `ampkit keys` commands, in this process (their code, output and exit codes)."""
+    return run_cli(*args)
+
+
+def ampkit_process(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """A real `ampkit` process: for `serve`, whose start-up checks are what is tested."""
     return subprocess.run([sys.executable, "-m", "ampkit.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
@@ -230,13 +236,13 @@ def test_auth_off_trusts_the_header_and_says_so(server):
 # ---------------------------------------------------------------- exposure
 def test_non_loopback_without_auth_is_refused_with_a_reason(tmp_path):
     url = f"sqlite:///{tmp_path}/x.db"
-    refused = ampkit("serve", "--host", "0.0.0.0", "--port", str(free_port()), "--store", url)
+    refused = ampkit_process("serve", "--host", "0.0.0.0", "--port", str(free_port()), "--store", url)
     assert refused.returncode == 2
     assert "refusing to listen on 0.0.0.0 with auth off" in refused.stderr and "--auth" in refused.stderr
     # With --insecure (or --auth) the check passes: it then fails only at bind time, because
     # 192.0.2.1 (TEST-NET-1) is no address of this machine; nothing ever listens off loopback.
     for extra in (["--insecure"], ["--auth"]):
-        passed = ampkit("serve", "--host", "192.0.2.1", "--port", str(free_port()), "--store", url, *extra)
+        passed = ampkit_process("serve", "--host", "192.0.2.1", "--port", str(free_port()), "--store", url, *extra)
         assert "refusing" not in passed.stderr
         assert "192.0.2.1" in passed.stdout + passed.stderr
 

@@ -36,7 +36,7 @@ from ampkit import (
     ValidationFailed,
 )
 from ampkit.client import ConfigError, resolve
-from support import ROOT, AppServer, free_port
+from support import ROOT, AppServer, free_port, run_cli
 
 BACKENDS = ["http-sync", "http-async", "local-sync", "local-async"]
 MISSING_ID = "mem_" + "0" * 26
@@ -580,8 +580,7 @@ def test_non_envelope_error_still_maps_to_an_api_error():
 
 def test_api_key_is_sent_as_bearer_to_an_auth_server(server_factory, tmp_path):
     store = f"sqlite:///{tmp_path}/auth.db"
-    created = subprocess.run([sys.executable, "-m", "ampkit.cli", "keys", "create", "--agent", "keyed-agent",
-                              "--store", store], capture_output=True, text=True, timeout=60)
+    created = run_cli("keys", "create", "--agent", "keyed-agent", "--store", store)
     assert created.returncode == 0, created.stderr
     key = created.stdout.strip()
     server = server_factory(store, args=["--auth"], env={"AMPKIT_ALLOW_CLOCK_OVERRIDE": "false"})  # refused together

@@ -1,4 +1,8 @@
-"""The conformance suite against a real `ampkit serve` process, through the CLI, as CI runs it.
+"""The conformance suite through the `ampkit conformance` command.
+
+Once as CI runs it: a real `ampkit serve` process and a real `ampkit conformance` process. The
+other cases run the same command in this process (`run_cli`) against the app served in a
+thread (`AppServer`): what they test is the runner and the store, not the process boundary.
 
 A dedicated server started with `--allow-clock-override`: the lifecycle vectors move the clock
 with `as_of`, which touches every cell in the store, so they must not share a store with other
@@ -14,11 +18,18 @@ import sys
 import pytest
 
 from ampkit.spec.conformance import load_cases
+import support
 
 SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?$", re.M)
 
 
 def run_cli(base_url: str, *args: str) -> subprocess.CompletedProcess:
+    """`ampkit conformance` in this process."""
+    return support.run_cli("conformance", "--base-url", base_url, *args)
+
+
+def run_process(base_url: str, *args: str) -> subprocess.CompletedProcess:
+    """`ampkit conformance` as a real process, as CI and users run it."""
     return subprocess.run(
         [sys.executable, "-m", "ampkit.cli", "conformance", "--base-url", base_url, *args],
         capture_output=True, text=True, timeout=240,
@@ -27,13 +38,10 @@ def run_cli(base_url: str, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def conformance_server(tmp_path_factory):
-    from support import ServerProcess
-
     tmp = tmp_path_factory.mktemp("conformance")
-    proc = ServerProcess(f"sqlite:///{tmp}/memory.db", args=["--allow-clock-override"], log_path=tmp / "server.log")
-    proc.start()
-    yield proc
-    proc.stop()
+    with support.AppServer(f"sqlite:///{tmp}/memory.db", args=["--allow-clock-override"],
+                           log_path=tmp / "server.log") as srv:
+        yield srv
 
 
 def test_runner_imports_only_httpx_and_the_standard_library():
@@ -56,8 +64,11 @@ def test_bundled_suite_has_unique_ids_and_at_least_40_cases():
             "search_list", "limits_validation", "spec_honesty"} <= topics
 
 
-def test_suite_passes_against_ampkit_serve(conformance_server):
-    result = run_cli(conformance_server.base_url)
+def test_suite_passes_against_ampkit_serve(tmp_path):
+    """Black box, as CI runs it: `ampkit serve` and `ampkit conformance`, two processes."""
+    store = f"sqlite:///{tmp_path}/memory.db"
+    with support.ServerProcess(store, args=["--allow-clock-override"], log_path=tmp_path / "server.log") as srv:
+        result = run_process(srv.base_url)
     summary = SUMMARY.findall(result.stdout)
     assert summary, result.stdout + result.stderr
     passed, failed, skipped = (int(n or 0) for n in summary[-1])
@@ -66,8 +77,10 @@ def test_suite_passes_against_ampkit_serve(conformance_server):
     assert result.stdout.strip().splitlines()[-1] == f"{passed} passed, 0 failed"
 
 
-def test_clock_moving_cases_are_skipped_cleanly_on_a_production_server(server):
-    result = run_cli(server.base_url, "--only", "lifecycle")
+def test_clock_moving_cases_are_skipped_cleanly_on_a_production_server(server_factory):
+    # A server of its own: lifecycle-006 expects a search for a fresh random word to find
+    # nothing, which a store other tests filled with public cells cannot promise.
+    result = run_cli(server_factory().base_url, "--only", "lifecycle")
     passed, failed, skipped = (int(n or 0) for n in SUMMARY.findall(result.stdout)[-1])
     needs_clock = [c["id"] for c in load_cases() if "lifecycle" in c["id"] and "lifecycle_as_of" in c.get("requires", [])]
     assert (failed, result.returncode) == (0, 0), result.stdout
@@ -124,7 +137,7 @@ def test_runner_fails_cleanly_when_nothing_listens(tmp_path):
 @pytest.mark.postgres
 def test_suite_passes_against_ampkit_serve_on_postgres(server_factory, pg_url):
     """The same vectors hold the PostgreSQL store to the same protocol."""
-    result = run_cli(server_factory(store_url=pg_url, args=["--allow-clock-override"], process=True).base_url)
+    result = run_cli(server_factory(store_url=pg_url, args=["--allow-clock-override"]).base_url)
     assert result.returncode == 0, result.stdout
     passed, failed, _ = SUMMARY.findall(result.stdout)[-1]
     assert int(passed) >= 40 and failed == "0", result.stdout

@@ -12,6 +12,7 @@ import pytest
 import ampkit
 from ampkit import AccessDenied, ModelError, NotConfigured
 from fake_llm import FakeModel, decision, extraction
+from support import run_cli
 
 OWNER = "u1"
 AGENT = "assistant"
@@ -257,16 +258,11 @@ def test_without_a_model_consolidation_answers_501(server, tmp_path):
 
 
 def test_cli_consolidates_every_session_of_an_owner(tmp_path, model, monkeypatch):
-    import os
-    import subprocess
-    import sys
-
     url = f"sqlite:///{tmp_path}/m.db"
     with ampkit.connect(url, agent_id=OWNER) as memory:
         record_session(memory, "s1")
-    base = {**os.environ, "AMPKIT_STORE": url}
-    run = lambda env: subprocess.run([sys.executable, "-m", "ampkit.cli", "consolidate", "--owner", OWNER],  # noqa: E731
-                                     env=env, capture_output=True, text=True, timeout=120)
+    base = {"AMPKIT_STORE": url}
+    run = lambda env: run_cli("consolidate", "--owner", OWNER, env=env)  # noqa: E731  (in this process)
     unconfigured = run(base)
     assert unconfigured.returncode == 2 and "AMPKIT_LLM_URL" in unconfigured.stderr
     done = run({**base, "AMPKIT_LLM_URL": model.url, "AMPKIT_LLM_MODEL": "fake-1"})

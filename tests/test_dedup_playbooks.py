@@ -75,6 +75,38 @@ def test_dedup_never_reveals_a_cell_the_writer_cannot_read(server):
     assert [h["action"] for h in after.json()["results"]] == ["create"]  # untouched
 
 
+def test_identical_writes_racing_each_other_store_one_cell(tmp_path):
+    """Eight threads restate one memory at once (a retried request, two agents hearing the same
+    thing), in 30 rounds: one cell per round, the others are counted uses of it. Fails without
+    the service's dedup lock (the threads' checks run before any of them commits)."""
+    import threading
+
+    service = build_service(load_settings(store=f"sqlite:///{tmp_path}/race.db", embedder="none"))
+    service.store.open()
+    try:
+        for round_ in range(30):
+            barrier = threading.Barrier(8)
+            results: list[tuple[str, object]] = []
+            text = f"Allergic to penicillin, note {round_}"
+
+            def write(i: int) -> None:
+                barrier.wait()
+                req = CellCreate.model_validate(cell(text, owner="dd-race", access_policy={"public": True}))
+                cell_, kind = service.create_many_detailed(f"agent-{i}", [req])[0]
+                results.append((cell_.id, kind))
+
+            threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len({cid for cid, _ in results}) == 1, (round_, results)
+            assert sorted(str(kind) for _, kind in results) == ["None"] + ["exact"] * 7
+            assert service.get("dd-race", results[0][0]).scoring.access_count >= 8
+    finally:
+        service.store.close()
+
+
 def test_batch_dedups_within_itself_and_against_the_store(server):
     existing = post(server, cell("Drinks oat milk", owner="dd-batch")).json()
     answer = httpx.post(f"{server.base_url}/memories/batch", headers=H, json={"cells": [

@@ -1,5 +1,6 @@
 """Issue 10, edge side: each hole found by attacking `ampkit serve` is a regression test here,
-run against a real server process on SQLite and on PostgreSQL.
+run against a real server (the app over HTTP, served in the test process) on SQLite and on
+PostgreSQL.
 
 - scopes decide what a key may see: a body containing a cell needs `read` (hole 3);
 - error details do not measure hidden text (hole 7, second part);
@@ -12,6 +13,7 @@ run against a real server process on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import subprocess
@@ -25,7 +27,7 @@ from starlette.testclient import TestClient
 from ampkit.auth import create_key
 from ampkit.config import Settings
 from ampkit.server.app import create_app
-from support import ServerProcess
+from support import AppServer
 
 CELL = {"type": "semantic", "content": {"text": "the vault code is 4812"},
         "identity": {"owner_id": "ada", "owner_type": "user", "session_id": "chat-42"}}
@@ -43,7 +45,7 @@ def store_url(request, tmp_path_factory):
 def srv(store_url, tmp_path_factory):
     """A production server: auth off, no clock override."""
     tmp = tmp_path_factory.mktemp("edge-srv")
-    with ServerProcess(store_url, env={"AMPKIT_EMBEDDER": "none"}, log_path=tmp / "server.log") as proc:
+    with AppServer(store_url, env={"AMPKIT_EMBEDDER": "none"}, log_path=tmp / "server.log") as proc:
         yield proc
 
 
@@ -57,8 +59,19 @@ def as_agent(agent: str) -> dict[str, str]:
     return {"X-AMP-Agent-ID": agent}
 
 
-def make_cell(http: httpx.Client, agent: str = "ada", **changes) -> dict:
+_serial = itertools.count(1)
+
+
+def fresh() -> dict:
+    """CELL with a text of its own: the same text twice for one owner is one cell (dedup on
+    write), and these tests each want cells of their own on the module's store."""
     body = json.loads(json.dumps(CELL))
+    body["content"]["text"] += f" #{next(_serial)}"
+    return body
+
+
+def make_cell(http: httpx.Client, agent: str = "ada", **changes) -> dict:
+    body = fresh()
     for section, values in changes.items():
         body.setdefault(section, {}).update(values)
     r = http.post("/memories", json=body, headers=as_agent(agent))
@@ -90,25 +103,26 @@ def keyed(store_url):
 def test_a_write_only_key_never_receives_a_cell(keyed):
     http, keys = keyed
     writer = keys["ada_writer"]
-    own = http.post("/memories", json=CELL, headers=keys["ada"]).json()
+    own = http.post("/memories", json=fresh(), headers=keys["ada"]).json()
 
-    created = http.post("/memories", json=CELL, headers=writer)
+    created = http.post("/memories", json=fresh(), headers=writer)
     assert created.status_code == 204 and created.content == b""
 
-    batch = http.post("/memories/batch", json={"cells": [CELL, CELL]}, headers=writer)
+    batch = http.post("/memories/batch", json={"cells": [fresh(), fresh()]}, headers=writer)
     assert batch.status_code == 204 and batch.content == b""
 
     for patch in ({}, {"scoring": {"importance": 0.5}}, {"content": {"metadata": {"k": 1}}}):
         r = http.patch(f"/memories/{own['id']}", json=patch, headers=writer)
         assert r.status_code == 204 and r.content == b"", (patch, r.text)
 
-    superseding = http.post("/memories", json={**CELL, "supersedes": own["id"]}, headers=writer)
+    superseding = http.post("/memories", json={**fresh(), "supersedes": own["id"]}, headers=writer)
     assert superseding.status_code == 204 and superseding.content == b""
 
     # The same key's agent with the read scope still gets the cells.
-    r = http.post("/memories", json=CELL, headers=keys["ada"])
-    assert r.status_code == 201 and r.json()["content"]["text"] == CELL["content"]["text"]
-    r = http.post("/memories/batch", json={"cells": [CELL]}, headers=keys["ada"])
+    body = fresh()
+    r = http.post("/memories", json=body, headers=keys["ada"])
+    assert r.status_code == 201 and r.json()["content"]["text"] == body["content"]["text"]
+    r = http.post("/memories/batch", json={"cells": [fresh()]}, headers=keys["ada"])
     assert r.status_code == 201 and len(r.json()["results"]) == 1
 
 

@@ -1,6 +1,8 @@
 """Fuzzing: schemathesis drives the checked-in OpenAPI document against the real server
 app over HTTP (served in the test process), with a bounded number of cases per operation. Whatever it sends, the server must not
-answer 5xx, and every error must be the `{"error": {"code", "message", "details"}}` envelope.
+answer 500 (nor a 5xx its operation does not document, such as consolidation's 501
+NOT_CONFIGURED on a server without a model), and every error must be the
+`{"error": {"code", "message", "details"}}` envelope.
 It runs twice: auth off (X-AMP-Agent-ID) and auth required (a Bearer key with every scope).
 `AMPKIT_FUZZ_EXAMPLES` raises the number of cases per operation for a longer run.
 
@@ -31,7 +33,18 @@ def _document() -> dict:
     return create_app(Settings(store="memory://", lifecycle_interval_seconds=0)).openapi()
 
 
+@schemathesis.serializer("application/x-ndjson")
+def _ndjson(ctx, value) -> bytes:
+    """POST /admin/import takes NDJSON, documented as a string: send the generated string as is
+    (anything else as one JSON line), so the import route is fuzzed like the others."""
+    if isinstance(value, bytes):
+        return value
+    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else (json.dumps(value) + "\n").encode()
+
+
 schema = schemathesis.openapi.from_dict(_document())
+DOCUMENTED = {(method.upper(), path): {int(code) for code in op.get("responses", {}) if code.isdigit()}
+              for path, item in _document()["paths"].items() for method, op in item.items()}
 
 
 @pytest.fixture(scope="module", params=["auth-off", "auth-required"])
@@ -59,6 +72,15 @@ def _origin(base_url: str) -> str:
     return base_url[: -len("/amp/v1")] if base_url.endswith("/amp/v1") else base_url
 
 
+def check_no_undocumented_server_error(ctx, response, case) -> None:
+    """No 500 ever; another 5xx only where the operation documents it (501 NOT_CONFIGURED,
+    502 from a model, 503 store unavailable): those are states of the server, not bugs."""
+    status = response.status_code
+    documented = DOCUMENTED.get((case.method.upper(), case.path), set())
+    assert status < 500 or (status != 500 and status in documented), (
+        f"{status} from {case.method} {case.path}: {response.content[:300]!r}")
+
+
 def check_error_envelope(ctx, response, case) -> None:
     """Every 4xx/5xx answer is the ampkit error envelope."""
     if response.status_code < 400:
@@ -83,6 +105,6 @@ def test_no_server_errors_and_every_error_in_the_envelope(case, fuzz_server):
     case.call_and_validate(
         base_url=_origin(server.base_url),
         headers=headers,
-        checks=[schemathesis.checks.not_a_server_error, check_error_envelope],
+        checks=[check_no_undocumented_server_error, check_error_envelope],
         timeout=30,
     )

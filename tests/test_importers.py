@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -18,12 +17,13 @@ from ampkit.models import MemoryCell
 from ampkit.portable import export_lines, import_lines
 from ampkit.service import MemoryService
 from ampkit.store import store_from_url
+from support import run_cli
 
 SAMPLES = Path(__file__).parent / "samples"
 
 
 def ampkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ampkit.cli", *args], capture_output=True, text=True, timeout=120)
+    return run_cli(*args)  # in this process: the command's code, output and exit code
 
 
 def imported(tmp_path, name: str, fmt: str, **options) -> tuple[list[MemoryCell], object]:

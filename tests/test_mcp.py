@@ -1,6 +1,7 @@
 """MCP: every MCP client reads and writes the same memory as the HTTP API, as the same
 identities, under the same rule. Through the SDK's own client: in process, over stdio
-against a real `ampkit mcp` process, and over streamable HTTP against a real `ampkit serve`."""
+against a real `ampkit mcp` process, and over streamable HTTP against a real server (the app
+served over HTTP in the test process)."""
 
 from __future__ import annotations
 
@@ -252,7 +253,7 @@ async def test_cells_are_resources_and_remember_is_a_prompt(service):
 
 @pytest.fixture(scope="module")
 def auth_server(tmp_path_factory):
-    from support import ServerProcess
+    from support import AppServer
 
     tmp = tmp_path_factory.mktemp("mcp-auth")
     url = f"sqlite:///{tmp}/auth.db"
@@ -262,7 +263,7 @@ def auth_server(tmp_path_factory):
             for name, agent, scopes in (("alice", "alice", "read,write"), ("bob", "bob", "read,write"),
                                         ("alice-reader", "alice", "read"))}
     store.close()
-    with ServerProcess(url, args=["--auth"], log_path=tmp / "server.log") as srv:
+    with AppServer(url, args=["--auth"], log_path=tmp / "server.log") as srv:
         yield srv, keys
 
 
@@ -383,7 +384,7 @@ async def test_stdio_through_a_server_acts_as_the_api_key(auth_server):
         assert await mcp.code("remember", text="x", owner_id="team") == "FORBIDDEN"
 
 
-# ---------------------------------------------------------------- streamable HTTP: a real `ampkit serve --auth`
+# ---------------------------------------------------------------- streamable HTTP: a real server with --auth
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -15,6 +14,7 @@ from ampkit.models import CellCreate, CellPatch
 from ampkit.portable import ImportConflict, ImportInvalid, export_lines, import_lines
 from ampkit.service import MemoryService
 from ampkit.store import store_from_url
+from support import run_cli
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 
@@ -29,7 +29,7 @@ class Clock:
 
 
 def ampkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ampkit.cli", *args], capture_output=True, text=True, timeout=120)
+    return run_cli(*args)  # in this process: the command's code, output and exit code
 
 
 def opened(url: str):

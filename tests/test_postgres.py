@@ -24,6 +24,7 @@ from ampkit.service import MemoryService  # noqa: E402
 from ampkit.store import CellFilter, StoredVector, store_from_url  # noqa: E402
 from ampkit.store.postgres import MIGRATIONS, PostgresStore, split_url  # noqa: E402
 from pg import EmbeddedPostgres  # noqa: E402
+from support import run_cli  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
@@ -31,6 +32,10 @@ AGENT = {"X-AMP-Agent-ID": "agent_a"}
 
 
 def ampkit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`ampkit migrate` / `copy` in this process (their code, output and exit codes); `serve`
+    in a real process, whose start-up failure is what is tested."""
+    if args[0] != "serve":
+        return run_cli(*args)
     return subprocess.run([sys.executable, "-m", "ampkit.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 

@@ -2,14 +2,13 @@
 
 Fusion and the vector index are exercised in process on a real SQLite file with a fake
 embedder (the test is about ranking, not about a model); what users see (a paraphrase found
-by meaning, reindex after a model change) goes through real `ampkit serve` processes and the
-real `ampkit reindex` command with the shipped default model.
+by meaning, reindex after a model change) goes through real servers over HTTP and the
+`ampkit reindex` command with the shipped default model.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import httpx
@@ -17,10 +16,11 @@ import numpy as np
 import pytest
 
 from ampkit.models import CellCreate, CellPatch, SearchRequest
-from ampkit.retrieval import Retriever
+from ampkit.retrieval import RetrievalConfig, Retriever
 from ampkit.service import MemoryService
 from ampkit.store.base import CellFilter, StoredVector
 from ampkit.store.sqlite import SQLiteStore
+from support import run_cli
 
 CONCEPTS = {"pet": {"pet", "cat", "kitten"}, "money": {"invoice", "money"}, "travel": {"travel", "trip"}}
 
@@ -71,10 +71,9 @@ def test_fusion_ranks_a_cell_both_legs_found_above_single_leg_hits(store):
 
 
 def test_weights_decide_which_leg_wins(store):
-    keyword_heavy = Retriever(embedder=ConceptEmbedder())
-    keyword_heavy.config.dense_weight = 0.1
-    dense_heavy = Retriever(embedder=ConceptEmbedder())
-    dense_heavy.config.dense_weight = 5.0
+    # The own-text boost is off: this is about the legs' weights alone.
+    keyword_heavy = Retriever(embedder=ConceptEmbedder(), config=RetrievalConfig(dense_weight=0.1, own_text_weight=0))
+    dense_heavy = Retriever(embedder=ConceptEmbedder(), config=RetrievalConfig(dense_weight=5.0, own_text_weight=0))
     service = MemoryService(store=store, retriever=keyword_heavy)
     words, meaning = service.create_many("alice", [cell("cheap flights to Rome"), cell("travel plans")])
     ask = SearchRequest(query="cheap flights travel")
@@ -153,12 +152,10 @@ def test_reindex_after_a_model_change(tmp_path, server_factory):
         assert http.post("/memories/search", json={"query": "canine companion"}).json()["results"] == []
     srv.stop()
 
-    run = subprocess.run([sys.executable, "-m", "ampkit.cli", "reindex", "--store", url, "--embedder", "default"],
-                         capture_output=True, text=True, timeout=120)
+    run = run_cli("reindex", "--store", url, "--embedder", "default")
     assert run.returncode == 0, run.stderr
     assert "re-embedded 2 cells" in run.stdout and "reindex" in run.stderr  # the tqdm bar
-    again = subprocess.run([sys.executable, "-m", "ampkit.cli", "reindex", "--store", url, "--embedder", "default"],
-                           capture_output=True, text=True, timeout=120)
+    again = run_cli("reindex", "--store", url, "--embedder", "default")
     assert "re-embedded 0 cells" in again.stdout  # already current: skipped
 
     srv = server_factory(store_url=url, env={"AMPKIT_EMBEDDER": "default"})
@@ -253,6 +250,53 @@ def test_entity_boost_prefers_the_cell_naming_the_query_names(store):
     hits = service.search("alice", SearchRequest(query="What shoes did Caroline's sister buy?", explain=True)).results
     assert hits[0].id == named.id and hits[0].explain["entity"] == 1.0
     assert next(h for h in hits if h.id == other.id).explain["entity"] == 0.0
+
+
+def test_own_text_boost_puts_the_turn_that_says_it_above_its_window_neighbours(store):
+    """The keyword window makes neighbours match equally; the turn whose own text holds the
+    query's words comes first, and `explain` shows the match (0 turns the stage off)."""
+    session = {"owner_id": "alice", "session_id": "s1"}
+    service = MemoryService(store=store)
+    said, before, after = (CellCreate(content={"text": t}, identity=session) for t in (
+        "we finally went camping in the mountains", "how was your weekend?", "sounds lovely"))
+    c_before, c_said, c_after = service.create_many("alice", [before, said, after])
+    req = SearchRequest(query="where did they go camping?", explain=True)
+    hits = service.search("alice", req).results
+    assert hits[0].id == c_said.id and hits[0].explain["own_text"] == 1.0
+    assert {h.id for h in hits[1:]} >= {c_before.id, c_after.id}
+    assert all(h.explain["own_text"] == 0.0 for h in hits[1:])
+    off = replace(service, retriever=Retriever(config=RetrievalConfig(own_text_weight=0)))
+    assert "own_text" not in off.search("alice", req).results[0].explain
+
+
+def test_feedback_leg_is_explained_and_never_borrows_words_of_unreadable_cells(tmp_path, monkeypatch):
+    """Pseudo-relevance feedback builds a second query from the first hits. A cell the caller
+    cannot read, sitting right next to those hits, must change nothing the caller gets."""
+    import ampkit.service as service_module
+
+    feedback = Retriever(config=RetrievalConfig(prf_docs=3, prf_terms=4))
+    next_id: list[str] = []
+    monkeypatch.setattr(service_module, "new_cell_id", lambda: next_id.pop())
+    answers = []
+    for noisy in (False, True):
+        s = SQLiteStore(str(tmp_path / f"fb-{noisy}.db"))
+        s.open()
+        service = MemoryService(store=s, retriever=feedback, clock=lambda: datetime(2025, 1, 1, tzinfo=timezone.utc))
+
+        def create(n: int, owner: str, text: str) -> None:
+            next_id.append(f"mem_{n:026d}")
+            service.create(owner, CellCreate(content={"text": text}, identity={"owner_id": owner, "session_id": "s1"}))
+
+        create(1, "alice", "the budget review is on friday")
+        if noisy:  # bob's private cell shares alice's words and brings its own
+            create(2, "bob", "budget review secret zanzibar merger")
+        create(3, "alice", "friday lunch with the finance team")
+        create(4, "alice", "zanzibar holiday photos")
+        resp = service.search("alice", SearchRequest(query="budget review", explain=True, limit=10))
+        answers.append(resp.model_dump_json())
+        s.close()
+    assert answers[0] == answers[1]
+    assert "prf_keyword" in answers[0]  # the feedback leg ran and is explained
 
 
 @pytest.fixture

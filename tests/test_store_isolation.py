@@ -27,28 +27,28 @@ from ampkit.access import can_read
 from ampkit.store import CellFilter, store_from_url
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import ServerProcess
+from support import AppServer
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def server(request, tmp_path_factory) -> Iterator[ServerProcess]:
+def server(request, tmp_path_factory) -> Iterator[AppServer]:
     tmp = tmp_path_factory.mktemp(f"isolation-{request.param}")
     if request.param == "sqlite":
         url = f"sqlite:///{tmp}/memory.db"
     else:
         pg = request.getfixturevalue("pg_server")
         url = pg.create_database(f"isolation_{os.getpid()}_{uuid.uuid4().hex[:8]}", template="ampkit_template")
-    proc = ServerProcess(url, args=["--lifecycle-interval", "0"], log_path=tmp / "server.log")
+    proc = AppServer(url, args=["--lifecycle-interval", "0"], log_path=tmp / "server.log")
     proc.start()
     yield proc
     proc.stop()
 
 
-def call(server: ServerProcess, agent: str, method: str, path: str, body: Any = None) -> httpx.Response:
+def call(server: AppServer, agent: str, method: str, path: str, body: Any = None) -> httpx.Response:
     return httpx.request(method, server.base_url + path, json=body, headers={"X-AMP-Agent-ID": agent}, timeout=30)
 
 
-def create(server: ServerProcess, agent: str, text: str, owner: str, session: str | None = None, **policy: Any) -> str:
+def create(server: AppServer, agent: str, text: str, owner: str, session: str | None = None, **policy: Any) -> str:
     body: dict[str, Any] = {"content": {"text": text}, "identity": {"owner_id": owner}}
     if session is not None:
         body["identity"]["session_id"] = session
@@ -59,7 +59,7 @@ def create(server: ServerProcess, agent: str, text: str, owner: str, session: st
     return r.json()["id"]
 
 
-def keyword_hits(server: ServerProcess, agent: str, query: str, owner: str | None = None) -> dict[str, dict]:
+def keyword_hits(server: AppServer, agent: str, query: str, owner: str | None = None) -> dict[str, dict]:
     """cell id -> explain, for the hits the keyword leg found (the dense leg finds anything)."""
     body: dict[str, Any] = {"query": query, "explain": True, "limit": 100}
     if owner is not None:

@@ -138,6 +138,8 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
             portable.import_lines, service.store, lambda: body.splitlines(), service.retriever)
 
     app.include_router(router)
+    if settings.ui:
+        _mount_inspector(app, service, identity, settings)
     mcp = _mount_mcp(app, service, identity, settings) if serves_mcp else None
     return app
 
@@ -150,6 +152,17 @@ def _serves_mcp(settings: Settings) -> bool:
         log.warning("MCP over HTTP is off: install ampkit[mcp] to serve /mcp")
         return False
     return True
+
+
+def _mount_inspector(app: FastAPI, service: MemoryService, identity: IdentityResolver, settings: Settings) -> None:
+    """The memory inspector's pages at /ui (docs/inspector.md), under the same identity rules
+    and rate limit as /amp/v1."""
+    from ..inspector import create_inspector_app
+
+    limiter = identity.rate_limiter
+    secret = settings.ui_secret.get_secret_value() if settings.ui_secret else None
+    app.mount("/ui", create_inspector_app(service, auth_required=identity.required, secret=secret,
+                                          rate_check=limiter.check if limiter else None))
 
 
 def _mount_mcp(app: FastAPI, service: MemoryService, identity: IdentityResolver, settings: Settings) -> Any:

@@ -168,6 +168,16 @@ def check_storable(body: Any) -> None:
 HistoryPage = list[HistoryEntry]
 
 
+@dataclass(frozen=True)
+class FacetRow:
+    """One group of `Store.facets`: how many matching cells an owner has of a type and status."""
+
+    owner_id: str
+    type: str
+    status: str
+    count: int
+
+
 class WriteTx(ABC):
     """One open write transaction. Rows read with `get` are locked until it ends."""
 
@@ -290,6 +300,13 @@ class Store(ABC):
         """Raise `Unavailable` when the store cannot answer a trivial read (GET /health).
         Default: a count that matches nothing, the cheapest query every store already has."""
         self.count(CellFilter(statuses=()))
+
+    def facets(self, flt: CellFilter, limit: int, after_owner: Optional[str] = None) -> builtins.list[FacetRow]:
+        """Counts of the cells matching `flt`, grouped by (owner, type, status), for the first
+        `limit` owners (in owner order) after `after_owner` that have any: one GROUP BY, so an
+        owners page never loads cells. The reader filter applies inside the query, as in
+        `count`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot count by owner")
 
     def pending_migrations(self) -> builtins.list[tuple[int, str]]:
         """(version, name) of the migrations `open()` would apply; reads only, needs no

@@ -17,7 +17,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional, Sequenc
 
 from ...models import HistoryEntry, MemoryCell
 from .._keys import SQLKeyStore
-from ..base import ApiKeyStore, CellFilter, HistoryPage, HistoryRecord, Store, WriteTx
+from ..base import ApiKeyStore, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, WriteTx
 from .compiler import compile_filter
 from .dialects import Dialect
 
@@ -202,6 +202,18 @@ class SQLStore(Store):
     def count(self, flt: CellFilter) -> int:
         where, params = self._where(flt)
         return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
+
+    def facets(self, flt: CellFilter, limit: int, after_owner: Optional[str] = None) -> builtins.list[FacetRow]:
+        where, params = self._where(flt)
+        p = self.dialect.param
+        after = "" if after_owner is None else f" AND c.owner_id > {p}"
+        owners = f"SELECT DISTINCT c.owner_id FROM cells c WHERE {where}{after} ORDER BY c.owner_id LIMIT {p}"
+        rows = self._query(
+            f"SELECT c.owner_id, c.type, c.status, COUNT(*) FROM cells c WHERE {where} AND c.owner_id IN ({owners}) "
+            "GROUP BY c.owner_id, c.type, c.status ORDER BY c.owner_id, c.type, c.status",
+            [*params, *params, *([after_owner] if after_owner is not None else []), limit],
+        )
+        return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
 
     def history(self, cell_id: str) -> HistoryPage:
         rows = self._query("SELECT seq, cell_id, at, actor, action, changes FROM history "

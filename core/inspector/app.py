@@ -1,0 +1,509 @@
+"""The memory inspector: server-rendered pages at /ui (docs/inspector.md).
+
+A Starlette app that `ampkit.server.app.create_app` mounts at /ui when `settings.ui` is on.
+Pages call the same `MemoryService` methods as the /amp/v1 routes, with the signed-in agent as
+the caller, so the one access rule decides what every page shows; actions (edit, archive,
+forget, supersede) are the API's own service calls. No JavaScript: forms and links only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import logging
+import math
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Optional
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..access import can_write
+from ..errors import APIError, ValidationFailed, validation_to_api_error
+from ..models import CellCreate, CellPatch, HistoryEntry, MemoryCell, MemoryType, SearchRequest, Status
+from ..operations import metadata_filter, split_values
+from ..service import MemoryService
+from . import charts
+from .session import SESSION_COOKIE, SESSION_LIFETIME, SIGNIN_COOKIE, SessionSigner, UiSession
+
+log = logging.getLogger("ampkit.inspector")
+
+HERE = Path(__file__).resolve().parent
+PAGE_SIZE = 25
+SEARCH_LIMIT = 20
+CHAIN_LIMIT = 20  # supersession links followed each way
+# Pages need no script and no third-party anything: the CSP says so.
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+       "frame-ancestors 'none'; base-uri 'none'")
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
+DONE_MESSAGES = {
+    "updated": "Saved: the cell has a new version.",
+    "archived": "Archived: the cell no longer appears in searches.",
+    "forgotten": "Forgotten: the cell is deleted (purged after the retention window).",
+    "superseded": "Superseded: this cell replaces the old one, which stays readable with its history.",
+    "signed-out": "Signed out.",
+}
+
+
+class SecurityHeaders:
+    """Adds the CSP and friends to every inspector response (pages, redirects, static files)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {name for name, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []),
+                                      *[(k, v) for k, v in SECURITY_HEADERS if k not in names]]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+class SignInNeeded(Exception):
+    pass
+
+
+def _ago(value: Optional[datetime], now: datetime) -> str:
+    if value is None:
+        return "never"
+    seconds = (now - value).total_seconds()
+    future = seconds < 0
+    seconds = abs(seconds)
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            text = f"{n} {unit}{'s' if n != 1 else ''}"
+            return f"in {text}" if future else f"{text} ago"
+    return "just now"
+
+
+def text_diff(old: str, new: str) -> list[tuple[str, str]]:
+    """Word-level diff: (op, text) with op in "same", "del", "ins"."""
+    a, b = old.split(" "), new.split(" ")
+    out: list[tuple[str, str]] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op == "equal":
+            out.append(("same", " ".join(a[i1:i2])))
+            continue
+        if i2 > i1:
+            out.append(("del", " ".join(a[i1:i2])))
+        if j2 > j1:
+            out.append(("ins", " ".join(b[j1:j2])))
+    return out
+
+
+def history_rows(entries: list[HistoryEntry]) -> list[dict[str, Any]]:
+    """Each history entry with its changes split into field diffs (old -> new, with a word
+    diff for texts) and notes (reason, similarity...)."""
+    rows = []
+    for entry in entries:
+        fields, notes = [], []
+        for path, value in entry.changes.items():
+            if isinstance(value, list) and len(value) == 2:
+                old, new = value
+                words = text_diff(old, new) if isinstance(old, str) and isinstance(new, str) and path.endswith("text") else None
+                fields.append({"path": path, "old": _show(old), "new": _show(new), "words": words})
+            else:
+                notes.append({"name": path, "value": _show(value)})
+        rows.append({"entry": entry, "fields": fields, "notes": notes})
+    return rows
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _lines(raw: Optional[str]) -> list[str]:
+    return [part.strip() for part in (raw or "").replace(",", "\n").splitlines() if part.strip()]
+
+
+def _unit(form: FormData, name: str) -> Optional[float]:
+    raw = str(form.get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValidationFailed(f"{name} must be a number between 0 and 1", {"field": name}) from None
+
+
+def _version(form: FormData) -> Optional[int]:
+    raw = str(form.get("version") or "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def create_inspector_app(service: MemoryService, *, auth_required: bool, secret: Optional[str] = None,
+                         rate_check: Optional[Callable[[str], None]] = None,
+                         extra_nav: tuple[tuple[str, str], ...] = ()) -> ASGIApp:
+    """The inspector for `service`. `auth_required`: sign in with an API key (else with an
+    agent id, marked unverified). `secret` signs the cookies (random per process when None).
+    `rate_check(agent)` applies the server's per-agent rate limit to pages too."""
+    signer = SessionSigner(service.store, auth_required=auth_required, secret=secret, clock=service.clock)
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+    env.globals["types"] = [t.value for t in MemoryType]
+    env.globals["statuses"] = [s.value for s in Status if s != Status.deleted]
+    weights = {"relevance": service.retriever.config.relevance_weight, "decay": service.retriever.config.decay_weight}
+
+    def base(request: Request) -> str:
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    def render(request: Request, template: str, session: Optional[UiSession], status: int = 200,
+               **context: Any) -> HTMLResponse:
+        now = service.clock()
+        html = env.get_template(template).render(
+            ui=base(request), session=session, auth_required=auth_required, now=now,
+            ago=lambda value: _ago(value, now), nav=extra_nav, done=DONE_MESSAGES.get(request.query_params.get("done", "")),
+            qs=lambda **params: urlencode({k: v for k, v in params.items() if v not in (None, "", False)}, doseq=True),
+            **context,
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def error_page(request: Request, session: Optional[UiSession], exc: APIError) -> HTMLResponse:
+        return render(request, "error.html", session, status=exc.status, error=exc)
+
+    async def current(request: Request) -> UiSession:
+        session = await run_in_threadpool(signer.session, request.cookies.get(SESSION_COOKIE))
+        if session is None:
+            raise SignInNeeded()
+        if rate_check is not None:
+            rate_check(session.agent)
+        return session
+
+    def page(handler: Callable[[Request, UiSession], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        """A signed-in page: no session -> the sign-in page; an APIError -> the error page
+        with its status; a POST must carry the session's CSRF token."""
+        @functools.wraps(handler)
+        async def endpoint(request: Request) -> Response:
+            session: Optional[UiSession] = None
+            try:
+                session = await current(request)
+                if request.method == "POST":
+                    form = await request.form()
+                    signer.check_csrf(session, str(form.get("csrf") or ""))
+                return await handler(request, session)
+            except SignInNeeded:
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse(f"{base(request)}/signin?{urlencode({'next': target})}", status_code=303)
+            except APIError as exc:
+                return error_page(request, session, exc)
+        return endpoint
+
+    def redirect(request: Request, path: str, done: Optional[str] = None) -> RedirectResponse:
+        return RedirectResponse(f"{base(request)}{path}" + (f"?done={done}" if done else ""), status_code=303)
+
+    # ------------------------------------------------------------ sign in / out
+    def _safe_next(request: Request, value: Optional[str]) -> str:
+        root = base(request) + "/"
+        if value and value.startswith(root) and not value.startswith("//") and "\\" not in value:
+            return value
+        return root + "owners"
+
+    async def signin(request: Request) -> Response:
+        if request.method == "GET":
+            nonce = signer.signin_nonce()
+            form_page: Response = render(request, "signin.html", None, token=signer.signin_token(nonce),
+                                     next=request.query_params.get("next", ""))
+            _set_cookie(request, form_page, SIGNIN_COOKIE, nonce, 3600)
+            return form_page
+        form = await request.form()
+        try:
+            signer.check_signin_token(request.cookies.get(SIGNIN_COOKIE), str(form.get("csrf") or ""))
+            credential = str(form.get("credential") or "")
+            cookie, session = await run_in_threadpool(signer.sign_in, credential)
+            if rate_check is not None:
+                rate_check(session.agent)
+        except APIError as exc:
+            nonce = signer.signin_nonce()
+            refused = render(request, "signin.html", None, status=exc.status, error=exc,
+                             token=signer.signin_token(nonce), next=str(form.get("next") or ""))
+            _set_cookie(request, refused, SIGNIN_COOKIE, nonce, 3600)
+            return refused
+        response = RedirectResponse(_safe_next(request, str(form.get("next") or "")), status_code=303)
+        _set_cookie(request, response, SESSION_COOKIE, cookie, int(SESSION_LIFETIME.total_seconds()))
+        response.delete_cookie(SIGNIN_COOKIE, path=base(request) + "/")
+        return response
+
+    @page
+    async def signout(request: Request, session: UiSession) -> Response:
+        signer.sign_out(session)
+        response = redirect(request, "/signin", "signed-out")
+        response.delete_cookie(SESSION_COOKIE, path=base(request) + "/")
+        return response
+
+    def _set_cookie(request: Request, response: Response, name: str, value: str, max_age: int) -> None:
+        response.set_cookie(name, value, max_age=max_age, path=base(request) + "/", httponly=True,
+                            samesite="strict", secure=request.url.scheme == "https")
+
+    async def home(request: Request) -> Response:
+        return redirect(request, "/owners")
+
+    # ------------------------------------------------------------ owners
+    @page
+    async def owners(request: Request, session: UiSession) -> Response:
+        agent = session.need("read")
+        cursor = request.query_params.get("cursor") or None
+        rows, next_cursor = await run_in_threadpool(service.owners, agent, limit=PAGE_SIZE, cursor=cursor)
+        return render(request, "owners.html", session, rows=rows, next_cursor=next_cursor, cursor=cursor)
+
+    # ------------------------------------------------------------ cells
+    @page
+    async def cells(request: Request, session: UiSession) -> Response:
+        agent = session.need("read")
+        q = request.query_params
+        owner, session_id, metadata = q.get("owner") or None, q.get("session") or None, q.get("metadata") or None
+        kinds, statuses, superseded = q.getlist("type") or None, q.getlist("status") or None, q.get("superseded") == "1"
+        filters: dict[str, Any] = {"owner": owner, "type": kinds, "status": statuses, "session": session_id,
+                                   "metadata": metadata, "superseded": superseded}
+        cursor = q.get("cursor") or None
+        results, total, next_cursor = await run_in_threadpool(
+            lambda: service.list(
+                agent, owner_id=owner, types=split_values(kinds, MemoryType), status=split_values(statuses, Status),
+                session_id=session_id, metadata=metadata_filter(metadata), include_superseded=superseded,
+                limit=PAGE_SIZE, cursor=cursor))
+        return render(request, "cells.html", session, results=results, total=total, next_cursor=next_cursor,
+                      cursor=cursor, filters=filters)
+
+    # ------------------------------------------------------------ search
+    @page
+    async def search(request: Request, session: UiSession) -> Response:
+        agent = session.need("read")
+        q = request.query_params
+        query = (q.get("q") or "").strip()
+        filters = {"owner": q.get("owner") or None, "type": q.getlist("type") or None, "stale": q.get("stale") == "1"}
+        response = None
+        if query:
+            try:
+                req = SearchRequest(query=query, owner_id=filters["owner"],
+                                    types=split_values(filters["type"], MemoryType),  # type: ignore[arg-type]
+                                    include_stale=filters["stale"], limit=SEARCH_LIMIT, explain=True)
+            except ValidationError as exc:
+                raise validation_to_api_error([{**e, "loc": ("query", *e.get("loc", ()))} for e in exc.errors()]) from None
+            response = await run_in_threadpool(service.search, agent, req)
+        charts_by_id = {hit.id: charts.explain_chart(hit.explain or {}, weights, f"x{n}")
+                        for n, hit in enumerate(response.results if response else [])}
+        return render(request, "search.html", session, query=query, filters=filters, response=response,
+                      charts=charts_by_id, weights=weights)
+
+    # ------------------------------------------------------------ one cell
+    def _chain(agent: str, cell: MemoryCell) -> tuple[list[Optional[MemoryCell]], list[Optional[MemoryCell]]]:
+        """The supersession chain around `cell`: older cells (nearest first) and newer ones.
+        A link the caller cannot read ends its side with None (shown as 'not available',
+        exactly as a missing cell would be)."""
+        older: list[Optional[MemoryCell]] = []
+        newer: list[Optional[MemoryCell]] = []
+        for side, attr in ((older, "supersedes"), (newer, "superseded_by")):
+            current = cell
+            for _ in range(CHAIN_LIMIT):
+                link = getattr(current.lifecycle, attr)
+                if link is None:
+                    break
+                try:
+                    current = service.peek(agent, link)
+                except APIError:
+                    side.append(None)
+                    break
+                side.append(current)
+        return older, newer
+
+    def _cell_context(agent: str, cell_id: str) -> dict[str, Any]:
+        cell = service.peek(agent, cell_id)
+        history = service.history(agent, cell_id)
+        older, newer = _chain(agent, cell)
+        now = service.clock()
+        threshold = service.policy.stale_threshold
+        consolidation = cell.content.metadata.get("consolidation") if isinstance(
+            cell.content.metadata.get("consolidation"), dict) else None
+        episodes: list[tuple[str, Optional[MemoryCell]]] = []
+        for episode_id in cell.provenance.supporting_episode_ids or []:
+            try:
+                episodes.append((episode_id, service.peek(agent, episode_id)))
+            except APIError:
+                episodes.append((episode_id, None))
+        return {
+            "cell": cell, "history": history_rows(history), "older": older, "newer": newer,
+            "decay_chart": charts.decay_chart(cell, now, threshold), "threshold": threshold,
+            "decay": charts.decay_summary(cell, now, threshold), "writable": can_write(cell, agent),
+            "consolidation": consolidation, "episodes": episodes, "isfinite": math.isfinite,
+        }
+
+    @page
+    async def cell_page(request: Request, session: UiSession) -> Response:
+        agent = session.need("read")
+        context = await run_in_threadpool(_cell_context, agent, request.path_params["cell_id"])
+        context["writable"] = context["writable"] and session.may("write")
+        return render(request, "cell.html", session, **context)
+
+    # ------------------------------------------------------------ actions
+    async def _form(request: Request) -> FormData:
+        return await request.form()
+
+    def _edit_values(cell: MemoryCell) -> dict[str, str]:
+        return {
+            "text": cell.content.text,
+            "metadata": json.dumps(cell.content.metadata, ensure_ascii=False, indent=2, sort_keys=True),
+            "importance": f"{cell.scoring.importance:g}", "confidence": f"{cell.scoring.confidence:g}",
+            "readable_by": "\n".join(cell.access_policy.readable_by),
+            "writable_by": "\n".join(cell.access_policy.writable_by),
+            "public": "1" if cell.access_policy.public else "", "version": str(cell.lifecycle.version),
+        }
+
+    def _patch_from(form: FormData) -> CellPatch:
+        raw_metadata = str(form.get("metadata") or "").strip() or "{}"
+        metadata = metadata_filter(raw_metadata)
+        body: dict[str, Any] = {
+            "content": {"text": str(form.get("text") or ""), "metadata": metadata},
+            "scoring": {k: v for k in ("importance", "confidence") if (v := _unit(form, k)) is not None},
+            "access_policy": {"readable_by": _lines(str(form.get("readable_by") or "")),
+                              "writable_by": _lines(str(form.get("writable_by") or "")),
+                              "public": form.get("public") == "1"},
+        }
+        try:
+            return CellPatch.model_validate(body)
+        except ValidationError as exc:
+            raise validation_to_api_error([{**e, "loc": ("form", *e.get("loc", ()))} for e in exc.errors()]) from None
+
+    @page
+    async def edit(request: Request, session: UiSession) -> Response:
+        agent = session.need("read")
+        cell_id = request.path_params["cell_id"]
+        cell = await run_in_threadpool(service.peek, agent, cell_id)
+        if request.method == "GET":
+            return render(request, "edit.html", session, cell=cell, values=_edit_values(cell), mode="edit")
+        form = await _form(request)
+        values = {k: str(form.get(k) or "") for k in _edit_values(cell)}
+        try:
+            patch = _patch_from(form)
+            writer = session.need("write")
+            await run_in_threadpool(lambda: service.update(writer, cell_id, patch, expected_version=_version(form),
+                                                           may_read=session.may("read")))
+        except APIError as exc:  # the form again, with what was typed: nothing is lost
+            return render(request, "edit.html", session, status=exc.status, cell=cell, values=values, error=exc,
+                          mode="edit")
+        return redirect(request, f"/cells/{quote(cell_id)}", "updated")
+
+    def _archive(agent: str, cell_id: str, version: Optional[int]) -> None:
+        archive = CellPatch.model_validate({"lifecycle": {"status": Status.archived.value}})
+        service.update(agent, cell_id, archive, expected_version=version)
+
+    @page
+    async def archive(request: Request, session: UiSession) -> Response:
+        writer = session.need("write")
+        cell_id = request.path_params["cell_id"]
+        form = await _form(request)
+        await run_in_threadpool(_archive, writer, cell_id, _version(form))
+        return redirect(request, f"/cells/{quote(cell_id)}", "archived")
+
+    @page
+    async def forget(request: Request, session: UiSession) -> Response:
+        agent = session.need("read")
+        cell_id = request.path_params["cell_id"]
+        if request.method == "GET":
+            cell = await run_in_threadpool(service.peek, agent, cell_id)
+            return render(request, "forget.html", session, cell=cell)
+        writer = session.need("write")
+        form = await _form(request)
+
+        def run() -> None:  # DELETE needs an archived cell: archive first, as a client would
+            version = _version(form)
+            cell = service.peek(agent, cell_id)
+            if cell.lifecycle.status != Status.archived.value:
+                _archive(writer, cell_id, version)
+            elif version is not None and version != cell.lifecycle.version:
+                _archive(writer, cell_id, version)  # raises the version conflict
+            service.delete(writer, cell_id)
+        await run_in_threadpool(run)
+        return redirect(request, "/cells", "forgotten")
+
+    @page
+    async def supersede(request: Request, session: UiSession) -> Response:
+        agent = session.need("read")
+        cell_id = request.path_params["cell_id"]
+        cell = await run_in_threadpool(service.peek, agent, cell_id)
+        if request.method == "GET":
+            return render(request, "edit.html", session, cell=cell, values=_edit_values(cell), mode="supersede")
+        form = await _form(request)
+        values = {k: str(form.get(k) or "") for k in _edit_values(cell)}
+        try:
+            patch = _patch_from(form)
+            writer = session.need("write")
+            assert patch.content is not None and patch.access_policy is not None
+            body = {
+                "type": cell.type,
+                "content": {"text": patch.content.text, "metadata": patch.content.metadata},
+                "identity": {"owner_id": cell.identity.owner_id, "owner_type": cell.identity.owner_type,
+                             "session_id": cell.identity.session_id, "key": cell.identity.key},
+                "scoring": {"importance": patch.scoring.importance if patch.scoring and patch.scoring.importance is not None
+                            else cell.scoring.importance,
+                            "confidence": patch.scoring.confidence if patch.scoring and patch.scoring.confidence is not None
+                            else cell.scoring.confidence,
+                            "decay_rate": cell.scoring.decay_rate},
+                "access_policy": patch.access_policy.model_dump(mode="json"),
+                "provenance": {"source_type": "user_explicit", "extraction_method": "user_explicit",
+                               "source_ref": "ampkit:inspector"},
+                "supersedes": cell_id, "dedup": "off",
+            }
+            try:
+                create = CellCreate.model_validate(body)
+            except ValidationError as exc:
+                raise validation_to_api_error([{**e, "loc": ("form", *e.get("loc", ()))} for e in exc.errors()]) from None
+            new = await run_in_threadpool(service.create, writer, create)
+        except APIError as exc:
+            return render(request, "edit.html", session, status=exc.status, cell=cell, values=values, error=exc,
+                          mode="supersede")
+        return redirect(request, f"/cells/{quote(new.id)}", "superseded")
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        session = await run_in_threadpool(signer.session, request.cookies.get(SESSION_COOKIE))
+        error = APIError("no such page", code="NOT_FOUND")
+        error.status = 404
+        return error_page(request, session, error)
+
+    routes = [
+        Route("/", home),
+        Route("/signin", signin, methods=["GET", "POST"]),
+        Route("/signout", signout, methods=["POST"]),
+        Route("/owners", owners),
+        Route("/cells", cells),
+        Route("/search", search),
+        Route("/cells/{cell_id}", cell_page),
+        Route("/cells/{cell_id}/edit", edit, methods=["GET", "POST"]),
+        Route("/cells/{cell_id}/archive", archive, methods=["POST"]),
+        Route("/cells/{cell_id}/forget", forget, methods=["GET", "POST"]),
+        Route("/cells/{cell_id}/supersede", supersede, methods=["GET", "POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(routes=routes, exception_handlers={404: not_found})
+    return SecurityHeaders(app)
+
+
+__all__ = ["create_inspector_app", "history_rows", "text_diff"]
