@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PORT    ?= 8765
 
-.PHONY: run test lint typecheck-tree venv conformance demo bench clean openapi pg pg-stop
+.PHONY: run test lint browser typecheck-tree venv conformance demo bench clean openapi pg pg-stop
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,8 +20,15 @@ run: $(STAMP)
 
 # --allow-root-changes: as root, the fault tests mount small file systems and the PostgreSQL
 # fixture creates the embedded_postgres system user; plain `pytest` skips those.
-test: lint
+test: lint browser
 	$(BIN)/python -m pytest -q --allow-root-changes
+
+# The inspector's browser test (tests/test_inspector_browser.py) drives Debian's chromium through
+# Playwright (no browser download). As root it is installed here; under CI the test fails without it.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else echo "make browser: chromium is missing; run: sudo apt-get install -y chromium" >&2; fi; }
 
 # ruff (default rules) and mypy (configured in pyproject.toml) on core/, adapters/ and spec/.
 lint: $(STAMP) typecheck-tree

@@ -34,7 +34,7 @@ def explain_chart(explain: Mapping[str, float], weights: Mapping[str, float], la
     """Horizontal bars for the 0..1 parts of a search hit's score, and the final score split
     into its weighted relevance and decay shares."""
     rows = [(key, name, float(explain[key])) for key, name in EXPLAIN_BARS if key in explain]
-    width, bar_x, bar_w, row_h = 360, 150, 170, 18
+    width, bar_x, bar_w, row_h = 460, 90, 220, 18
     height = row_h * (len(rows) + 1) + 6
     parts = [f'<svg class="chart explain" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
              f'aria-labelledby="t-{escape(label)} d-{escape(label)}">',
@@ -90,7 +90,7 @@ def decay_points(cell: MemoryCell, now: datetime, threshold: float, samples: int
 
 def decay_chart(cell: MemoryCell, now: datetime, threshold: float) -> Markup:
     points, span, now_day, cross = decay_points(cell, now, threshold)
-    width, height, left, bottom, top, right = 420, 160, 36, 24, 8, 8
+    width, height, left, bottom, top, right = 480, 170, 36, 24, 8, 12
     plot_w, plot_h = width - left - right, height - top - bottom
 
     def x(day: float) -> float:
@@ -114,9 +114,9 @@ def decay_chart(cell: MemoryCell, now: datetime, threshold: float) -> Markup:
              f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" class="axis"/>']
     for tick in (0.0, 0.5, 1.0):
         parts.append(f'<text x="{left - 4}" y="{y(tick) + 4:.1f}" class="tick" text-anchor="end">{_num(tick)}</text>')
-    for frac in (0.0, 0.5, 1.0):
-        parts.append(f'<text x="{x(span * frac):.1f}" y="{height - 6}" class="tick" text-anchor="middle">'
-                     f'{span * frac:.0f}d</text>')
+    for frac, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
+        parts.append(f'<text x="{x(span * frac):.1f}" y="{height - 6}" class="tick" text-anchor="{anchor}">'
+                     f'{"day " if frac == 0 else ""}{span * frac:.0f}</text>')
     parts.append(f'<line x1="{left}" y1="{y(threshold):.1f}" x2="{left + plot_w}" y2="{y(threshold):.1f}" '
                  f'class="threshold"/>')
     parts.append(f'<text x="{left + plot_w}" y="{y(threshold) - 3:.1f}" class="tick" text-anchor="end">'

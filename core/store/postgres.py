@@ -58,6 +58,7 @@ from ._pg_schema import (
 )
 from .sql import POSTGRES, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
+from ._files import PostgresFileTx, SQLFileReads
 from .base import (
     CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns,
 )
@@ -160,7 +161,7 @@ def _vector_index_name(model: str, dim: int) -> str:
 
 
 
-class _PostgresWriteTx(SQLWriteTx):
+class _PostgresWriteTx(PostgresFileTx, SQLWriteTx):
     dialect = POSTGRES
 
     def __init__(self, conn: psycopg.Connection, store: "PostgresStore"):
@@ -238,9 +239,10 @@ class _PostgresWriteTx(SQLWriteTx):
         self._dirty_windows.update(r[0] for r in neighbours)
 
 
-class PostgresStore(SQLStore):
+class PostgresStore(SQLFileReads, SQLStore):
     backend = "postgresql"
     dialect = POSTGRES
+    PARAM = POSTGRES.param  # _files.SQLFileReads
     MIGRATIONS = MIGRATIONS
     MIGRATION_STEPS = MIGRATION_STEPS
     KEYWORD_RANKERS = KEYWORD_RANKERS
