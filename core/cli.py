@@ -38,6 +38,15 @@ def main() -> None:
     """ampkit: one shared long-term memory for AI agents (AMP v0.1 wire protocol)."""
 
 
+def _register_files() -> None:
+    from .cli_files import register
+
+    register(main)
+
+
+_register_files()
+
+
 @main.command()
 @click.option("--host", default=None, help="interface to listen on [default: 127.0.0.1]")
 @click.option("--port", default=None, type=int, help="port [default: 8765]")
@@ -164,6 +173,7 @@ def _mcp_local(store_url: str, agent_id: Optional[str], api_key: Optional[str]) 
     from .access import check_agent_id
     from .auth import verify_key
     from .bootstrap import build_service, load_settings
+    from .embed_queue import EmbeddingWorker
     from .errors import APIError
     from .mcp_server import ServiceGateway, build_mcp_server, fixed_caller
     from .server.identity import Caller
@@ -189,7 +199,12 @@ def _mcp_local(store_url: str, agent_id: Optional[str], api_key: Optional[str]) 
             sys.exit(EXIT_USAGE)
         server = build_mcp_server(ServiceGateway(service, fixed_caller(caller)))
         click.echo(f"ampkit: MCP over stdio, store {_shown(store_url)}, as {caller.agent_id}", err=True)
-        anyio.run(server.run_stdio_async)
+        embedding = EmbeddingWorker(service)  # with a slow embedder, cells are embedded after the write
+        embedding.start()
+        try:
+            anyio.run(server.run_stdio_async)
+        finally:
+            embedding.stop()
     finally:
         service.store.close()
 

@@ -438,6 +438,20 @@ class ListResponse(Closed):
     next_cursor: Optional[str] = None
 
 
+class MetadataValue(Closed):
+    value: str
+    count: int = Field(description="readable cells holding this value")
+
+
+class MetadataValuesResponse(Closed):
+    """GET /memories/values (extension): the distinct values of one metadata key among the
+    readable cells a list with the same filters would show, in code point order, paged."""
+
+    key: str
+    results: list[MetadataValue]
+    next_cursor: Optional[str] = None
+
+
 class HistoryEntry(Closed):
     seq: int
     cell_id: CellId
@@ -557,6 +571,13 @@ class ErrorEnvelope(Closed):
     error: ErrorDetail
 
 
+class EmbeddingHealth(Closed):
+    model: Optional[str] = Field(default=None, description="the embedder's name; null: keyword search only")
+    background: bool = Field(default=False, description="cells are embedded after the write, from a queue in the store")
+    queued: int = Field(default=0, ge=0, description="cells waiting for a vector, over all owners (a count only); "
+                                                     "until embedded, search finds them by keyword")
+
+
 class VectorIndexHealth(Closed):
     state: Literal["none", "loading", "ready"] = Field(
         default="none", description="loading: the in-memory vector index is filling after a start; until ready the dense "
@@ -570,6 +591,7 @@ class VectorIndexHealth(Closed):
 class Health(Closed):
     status: Literal["ok"] = "ok"
     amp_version: str = AMP_VERSION
+    embedding: EmbeddingHealth = Field(default_factory=EmbeddingHealth)
     vector_index: VectorIndexHealth = Field(default_factory=VectorIndexHealth)
 
 

@@ -22,6 +22,7 @@ from ..models import (
     LifecycleRunResponse,
     MemoryCell,
     MemoryType,
+    MetadataValuesResponse,
     PurgeResponse,
 )
 from ..files.models import (
@@ -227,6 +228,11 @@ class Client(_BaseClient):
     def reject_proposal(self, proposal_id: str, *, message: Optional[str] = None) -> Proposal:
         return self._send(fcalls.reject_proposal(proposal_id, message))
 
+    def metadata_values(self, key: str, **filters: Any) -> MetadataValuesResponse:
+        """One page of the distinct values of `content.metadata[key]` among the readable cells
+        `list` with these filters would show, with counts (`page_size`, `cursor` to page)."""
+        return self._send(calls.metadata_values(key, **filters))
+
     # Last in the class body, so that `list[...]` in the annotations above means the builtin.
     def list(self, *, limit: Optional[int] = None, **filters: Any) -> Iterator[MemoryCell]:
         """Every matching cell, fetching pages as the iteration goes (`page_size` per request)."""
@@ -304,6 +310,9 @@ class AsyncClient(_BaseClient):
 
     async def forget(self, id: str) -> None:
         await self._drive(calls.forget_flow(id))
+
+    async def metadata_values(self, key: str, **filters: Any) -> MetadataValuesResponse:
+        return await self._send(calls.metadata_values(key, **filters))
 
     async def history(self, id: str) -> list[HistoryEntry]:
         return await self._send(calls.history(id))

@@ -135,13 +135,14 @@ class FileService:
         return sorted((p, t) for p, t in found if matches(p, glob))
 
     # ---------------------------------------------------------------- reads
-    def list(self, agent: str, owner_id: str, glob: Optional[str] = None) -> FileListResponse:
+    def list(self, agent: Optional[str], owner_id: str, glob: Optional[str] = None) -> FileListResponse:
+        """The folder as `agent` may read it; None (the command line): the stored files only."""
         results = [FileInfo(path=p, type=c.type, size=_bytes(c.content.text), lines=len(c.content.text.splitlines()),
                             version=c.lifecycle.version, modified_at=c.lifecycle.last_updated_at or c.lifecycle.created_at,
                             id=c.id)
                    for p, c in self._files(agent, owner_id).items() if matches(p, glob)]
-        virtual = list(self._sessions(agent, owner_id).items())
-        own = self._own_proposals_text(agent, owner_id)
+        virtual = list(self._sessions(agent, owner_id).items()) if agent is not None else []
+        own = self._own_proposals_text(agent, owner_id) if agent is not None else None
         if own is not None:
             virtual.append((PROPOSALS_FILE, own))
         results += [FileInfo(path=p, type=MemoryType.episodic.value if p.startswith(SESSIONS_DIR) else MemoryType.semantic.value,

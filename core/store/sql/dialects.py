@@ -26,6 +26,7 @@ class Dialect:
     false = "0"  # a condition that is never true
     for_update = ""  # suffix of a SELECT that locks its rows until the transaction ends
     timestamp_type = "TEXT"  # the column type of a bookkeeping time (schema_migrations.applied_at)
+    binary_collation = ""  # appended to a text expression to order it by code point
 
     def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
         raise NotImplementedError
@@ -62,6 +63,10 @@ class Dialect:
         """`content.metadata[key]` equals `value` as JSON (`ampkit.versions.json_equal`):
         3 = 3.0, true != 1, "3" != 3, objects equal whatever their key order, arrays in order,
         null matches only an explicit null, a missing key matches nothing."""
+        raise NotImplementedError
+
+    def metadata_text(self, alias: str, key: str) -> SQLFragment:
+        """The string `content.metadata[key]` of row `alias`; NULL when missing or not a string."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ the error map
@@ -111,6 +116,10 @@ class SQLiteDialect(Dialect):
         return (f"EXISTS (SELECT 1 FROM json_each({alias}.body, '$.content.metadata') m0 "
                 f"WHERE m0.key = ? AND {condition})", params)
 
+    def metadata_text(self, alias: str, key: str) -> SQLFragment:
+        return (f"(SELECT mv.atom FROM json_each({alias}.body, '$.content.metadata') mv "
+                f"WHERE mv.key = ? AND mv.type = 'text')", [key])
+
     def _json_equals(self, entry: str, value: Any, depth: int, params: list[Any]) -> str:
         """The json_each row `entry` holds `value` (structurally, so key order never counts)."""
         if value is None:
@@ -149,6 +158,7 @@ class PostgresDialect(Dialect):
     false = "FALSE"
     for_update = " FOR UPDATE"  # two servers updating one cell queue on the row lock
     timestamp_type = "TIMESTAMPTZ"
+    binary_collation = ' COLLATE "C"'
 
     def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
         return f"{column} = ANY(%s)", [list(values)]
@@ -179,6 +189,10 @@ class PostgresDialect(Dialect):
 
         # JSONB equality is already structural: key order never counts, 3 = 3.0, true != 1.
         return f"{alias}.metadata -> %s = %s::jsonb", [str(key), json.dumps(value)]
+
+    def metadata_text(self, alias: str, key: str) -> SQLFragment:
+        return (f"(CASE WHEN jsonb_typeof({alias}.metadata -> %s) = 'string' THEN {alias}.metadata ->> %s END)",
+                [key, key])
 
     def is_unique_violation(self, exc: BaseException) -> bool:
         import psycopg

@@ -215,6 +215,18 @@ class SQLStore(Store):
         )
         return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
 
+    def metadata_values(self, flt: CellFilter, key: str, limit: int,
+                        after: Optional[str] = None) -> builtins.list[tuple[str, int]]:
+        where, params = self._where(flt)
+        p, order = self.dialect.param, f"v{self.dialect.binary_collation}"  # code-point order on both
+        value, value_params = self.dialect.metadata_text("c", key)
+        rows = self._query(
+            f"SELECT v, COUNT(*) FROM (SELECT {value} AS v FROM cells c WHERE {where}) t "
+            f"WHERE v IS NOT NULL{'' if after is None else f' AND {order} > {p}'} GROUP BY v ORDER BY {order} LIMIT {p}",
+            [*value_params, *params, *([] if after is None else [after]), limit],
+        )
+        return [(v, int(n)) for v, n in rows]
+
     def history(self, cell_id: str) -> HistoryPage:
         rows = self._query("SELECT seq, cell_id, at, actor, action, changes FROM history "
                            f"WHERE cell_id = {self.dialect.param} ORDER BY seq", (cell_id,))
