@@ -27,7 +27,7 @@ from typing import Any, Literal, Optional
 
 from crewai.memory.types import MemoryMatch, MemoryRecord, ScopeInfo
 from crewai.memory.unified_memory import Memory
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from ampkit import APIError, MemoryCell
 
@@ -196,7 +196,10 @@ class AmpkitCrewMemory(Memory):
     """CrewAI memory on ampkit. `owner_id` is whose memory it is (usually the user); the
     cells are written by the client's agent id with the `sharing` access policy.
     `recall_types` limits what recall returns (long-term facts by default, not chat logs).
-    `reset()` forgets the cells this agent wrote under this memory's `name`, nothing else."""
+    `reset()` forgets the cells this agent wrote under this memory's `name`, nothing else.
+    With `record_episodes=True`, each request the crew recalls for (a task's description with
+    its kickoff inputs, or a standalone agent's message) is stored once as an episodic cell of
+    `session_id`, ready for consolidation; it is tagged apart and never recalled as a fact."""
 
     client: Any = Field(default=None, exclude=True)
     owner_id: str
@@ -205,6 +208,9 @@ class AmpkitCrewMemory(Memory):
     recall_types: Optional[list[str]] = Field(default_factory=lambda: list(LONG_TERM_TYPES))
     sharing: Sharing = Sharing()
     storage: Any = None  # AmpkitCrewStorage, built from the fields above unless given
+    record_episodes: bool = False
+    session_id: Optional[str] = None
+    _last_episode: Optional[str] = PrivateAttr(default=None)
 
     def model_post_init(self, __context: Any) -> None:
         if not isinstance(self.storage, AmpkitCrewStorage):
@@ -272,6 +278,12 @@ class AmpkitCrewMemory(Memory):
         query = query.strip()[-4000:]
         if not query:
             return []
+        if self.record_episodes and not self.read_only and query != self._last_episode:
+            # One episode per request: CrewAI may recall again for the same task.
+            self.ampkit_storage.clients.sync.remember(
+                query, owner_id=self.owner_id, type="episodic", session_id=self.session_id,
+                metadata=tags(FRAMEWORK, f"{self.scope_tag}.episodes"), **self.sharing.fields())
+            self._last_episode = query
         hits = self.ampkit_storage.clients.sync.search(query, owner_id=self.owner_id, types=self.recall_types,
                                                        limit=min(max(limit, 1), MAX_SEARCH))
         matches = [MemoryMatch(record=_record(h.cell), score=h.score, match_reasons=["ampkit search"]) for h in hits]

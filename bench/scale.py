@@ -2,11 +2,17 @@
 
     python bench/scale.py --n 100000 [--json out.json] [--store URL] [--embedder default]
 
-Loads N generated memories (about 100 per owner, in sessions of 10) through POST
-/memories/batch, then measures: search latency over HTTP and in process (p50/p95/p99, an
-owner's search for words of one of its memories), single-cell writes from one client and from
-8 concurrent clients, batch writes, bytes per cell on disk and the server's resident memory.
-The store defaults to a temporary SQLite file; `--store postgresql://...` measures PostgreSQL.
+Loads N generated memories (about 100 per owner, in sessions of 10; each readable by its
+owner, its owner's team of a tenth of the owners, and an "analyst") through POST
+/memories/batch, then times searches over HTTP, each with a planted target memory and its
+hit@10 (the target, or a cell with its exact text, in the top 10) beside the latency: an
+owner's search for words of the target (owner_words) or a paraphrased question
+(owner_paraphrase); a team member's search across its team's owners (team_words); the
+analyst's search across every owner (broad_words, broad_paraphrase: past 200,000 vectors the
+approximate index serves these). Then single-cell writes from one client and from 8
+concurrent clients, batch writes, bytes per cell on disk, the server's resident memory, and
+after a restart the time from process start to the first answered search (then to the
+first broad one). The store defaults to a temporary SQLite file; `--store postgresql://...` measures PostgreSQL.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import httpx
 
@@ -52,8 +59,28 @@ TEMPLATES = [
 
 
 def memory_text(rng: random.Random) -> str:
-    return rng.choice(TEMPLATES).format(name=rng.choice(NAMES), place=rng.choice(PLACES), thing=rng.choice(THINGS),
-                                        event=rng.choice(EVENTS), month=rng.choice(MONTHS))
+    return memory_fact(rng)[0]
+
+
+def memory_fact(rng: random.Random) -> tuple[str, str]:
+    """A memory and a paraphrased question about it that shares as few words as the
+    templates allow (the name and the place stay: they are what a user would ask about)."""
+    i = rng.randrange(len(TEMPLATES))
+    slots = dict(name=rng.choice(NAMES), place=rng.choice(PLACES), thing=rng.choice(THINGS),
+                 event=rng.choice(EVENTS), month=rng.choice(MONTHS))
+    return TEMPLATES[i].format(**slots), PARAPHRASES[i].format(**slots)
+
+
+PARAPHRASES = [
+    "what does {name} like on trips to {place}",
+    "what happened with {name} during {month}",
+    "where is the {thing} discussion for {name} now",
+    "where can {name} get {thing}",
+    "what did the sibling of {name} do",
+    "what does {name} not like",
+    "who was with the user at {place}",
+    "what should be bought for the group, according to {name}",
+]
 
 
 def query_for(text: str, rng: random.Random) -> str:
@@ -73,14 +100,16 @@ class Server:
         env = {**os.environ, "AMPKIT_EMBEDDER": embedder}
         cmd = [sys.executable, "-m", "ampkit.cli", "serve", "--port", str(self.port), "--store", store_url,
                "--lifecycle-interval", "0"]
+        self.started = time.perf_counter()
         self.proc = subprocess.Popen(cmd, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{self.base}/health", timeout=1).status_code == 200:
+                    self.ready = time.perf_counter()
                     return
             except httpx.HTTPError:
-                time.sleep(0.2)
+                time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"server did not start; see {log}")
 
@@ -93,52 +122,96 @@ class Server:
     def stop(self) -> None:
         self.proc.terminate()
         try:
-            self.proc.wait(15)
+            self.proc.wait(30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
 
 
-def cell_body(owner: str, text: str, session: str) -> dict:
-    return {"content": {"text": text}, "identity": {"owner_id": owner, "session_id": session}}
+TEAMS = 10  # every cell is readable by its owner's team ("team-<owner % 10>") and by "analyst"
+
+
+def cell_body(owner: str, text: str, session: str, team: Optional[int] = None) -> dict:
+    body: dict = {"content": {"text": text}, "identity": {"owner_id": owner, "session_id": session}}
+    if team is not None:
+        body["access_policy"] = {"readable_by": [f"team-{team}", "analyst"]}
+    return body
+
+
+def timed_searches(http: httpx.Client, workload: list[dict]) -> tuple[dict, float]:
+    """Each search timed over HTTP; (latency percentiles, share of searches whose planted
+    target, or a cell with its exact text, is in the top 10)."""
+    for item in workload[:10]:  # warm-up
+        http.post("/memories/search", json=item["body"], headers={"X-AMP-Agent-ID": item["agent"]})
+    ms, hits = [], 0
+    for item in workload:
+        t = time.perf_counter()
+        r = http.post("/memories/search", json={**item["body"], "limit": 10}, headers={"X-AMP-Agent-ID": item["agent"]})
+        ms.append((time.perf_counter() - t) * 1000)
+        r.raise_for_status()
+        results = r.json()["results"]
+        hits += any(h["id"] == item["target"] or h["content"]["text"] == item["text"] for h in results)
+    return percentiles(ms), round(hits / len(workload), 3)
 
 
 def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> dict:
     rng = random.Random(42)
     owners = [f"user-{i:05d}" for i in range(max(1, n // 100))]
     server = Server(store_url, embedder, workdir / "server.log")
-    memories: dict[str, list[str]] = {o: [] for o in owners}
+    facts: dict[str, list[tuple[str, str, str]]] = {o: [] for o in owners}  # owner -> (id, text, paraphrase)
+    result: dict = {"n": n, "owners": len(owners), "embedder": embedder}
     try:
-        http = httpx.Client(base_url=server.base, timeout=120)
+        http = httpx.Client(base_url=server.base, timeout=300)
         # ---- bulk load, in batches of 500 cells of one owner each (how an import runs)
-        plan = [(owners[i % len(owners)], memory_text(rng)) for i in range(n)]
+        plan = [(i % len(owners), *memory_fact(rng)) for i in range(n)]
         plan.sort(key=lambda p: p[0])
         t0 = time.perf_counter()
         for i in range(0, n, 500):
             chunk = plan[i : i + 500]
-            by_owner: dict[str, list[dict]] = {}
-            for j, (owner, text) in enumerate(chunk):
-                by_owner.setdefault(owner, []).append(cell_body(owner, text, f"{owner}-s{(i + j) // 10}"))
-                memories[owner].append(text)
-            for owner, cells in by_owner.items():
-                r = http.post("/memories/batch", json={"cells": cells}, headers={"X-AMP-Agent-ID": owner})
+            by_owner: dict[int, list[tuple[dict, str, str]]] = {}
+            for j, (o, text, para) in enumerate(chunk):
+                owner = owners[o]
+                body = cell_body(owner, text, f"{owner}-s{(i + j) // 10}", team=o % TEAMS)
+                by_owner.setdefault(o, []).append((body, text, para))
+            for o, rows in by_owner.items():
+                owner = owners[o]
+                r = http.post("/memories/batch", json={"cells": [b for b, _, _ in rows]}, headers={"X-AMP-Agent-ID": owner})
                 r.raise_for_status()
+                for cell, (_, text, para) in zip(r.json()["results"], rows):
+                    facts[owner].append((cell["id"], text, para))
+            if (i // 500) % 200 == 0:
+                print(f"  {i + len(chunk)} cells, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         batch_s = time.perf_counter() - t0
+        result["batch_writes_per_s"] = round(n / batch_s, 1)
         print(f"loaded {n} cells in {batch_s:.1f} s ({n / batch_s:.0f} cells/s)", file=sys.stderr)
 
-        # ---- search over HTTP (first a warm-up: the server loads its vector index lazily)
-        workload = []
+        # ---- workloads: each search has a planted target (a memory it asks about)
+        def pick() -> tuple[int, str, tuple[str, str, str]]:
+            o = rng.randrange(len(owners))
+            return o, owners[o], rng.choice(facts[owners[o]])
+
+        workloads: dict[str, list[dict]] = {"owner_words": [], "owner_paraphrase": [], "team_words": [],
+                                            "broad_words": [], "broad_paraphrase": []}
         for _ in range(queries):
-            owner = rng.choice(owners)
-            workload.append((owner, query_for(rng.choice(memories[owner]), rng)))
-        for owner, q in workload[:20]:
-            http.post("/memories/search", json={"query": q, "owner_id": owner}, headers={"X-AMP-Agent-ID": owner})
-        http_ms = []
-        for owner, q in workload:
-            t = time.perf_counter()
-            r = http.post("/memories/search", json={"query": q, "owner_id": owner, "limit": 10},
-                          headers={"X-AMP-Agent-ID": owner})
-            http_ms.append((time.perf_counter() - t) * 1000)
-            r.raise_for_status()
+            o, owner, (cid, text, para) = pick()
+            workloads["owner_words"].append({"agent": owner, "target": cid, "text": text,
+                                             "body": {"query": query_for(text, rng), "owner_id": owner}})
+            workloads["owner_paraphrase"].append({"agent": owner, "target": cid, "text": text,
+                                                  "body": {"query": para, "owner_id": owner}})
+        for _ in range(max(20, queries // 5)):  # reader-wide searches: fewer, they cost more
+            o, owner, (cid, text, para) = pick()
+            workloads["team_words"].append({"agent": f"team-{o % TEAMS}", "target": cid, "text": text,
+                                            "body": {"query": query_for(text, rng)}})
+            workloads["broad_words"].append({"agent": "analyst", "target": cid, "text": text,
+                                             "body": {"query": query_for(text, rng)}})
+            workloads["broad_paraphrase"].append({"agent": "analyst", "target": cid, "text": text,
+                                                  "body": {"query": para}})
+        result["health_before"] = http.get("/health").json()
+        result["search_http"] = {}
+        for name, work in workloads.items():
+            lat, hit = timed_searches(http, work)
+            result["search_http"][name] = {**lat, "hit@10": hit, "queries": len(work)}
+            print(f"  {name}: {lat} hit@10 {hit}", file=sys.stderr, flush=True)
+        result["health_after"] = http.get("/health").json()
 
         # ---- single-cell writes: one client, then 8 concurrent clients
         def write_many(count: int, tag: str) -> None:
@@ -150,18 +223,37 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
 
         t = time.perf_counter()
         write_many(500, "single")
-        single_ws = 500 / (time.perf_counter() - t)
+        result["writes_per_s"] = round(500 / (time.perf_counter() - t), 1)
         threads = [threading.Thread(target=write_many, args=(100, f"conc{c}")) for c in range(8)]
         t = time.perf_counter()
         for th in threads:
             th.start()
         for th in threads:
             th.join()
-        concurrent_ws = 800 / (time.perf_counter() - t)
-        rss = server.rss_mb()
+        result["writes_per_s_8_clients"] = round(800 / (time.perf_counter() - t), 1)
+        result["rss_mb"] = server.rss_mb()
         http.close()
     finally:
         server.stop()
+
+    # ---- restart: time to the first search (owner-scoped, then reader-wide)
+    restarted = Server(store_url, embedder, workdir / "server.log")
+    try:
+        with httpx.Client(base_url=restarted.base, timeout=300) as http:
+            first = {}
+            for name in ("owner_words", "broad_words"):
+                item = workloads[name][0]
+                t = time.perf_counter()
+                http.post("/memories/search", json=item["body"], headers={"X-AMP-Agent-ID": item["agent"]}).raise_for_status()
+                first[name] = round(time.perf_counter() - (restarted.started if name == "owner_words" else t), 2)
+            result["first_search_after_restart_s"] = {
+                "process_start_to_ready": round(restarted.ready - restarted.started, 2),
+                "process_start_to_first_owner_search": first["owner_words"],
+                "then_first_broad_search": first["broad_words"],
+            }
+            result["health_after_restart"] = http.get("/health").json()
+    finally:
+        restarted.stop()
 
     # ---- in process: the same service code the server runs, on the same store
     from ampkit.bootstrap import build_service, load_settings
@@ -170,43 +262,41 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
     service = build_service(load_settings(store=store_url, embedder=embedder))
     service.store.open()
     try:
-        for owner, q in workload[:20]:
-            service.search(owner, SearchRequest(query=q, owner_id=owner))
+        work = workloads["owner_words"]
+        for item in work[:20]:
+            service.search(item["agent"], SearchRequest(**item["body"]))
         inproc_ms = []
-        for owner, q in workload:
+        for item in work:
             t = time.perf_counter()
-            service.search(owner, SearchRequest(query=q, owner_id=owner, limit=10))
+            service.search(item["agent"], SearchRequest(**item["body"], limit=10))
             inproc_ms.append((time.perf_counter() - t) * 1000)
         stats = service.store.stats()
     finally:
         service.store.close()
     written = n + 500 + 800  # bulk load + single-client + concurrent writes
-    return {
-        "n": n,
-        "owners": len(owners),
+    result.update({
         "store": stats.get("backend", store_url.split(":")[0]),
-        "embedder": embedder,
-        "search_http_ms": percentiles(http_ms),
         "search_inproc_ms": percentiles(inproc_ms),
-        "writes_per_s": round(single_ws, 1),
-        "writes_per_s_8_clients": round(concurrent_ws, 1),
-        "batch_writes_per_s": round(n / batch_s, 1),
         "bytes_per_cell": round(stats["bytes"] / written) if stats.get("bytes") else None,
-        "rss_mb": rss,
         "machine": {"cpus": os.cpu_count(), "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]},
-    }
+    })
+    return result
 
 
 def print_table(res: dict) -> None:
     print(f"scale: {res['n']} cells, {res['owners']} owners, store {res['store']}, embedder {res['embedder']}")
-    print("| measure | p50 | p95 | p99 |\n|---|---|---|---|")
-    for key in ("search_http_ms", "search_inproc_ms"):
-        p = res[key]
-        print(f"| {key} | {p['p50']} | {p['p95']} | {p['p99']} |")
+    print("| search over HTTP | queries | p50 ms | p95 ms | p99 ms | hit@10 |\n|---|---|---|---|---|---|")
+    for name, p in res["search_http"].items():
+        print(f"| {name} | {p['queries']} | {p['p50']} | {p['p95']} | {p['p99']} | {p['hit@10']} |")
+    p = res["search_inproc_ms"]
+    print(f"| owner_words in process | - | {p['p50']} | {p['p95']} | {p['p99']} | - |")
     print("\n| measure | value |\n|---|---|")
     for key in ("writes_per_s", "writes_per_s_8_clients", "batch_writes_per_s", "bytes_per_cell", "rss_mb"):
         print(f"| {key} | {res[key]} |")
-    print(f"\nmachine: {res['machine']}")
+    for key, value in res["first_search_after_restart_s"].items():
+        print(f"| restart: {key} (s) | {value} |")
+    print(f"\nvector index after restart: {res['health_after_restart'].get('vector_index')}")
+    print(f"machine: {res['machine']}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,8 @@ brute-force it from the hash), and verification stays one indexed lookup plus on
 request. The comparison is constant-time.
 
 Scopes: `read` (get, list, search, history, export), `write` (create, patch, delete) and
-`admin` (lifecycle runs, purge). A key acts for exactly one agent id.
+`admin` (lifecycle runs, purge). `approve` lets a key decide other agents' proposed changes to
+memory files (docs/files.md#approval); `admin` implies it. A key acts for exactly one agent id.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .errors import APIError, Unauthorized
 from .store.base import ApiKeyRecord, Store
 
 KEY_PREFIX = "ampk_"
-SCOPES = ("read", "write", "admin")
+SCOPES = ("read", "write", "approve", "admin")
 DEFAULT_SCOPES = ("read", "write")
 _KEY_RE = re.compile(r"^ampk_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")

@@ -168,6 +168,20 @@ class Content(Closed):
 
 # A cell key: a caller-chosen name, unique among one owner's live cells (see Identity.key).
 CellKey = Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$")]
+# A memory file's path (docs/files.md): relative, `/`-separated, no empty, `.` or `..` segment.
+MAX_FILE_PATH = 512
+
+
+def check_file_path(value: str) -> str:
+    if value.startswith("/") or value.endswith("/"):
+        raise ValueError("a file path is relative and names a file: no leading or trailing '/'")
+    if any(part in ("", ".", "..") for part in value.split("/")):
+        raise ValueError("a file path has no empty, '.' or '..' segment")
+    return value
+
+
+FilePath = Annotated[str, Field(min_length=1, max_length=MAX_FILE_PATH, pattern=r"^[^\x00-\x1f\x7f\\]+$"),
+                     AfterValidator(storable_text), AfterValidator(check_file_path)]
 
 
 class Identity(Closed):
@@ -181,6 +195,13 @@ class Identity(Closed):
             "extension: a caller-chosen name, unique among the owner's live cells (active or stale, "
             "not superseded). Creating a second live cell with the same owner and key is a 409 "
             "CONFLICT; set `supersedes` to replace the holder. Fixed at creation."
+        ),
+    )
+    path: Optional[FilePath] = Field(
+        default=None,
+        description=(
+            "extension: the path of a memory file (docs/files.md), unique among the owner's live cells. "
+            "Set by the files API (/files), never by a plain create; fixed at creation."
         ),
     )
 
@@ -354,6 +375,7 @@ class IdentityPatch(Closed):
     owner_type: Optional[OwnerType] = Field(default=None, description=_SENT_BACK)
     created_by: Optional[IdString] = Field(default=None, description=_SENT_BACK)
     key: Optional[CellKey] = Field(default=None, description=_SENT_BACK)
+    path: Optional[FilePath] = Field(default=None, description=_SENT_BACK)
 
 
 class CellPatch(Closed):
@@ -535,9 +557,20 @@ class ErrorEnvelope(Closed):
     error: ErrorDetail
 
 
+class VectorIndexHealth(Closed):
+    state: Literal["none", "loading", "ready"] = Field(
+        default="none", description="loading: the in-memory vector index is filling after a start; until ready the dense "
+                                    "leg ranks a small filtered set from the stored rows and is skipped for wide ones")
+    vectors: int = Field(default=0, ge=0, description="vectors in memory (all models)")
+    approximate: Literal["none", "building", "ready", "unavailable"] = Field(
+        default="none", description="the HNSW graph for wide searches: building (the exact scan answers meanwhile), "
+                                    "ready (built, or loaded from where the store saved it), unavailable (no hnswlib)")
+
+
 class Health(Closed):
     status: Literal["ok"] = "ok"
     amp_version: str = AMP_VERSION
+    vector_index: VectorIndexHealth = Field(default_factory=VectorIndexHealth)
 
 
 # PATCH fields the server manages: (section or None for the top level, field). A reader may
@@ -545,6 +578,7 @@ class Health(Closed):
 PATCH_SERVER_MANAGED: tuple[tuple[Optional[str], str], ...] = (
     (None, "amp_version"), (None, "id"), (None, "type"),
     ("identity", "owner_id"), ("identity", "owner_type"), ("identity", "created_by"), ("identity", "key"),
+    ("identity", "path"),
     ("lifecycle", "created_at"), ("lifecycle", "supersedes"), ("lifecycle", "superseded_by"),
     ("scoring", "success_count"), ("scoring", "failure_count"),  # outcomes are recorded, not patched
     ("provenance", "extraction_model"), ("provenance", "supporting_episode_ids"),  # set by consolidation

@@ -34,6 +34,7 @@ from .models import (
     ConsolidateResponse,
     ErrorEnvelope,
     Health,
+    VectorIndexHealth,
     HistoryResponse,
     LifecycleRunRequest,
     LifecycleRunResponse,
@@ -48,6 +49,27 @@ from .models import (
     SearchResponse,
     Status,
     UtcDatetime,
+)
+
+from .files.models import (
+    MAX_GREP_MATCHES,
+    MAX_READ_LINES,
+    ApprovalMode,
+    ApproveRequest,
+    FileContent,
+    FileDelete,
+    FileEdit,
+    FileHistoryResponse,
+    FileListResponse,
+    FileSearchRequest,
+    FileSearchResponse,
+    FileWrite,
+    FileWriteResult,
+    GrepResponse,
+    Proposal,
+    ProposalList,
+    ProposalStatus,
+    RejectRequest,
 )
 
 if TYPE_CHECKING:
@@ -95,6 +117,13 @@ class Context:
     # Whether the caller's key holds the `read` scope. A body that contains a cell needs it:
     # writes by a key without it answer 204, whatever the access policy lets its agent read.
     may_read: bool = True
+    # The caller's key scopes (every scope in process and with auth off): deciding a proposal
+    # needs `approve` or `admin`, unless the caller owns the folder (docs/files.md#approval).
+    scopes: frozenset[str] = frozenset(SCOPES)
+
+    @property
+    def may_approve(self) -> bool:
+        return "approve" in self.scopes or "admin" in self.scopes
 
 
 Inputs = Mapping[str, Any]  # parameter name -> parsed value; the body under "body"
@@ -228,7 +257,8 @@ def _health(ctx: Context, inputs: Inputs) -> Health:
     # Readiness, not just liveness: a load balancer takes a server whose store is down
     # out of rotation (503 UNAVAILABLE) and back when the store returns.
     ctx.service.store.ping()
-    return Health()
+    state = getattr(ctx.service.store, "vector_index_state", None)  # stores with an in-memory index
+    return Health(vector_index=VectorIndexHealth(**state()) if state else VectorIndexHealth())
 
 
 def batch_response(created: Sequence[tuple[MemoryCell, Optional[str]]]) -> BatchCreateResponse:
@@ -309,6 +339,85 @@ LIST_PARAMS = (
           description="extension: JSON object, equality filter on content.metadata keys"),
     AS_OF,
 )
+# ---------------------------------------------------------------- memory files (docs/files.md)
+FILE_OWNER = Param("owner_id", Optional[str], "query", description="whose memory folder (required)")
+FILE_PATH = Param("path", Optional[str], "query", description="the file's path in the folder (required)")
+FILE_GLOB = Param("glob", Optional[str], "query", description="only paths matching this glob (`*`, `**`, `?`)")
+PROPOSAL_ID = Param("proposal_id", str, "path")
+
+
+def required(inputs: Inputs, name: str) -> str:
+    value = inputs[name]
+    if value is None or not str(value).strip():
+        raise ValidationFailed(f"the query parameter {name} is required", {"param": name})
+    return str(value)
+
+
+def _files(rows: Callable[..., Any]) -> Callable[[Context, Inputs], Any]:
+    """A files row: `rows(files_service, ctx, inputs)`."""
+    return lambda c, i: rows(c.service.files, c, i)
+
+
+def _decide(decision: str) -> Callable[[Context, Inputs], Any]:
+    def run(c: Context, i: Inputs) -> Proposal:
+        method = c.service.files.approve if decision == "approve" else c.service.files.reject
+        return method(c.agent, i["proposal_id"], i["body"], may_approve=c.may_approve, may_write="write" in c.scopes)
+    return run
+
+
+FILE_OPERATIONS: tuple[Operation, ...] = (
+    Operation("list_files", "GET", "/files",
+              _files(lambda f, c, i: f.list(c.agent, required(i, "owner_id"), i["glob"])),
+              response=FileListResponse, params=(FILE_OWNER, FILE_GLOB), tags=("files",)),
+    Operation("read_file", "GET", "/files/read",
+              _files(lambda f, c, i: f.read(c.agent, required(i, "owner_id"), required(i, "path"), i["offset"], i["limit"])),
+              response=FileContent, tags=("files",),
+              params=(FILE_OWNER, FILE_PATH,
+                      Param("offset", int, "query", default=0, description="first line, 0-based",
+                            bounds=lambda limits: {"ge": 0}),
+                      Param("limit", int, "query", default=2000, description="lines to return",
+                            bounds=lambda limits: {"ge": 1, "le": MAX_READ_LINES}))),
+    Operation("grep_files", "GET", "/files/grep",
+              _files(lambda f, c, i: f.grep(c.agent, required(i, "owner_id"), required(i, "pattern"), i["glob"],
+                                            i["max_count"])),
+              response=GrepResponse, tags=("files",),
+              params=(FILE_OWNER, Param("pattern", Optional[str], "query", description="a literal string (required)"),
+                      FILE_GLOB, Param("max_count", int, "query", default=200,
+                                       bounds=lambda limits: {"ge": 1, "le": MAX_GREP_MATCHES}))),
+    Operation("search_files", "POST", "/files/search", _files(lambda f, c, i: f.search(c.agent, i["body"])),
+              request=FileSearchRequest, response=FileSearchResponse, tags=("files",)),
+    Operation("file_history", "GET", "/files/history",
+              _files(lambda f, c, i: f.history(c.agent, required(i, "owner_id"), required(i, "path"))),
+              response=FileHistoryResponse, params=(FILE_OWNER, FILE_PATH), tags=("files",)),
+    Operation("write_file", "POST", "/files/write", _files(lambda f, c, i: f.write(c.agent, i["body"])),
+              request=FileWrite, response=FileWriteResult, scope="write", idempotent=False, tags=("files",)),
+    Operation("edit_file", "POST", "/files/edit", _files(lambda f, c, i: f.edit(c.agent, i["body"])),
+              request=FileEdit, response=FileWriteResult, scope="write", idempotent=False, tags=("files",)),
+    Operation("delete_file", "POST", "/files/delete", _files(lambda f, c, i: f.delete(c.agent, i["body"])),
+              request=FileDelete, response=FileWriteResult, scope="write", idempotent=False, tags=("files",)),
+    Operation("get_approval_mode", "GET", "/files/mode",
+              _files(lambda f, c, i: f.approval_mode(required(i, "owner_id"))),
+              response=ApprovalMode, params=(FILE_OWNER,), tags=("files",)),
+    Operation("set_approval_mode", "PUT", "/files/mode", _files(lambda f, c, i: f.set_approval_mode(c.agent, i["body"])),
+              request=ApprovalMode, response=ApprovalMode, scope="admin", tags=("files",)),
+    Operation("list_proposals", "GET", "/proposals",
+              _files(lambda f, c, i: f.proposals(c.agent, i["owner_id"], i["status"], i["proposed_by"],
+                                                 may_approve=c.may_approve)),
+              response=ProposalList, tags=("files",),
+              params=(Param("owner_id", Optional[str], "query"), Param("status", Optional[ProposalStatus], "query"),
+                      Param("proposed_by", Optional[str], "query"))),
+    Operation("get_proposal", "GET", "/proposals/{proposal_id}",
+              _files(lambda f, c, i: f.proposal(c.agent, i["proposal_id"], may_approve=c.may_approve)),
+              response=Proposal, params=(PROPOSAL_ID,), tags=("files",)),
+    # Deciding needs the owner (with write) or the approve/admin scope: checked by the service.
+    Operation("approve_proposal", "POST", "/proposals/{proposal_id}/approve", _decide("approve"),
+              request=ApproveRequest, body_required=False, response=Proposal, idempotent=False,
+              params=(PROPOSAL_ID,), tags=("files",)),
+    Operation("reject_proposal", "POST", "/proposals/{proposal_id}/reject", _decide("reject"),
+              request=RejectRequest, body_required=False, response=Proposal, idempotent=False,
+              params=(PROPOSAL_ID,), tags=("files",)),
+)
+
 ERROR_503 = {503: {"model": ErrorEnvelope, "description": "the store cannot be reached"}}
 
 # Registration order matters: the static /memories/... paths come before /memories/{memory_id}.
@@ -362,6 +471,7 @@ OPERATIONS: tuple[Operation, ...] = (
               tags=("admin",)),
     Operation("purge", "POST", "/admin/purge", _purge, request=PurgeRequest, body_required=False,
               response=PurgeResponse, scope="admin", tags=("admin",)),
+    *FILE_OPERATIONS,
 )
 
 BY_NAME: dict[str, Operation] = {op.name: op for op in OPERATIONS}

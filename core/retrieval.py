@@ -202,6 +202,9 @@ class Retriever:
         """
         cfg = self.config
         pool = max(cfg.pool, limit * cfg.pool_factor)
+        # A store whose vector index is still loading after a start ranks the dense leg from
+        # its rows for small filtered sets and skips it for wide ones: explain says so.
+        warming = self.embedder is not None and bool(getattr(store, "vectors_warming", False))
         legs = self.candidates(store, query, flt, pool)
         fused = fuse(legs, cfg.rrf_k)
         if not fused:
@@ -222,6 +225,8 @@ class Retriever:
             if cell is None or not keep(cell):  # purged meanwhile, or not the caller's to see
                 continue
             parts["entity"] = entity_match(names, cell.content.text)
+            if warming:
+                parts["dense_warming"] = 1.0
             parts["boosted"] = parts["fused"] * (1.0 + cfg.entity_weight * parts["entity"])
             if cfg.own_text_weight:
                 parts["own_text"] = term_match(content, cell.content.text)

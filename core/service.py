@@ -22,6 +22,7 @@ from ulid import ULID
 
 from .access import can_read, can_write
 from .consolidation import ConsolidationPolicy, Consolidator
+from .files.service import FileService
 from .dedup import DEFAULT_THRESHOLD, Duplicate, find_duplicate, normalise_text
 from .errors import (
     Conflict,
@@ -220,7 +221,25 @@ class MemoryService:
             raise access_denied()
         return cell
 
+    @property
+    def files(self) -> FileService:
+        """The memory folder of each owner (docs/files.md), over the same store and clock."""
+        return FileService(self.store, self.clock, self.limits, self.retriever, lambda: new_cell_id())
+
+    @staticmethod
+    def _not_a_file(cell: MemoryCell, what: str) -> None:
+        """A file's text and existence change only through the files API, where validation
+        and approval apply (docs/files.md)."""
+        if cell.identity.path is not None:
+            # The path is not named: a writer-only caller may not read the cell.
+            raise ValidationFailed(f"this cell is a memory file: {what} it through the files API "
+                                   "(/files/write, /files/edit, /files/delete), which validates and asks for approval")
+
     def _build(self, req: CellCreate, agent: str, now: datetime) -> MemoryCell:
+        if req.identity.path is not None:
+            raise ValidationFailed("identity.path is set by the files API (POST /files/write), which validates "
+                                   "the file and asks for approval; a plain create cannot make a file",
+                                   {"field": "identity.path"})
         data = req.model_dump(mode="json", exclude={"supersedes", "lifecycle", "scoring", "amp_version", "dedup"})
         data["identity"]["created_by"] = agent
         outcomes = {"success_count": 0, "failure_count": 0} if req.type == MemoryType.procedural.value else {}
@@ -453,6 +472,7 @@ class MemoryService:
         now = self.clock()
         with self.store.write() as tx:
             cell = self._writable(tx.get(cell_id), agent)
+            self._not_a_file(cell, "roll back")
             if expected_version is not None and expected_version != cell.lifecycle.version:
                 raise Conflict(
                     f"cell is at version {cell.lifecycle.version}, not {expected_version}",
@@ -507,6 +527,8 @@ class MemoryService:
         changes = patch.model_dump(mode="json", exclude_unset=True)
         with self.store.write() as tx:
             cell = self._writable(tx.get(cell_id), agent)
+            if "content" in changes:
+                self._not_a_file(cell, "change")
             reader = may_read and can_read(cell, agent)
             if expected_version is not None and expected_version != cell.lifecycle.version:
                 raise Conflict(
@@ -572,6 +594,7 @@ class MemoryService:
         now = self.clock()
         with self.store.write() as tx:
             cell = self._writable(tx.get(cell_id), agent)
+            self._not_a_file(cell, "delete")
             check_delete_transition(cell.lifecycle.status)
             tx.update(self._with_status(cell, Status.deleted.value, now))
             tx.add_history(HistoryRecord(cell_id, now, agent, "delete", {"lifecycle.status": [cell.lifecycle.status, Status.deleted.value]}))

@@ -9,7 +9,8 @@ took the places.
 
 Search is exact (one matrix-vector product, ~4 ms at 100k x 256 on one core). Past
 `ann_threshold` vectors, and when `hnswlib` is installed (`pip install 'ampkit[ann]'`), an
-HNSW graph answers the wide queries; its hits are intersected with the allowed rows, and when
+HNSW graph, built (or loaded from where the store saved it) in a background thread while the
+exact scan answers, serves the wide queries; its hits are intersected with the allowed rows, and when
 that leaves fewer than k the search falls back to the exact scan, so the ANN only ever makes
 a query faster, never shorter.
 """
@@ -32,7 +33,9 @@ class VectorIndex:
         self._rowids = np.zeros(1024, dtype=np.int64)  # slot -> rowid
         self._slot_of = np.full(1024, -1, dtype=np.int64)  # rowid -> slot (rowids are dense ints)
         self._count = 0
-        self._ann: Any = None  # hnswlib.Index (untyped), built lazily past the threshold
+        self._ann: Any = None  # hnswlib.Index (untyped), built in the background past the threshold
+        self.ann_state = "none"  # none | building | ready | unavailable
+        self.ann_dirty = False  # changed since it was last saved
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -65,8 +68,7 @@ class VectorIndex:
                 self._matrix[slot] = vec
             if self._ann is not None:
                 self._ann_add(rowids, vectors)
-            elif self._count >= self.ann_threshold:
-                self._build_ann()
+                self.ann_dirty = True
 
     def _grow(self) -> None:
         size = len(self._rowids) * 2
@@ -77,18 +79,52 @@ class VectorIndex:
         self._matrix, self._rowids = matrix, rowids
 
     # ------------------------------------------------------------ approximate index
-    def _build_ann(self) -> None:
+    def wants_ann(self) -> bool:
+        return self.ann_state == "none" and self._count >= self.ann_threshold
+
+    def build_ann(self, saved: Optional[str] = None) -> None:
+        """Build the HNSW graph (or load the one saved at `saved`, then add what changed since:
+        `changed_rowids`), outside the lock: searches keep using the exact scan meanwhile."""
         try:
             import hnswlib
         except ImportError:  # the exact scan keeps working, only slower
-            self.ann_threshold = 1 << 62
+            self.ann_state = "unavailable"
             return
-        n = self._count
+        self.ann_state = "building"
+        with self._lock:
+            n = self._count
+            matrix, rowids = self._matrix[:n].copy(), self._rowids[:n].copy()
         index = hnswlib.Index(space="ip", dim=self.dim)  # vectors are L2-normalised
-        index.init_index(max_elements=max(2 * n, 1024), ef_construction=100, M=16)
+        if saved is not None:
+            index.load_index(saved, max_elements=max(2 * n, 1024))
+        else:
+            index.init_index(max_elements=max(2 * n, 1024), ef_construction=100, M=16)
+            index.add_items(matrix, rowids)
         index.set_ef(128)
-        index.add_items(self._matrix[:n], self._rowids[:n])
-        self._ann = index
+        with self._lock:
+            if self._count > n:  # rows added while it was built
+                index.resize_index(max(2 * self._count, index.get_max_elements()))
+                index.add_items(self._matrix[n : self._count], self._rowids[n : self._count])
+            self._ann = index
+            self.ann_state = "ready"
+            self.ann_dirty = saved is None or self._count > n
+
+    def refresh_ann_rows(self, rowids: np.ndarray) -> None:
+        """Re-add these rows' current vectors to the graph (rows changed after it was saved)."""
+        with self._lock:
+            slots = self._slot_of[rowids[(rowids >= 0) & (rowids < len(self._slot_of))]]
+            slots = slots[slots >= 0]
+            if self._ann is not None and len(slots):
+                self._ann_add(self._rowids[slots], self._matrix[slots])
+                self.ann_dirty = True
+
+    def save_ann(self, path: str) -> bool:
+        with self._lock:
+            if self._ann is None:
+                return False
+            self._ann.save_index(path)
+            self.ann_dirty = False
+            return True
 
     def _ann_add(self, rowids: np.ndarray, vectors: np.ndarray) -> None:
         index = self._ann

@@ -157,14 +157,21 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 def bm25_scores(query: str, cells: Iterable[MemoryCell]) -> list[tuple[MemoryCell, float]]:
     """Okapi BM25 of `query` over the texts of `cells` (the as-of set the caller may read):
     the statistics come from these cells only, so no unreadable cell moves a score."""
+    kept = list(cells)
+    scores = bm25_text_scores(query, [cell.content.text for cell in kept])
+    return [(cell, score) for cell, score in zip(kept, scores) if score > 0]
+
+
+def bm25_text_scores(query: str, texts: Sequence[str]) -> list[float]:
+    """BM25 of `query` over `texts`, statistics from these texts only; one score per text."""
     terms = query_terms(query)
-    docs = [(cell, [w.lower() for w in _words(cell.content.text)]) for cell in cells]
+    docs = [[w.lower() for w in _words(text)] for text in texts]
     if not docs or not terms:
-        return []
-    mean_len = sum(len(words) for _, words in docs) / len(docs) or 1.0
-    df = {t: sum(t in set(words) for _, words in docs) for t in terms}
+        return [0.0] * len(docs)
+    mean_len = sum(len(words) for words in docs) / len(docs) or 1.0
+    df = {t: sum(t in set(words) for words in docs) for t in terms}
     out = []
-    for cell, words in docs:
+    for words in docs:
         score = 0.0
         for t in terms:
             tf = words.count(t)
@@ -172,8 +179,7 @@ def bm25_scores(query: str, cells: Iterable[MemoryCell]) -> list[tuple[MemoryCel
                 continue
             idf = math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5))
             score += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * len(words) / mean_len))
-        if score > 0:
-            out.append((cell, score))
+        out.append(score)
     return out
 
 

@@ -102,3 +102,22 @@ def test_a_refused_after_task_save_is_skipped_not_a_crash(backend):
     saved = memory.remember_many(["x" * 70000, "a normal note"])
     assert [r.content for r in saved] == ["a normal note"]
     assert backend.texts(user) == ["a normal note"]
+
+
+def test_record_episodes_stores_each_request_once_and_never_recalls_it_as_a_fact(backend):
+    user = unique("user")
+    memory = AmpkitCrewMemory(client=backend.connect(unique("crew-agent")), owner_id=user,
+                              record_episodes=True, session_id="crew-run-1")
+    llm = CrewAIFakeLLM(answer="Done.")
+    one_task_crew(llm).kickoff()  # no memory: nothing recorded
+    assert backend.cells(user) == []
+    crew = one_task_crew(llm, memory=memory)
+    crew.kickoff()
+    episodes = [c for c in backend.cells(user) if c.type == "episodic"]
+    assert len(episodes) == 1 and "Write the summary format Ada wants" in episodes[0].content.text
+    assert episodes[0].identity.session_id == "crew-run-1"
+    recalled = memory.recall("Write the summary format Ada wants for the report")
+    assert recalled and episodes[0].id not in {m.record.id for m in recalled}  # the task's saved result, not the episode
+    off = AmpkitCrewMemory(client=backend.connect(unique("crew-agent")), owner_id=unique("user"))
+    one_task_crew(llm, memory=off).kickoff()
+    assert [c for c in backend.cells(off.owner_id) if c.type == "episodic"] == []

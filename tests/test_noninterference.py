@@ -87,6 +87,8 @@ class World:
     noise_ids: list[str] = field(default_factory=list)
     noise_texts: list[str] = field(default_factory=list)  # what the noise says (known in both stores)
     query_words: list[str] = field(default_factory=lambda: list(WORDS))
+    file_paths: list[str] = field(default_factory=list)  # memory files (issue 11), world and noise
+    proposal_ids: list[str] = field(default_factory=list)
 
 
 class FixedIds:
@@ -509,6 +511,97 @@ def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSp
     world.noise_texts = [" ".join(n.words) for n in noise]
     if with_noise:
         world.noise_ids = [cell_id(n, noise=True) for n in range(len(noise))]
+    build_files(service, ids, caller, specs, noise, world, with_noise)
+
+
+def build_files(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSpec],
+                noise: list[NoiseSpec], world: World, with_noise: bool) -> None:
+    """Memory files (issue 11): each world cell's creator writes a file into its owner's folder
+    with the cell's access policy, then proposes a change to it; the noise agent writes files
+    and proposes new ones in the same folders. Ids are fixed, as for cells."""
+    from ampkit.files import ApprovalMode, FileService, FileWrite
+    from ampkit.models import AccessPolicy
+
+    proposal_ids = iter(range(10**6))
+    next_proposal: list[str] = []
+    files = FileService(service.store, service.clock, service.limits, service.retriever, ids,
+                        lambda: next_proposal.pop())
+
+    def write(agent: str, owner: str, path: str, text: str, cid: str, policy: Optional[AccessPolicy] = None,
+              proposal: Optional[str] = None) -> None:
+        ids.next = cid
+        if proposal is not None:
+            next_proposal.append(proposal)
+        files.write(agent, FileWrite(owner_id=owner, path=path, content=text, access_policy=policy))
+        ids.next = None
+
+    def mode(owner: str, name: str) -> None:
+        files.set_approval_mode("ops", ApprovalMode(owner_id=owner, approval_mode=name))  # type: ignore[arg-type]
+
+    for owner in OWNERS:
+        mode(owner, "yolo")
+    for n, spec in enumerate(specs):
+        path = f"notes/{n}.md"
+        policy = AccessPolicy(readable_by=spec.readable_by, public=spec.public)
+        write(spec.creator, spec.owner, path, " ".join(spec.words) + "\n", cell_id(100 + n, noise=False), policy)
+        world.file_paths.append(path)
+    if with_noise:
+        for n, spec_n in enumerate(noise):
+            if spec_n.owner == caller:
+                continue
+            write(NOISE_AGENT, spec_n.owner, f"noise/{n}.md", " ".join(spec_n.words) + "\n", cell_id(100 + n, noise=True))
+    world.file_paths += [f"noise/{n}.md" for n in range(len(noise))]
+    for owner in OWNERS:
+        mode(owner, "review")
+    for n, spec in enumerate(specs):
+        pid = f"prop_{2 * next(proposal_ids):026d}"
+        write(spec.creator, spec.owner, f"notes/{n}.md", "vault tea\n", cell_id(200 + n, noise=False), proposal=pid)
+        world.proposal_ids.append(pid)
+    for n, spec_n in enumerate(noise):
+        pid = f"prop_{2 * n + 1 + 10**6:026d}"
+        if with_noise and spec_n.owner != caller:
+            write(NOISE_AGENT, spec_n.owner, f"noise-new/{n}.md", "vault tea code\n", cell_id(200 + n, noise=True),
+                  proposal=pid)
+        world.proposal_ids.append(pid)
+
+
+def _files_list_read_history(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    from ampkit.files import PROPOSALS_FILE, SESSIONS_DIR
+
+    for owner in OWNERS:
+        listed = service.files.list(caller, owner)
+        yield answer(lambda: listed)
+        yield answer(lambda: service.files.list(caller, owner, glob="notes/**"))
+        virtual = [f.path for f in listed.results if f.path.startswith(SESSIONS_DIR)]
+        for path in world.file_paths + virtual + [PROPOSALS_FILE, SESSIONS_DIR + "chat-1.md"]:
+            yield answer(lambda: service.files.read(caller, owner, path))
+            yield answer(lambda: service.files.read(caller, owner, path, offset=1, limit=1))
+            yield answer(lambda: service.files.history(caller, owner, path))
+
+
+def _files_grep_search(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    from ampkit.files import FileSearchRequest
+
+    for owner in OWNERS:
+        for word in world.query_words:
+            yield answer(lambda: service.files.grep(caller, owner, word))
+            yield answer(lambda: service.files.grep(caller, owner, word, glob="notes/**", max_count=1))
+            yield answer(lambda: service.files.search(caller, FileSearchRequest(owner_id=owner, query=word)))
+
+
+def _proposals(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for owner in [None, *OWNERS]:
+        yield answer(lambda: service.files.proposals(caller, owner))
+        yield answer(lambda: service.files.proposals(caller, owner, status="pending", proposed_by=caller))
+    for pid in world.proposal_ids:
+        yield answer(lambda: service.files.proposal(caller, pid))
+
+
+READ_PATHS += [
+    ReadPath("files_list_read_history", _files_list_read_history),
+    ReadPath("files_grep_search", _files_grep_search),
+    ReadPath("proposals", _proposals),
+]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

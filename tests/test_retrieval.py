@@ -8,6 +8,7 @@ by meaning, reindex after a model change) goes through real servers over HTTP an
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from datetime import datetime, timezone
 
@@ -195,7 +196,9 @@ def test_ann_index_stays_consistent_with_the_database(tmp_path):
     put([c.id for c in cells])
     flt = CellFilter(reader="ann", owner_id="ann")
     queries = [q / np.linalg.norm(q) for q in rng.normal(size=(20, 16)).astype(np.float32)]
-    store.vector_candidates(queries[0], "rand16", flt, 10)
+    store.wait_for_vector_index()
+    store.vector_candidates(queries[0], "rand16", flt, 10)  # crosses the threshold: builds in the background
+    store.wait_for_vector_index()
     assert store._vectors["rand16"].uses_ann
 
     put([c.id for c in cells[:50]])  # new vectors for some cells
@@ -365,7 +368,7 @@ def test_migration_2_reindexes_a_version_1_store(tmp_path):
     for text in texts:
         row = cell_to_row(built(CellCreate(content={"text": text}, identity={"owner_id": "kim", "session_id": "s1"}), "kim", fixed))
         row.update(embed_model="old", embedding=np.ones(4, dtype=np.float32).tobytes())
-        for later in ("cell_key", "window_class"):  # columns a version-1 table does not have yet
+        for later in ("cell_key", "window_class", "cell_path"):  # columns a version-1 table does not have yet
             row.pop(later)
         conn.execute(f"INSERT INTO cells({','.join(row)}) VALUES ({','.join('?' * len(row))})", list(row.values()))
     conn.close()
@@ -382,3 +385,72 @@ def test_migration_2_reindexes_a_version_1_store(tmp_path):
         assert len(hits) == 3 and abs(hits[0].score - 2.0) < 1e-6
     finally:
         store.close()
+
+
+def test_keyword_scan_of_a_few_admitted_cells_equals_the_fts_query(tmp_path):
+    """An owner's keyword search scans its windows' stored term counts instead of running
+    the FTS OR query: the same matches and the same scores, bit for bit."""
+    stores = [SQLiteStore(str(tmp_path / f"k{i}.db"), keyword_scan_max=limit) for i, limit in enumerate((0, 5000))]
+    texts = ["Lena prefers window seats when travelling to Oslo", "Bruno adopted a rescue dog in March",
+             "the rescue dog hates the airport", "dark roast coffee for Lena", "Oslo in March is cold",
+             "서울에서 커피를 마셨다", "nothing relevant here"]
+    for s in stores:
+        s.open()
+        service = MemoryService(store=s)
+        for i, text in enumerate(texts):
+            service.create("alice" if i % 3 else "bob",
+                           CellCreate(content={"text": text}, identity={"owner_id": "alice" if i % 3 else "bob",
+                                                                          "session_id": f"s{i // 2}"}))
+    try:
+        for query in ("rescue dog", "Lena Oslo March", "coffee 서울", "the", "window-seats"):
+            for flt in (CellFilter(reader="alice", owner_id="alice"), CellFilter(reader="alice"),
+                        CellFilter(reader="bob", owner_id="alice")):
+                fts, scan = (
+                    [(s.get(c.cell_id).content.text, c.score) for c in s.keyword_candidates(query, flt, 10)]  # type: ignore[union-attr]
+                    for s in stores
+                )
+                assert fts == scan, (query, flt)
+        assert stores[1].keyword_candidates("rescue dog", CellFilter(reader="alice", owner_id="alice"), 10)
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_restart_loads_the_saved_graph_and_answers_while_the_index_loads(tmp_path):
+    """Cold start: the HNSW graph is saved next to the database and loaded on the next open
+    (not rebuilt); while vectors load, the dense leg ranks the admitted rows from the table
+    (exactly) and `explain` says so."""
+    pytest.importorskip("hnswlib")
+    rng = np.random.default_rng(3)
+    path = str(tmp_path / "cold.db")
+    store = SQLiteStore(path, ann_threshold=100)
+    store.open()
+    cells = MemoryService(store=store).create_many("ann", [cell(f"cold cell {i}", owner="ann") for i in range(200)])
+    with store.write() as tx:
+        for c in cells:
+            v = rng.normal(size=16).astype(np.float32)
+            tx.update(tx.get(c.id), StoredVector("rand16", v / np.linalg.norm(v)))
+    store.wait_for_vector_index()
+    flt = CellFilter(reader="ann", owner_id="ann")
+    query = np.ones(16, dtype=np.float32) / 4.0
+    store.vector_candidates(query, "rand16", flt, 10)
+    store.wait_for_vector_index()
+    assert store.vector_index_state() == {"state": "ready", "vectors": 200, "approximate": "ready"}
+    store.close()
+    saved = store._ann_path("rand16")
+    assert os.path.exists(saved) and os.path.exists(saved + ".json")
+
+    again = SQLiteStore(path, ann_threshold=100)
+    again.open()
+    again.wait_for_vector_index()
+    assert again.vector_index_state()["approximate"] == "ready"  # loaded at open, no search needed
+    exact = _exact(again, query, "rand16", flt, 10)
+    assert [c.cell_id for c in again.vector_candidates(query, "rand16", flt, 10)] == exact
+    again._vectors_ready.clear()  # as while loading after a start
+    assert again.vector_index_state()["state"] == "loading"
+    assert [c.cell_id for c in again.vector_candidates(query, "rand16", flt, 10)] == exact
+    service = MemoryService(store=again, retriever=Retriever(embedder=ConceptEmbedder()))
+    hits = service.search("ann", SearchRequest(query="cold cell", explain=True)).results
+    assert hits and all(h.explain["dense_warming"] == 1.0 for h in hits)
+    again._vectors_ready.set()
+    again.close()

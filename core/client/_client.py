@@ -7,6 +7,8 @@ here by a sync or an async loop. Nothing else happens in these classes.
 
 from __future__ import annotations
 
+import builtins
+
 from datetime import datetime
 from typing import Any, AsyncIterator, Generator, Iterable, Iterator, Mapping, Optional, Union
 
@@ -22,7 +24,18 @@ from ..models import (
     MemoryType,
     PurgeResponse,
 )
+from ..files.models import (
+    ApprovalMode,
+    FileContent,
+    FileHistoryResponse,
+    FileListResponse,
+    FileSearchResponse,
+    FileWriteResult,
+    GrepResponse,
+    Proposal,
+)
 from . import _calls as calls
+from . import _file_calls as fcalls
 from ._calls import Call, SearchResult
 from ._config import ClientConfig, resolve
 from ._http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, AsyncHTTPTransport, HTTPTransport, TimeoutTypes
@@ -163,6 +176,57 @@ class Client(_BaseClient):
     def spec(self) -> dict[str, Any]:
         return self._send(calls.spec())
 
+    # ------------------------------------------------------------ memory files (docs/files.md)
+    def list_files(self, owner_id: str, *, glob: Optional[str] = None) -> FileListResponse:
+        return self._send(fcalls.list_files(owner_id, glob))
+
+    def read_file(self, path: str, *, owner_id: str, offset: int = 0, limit: int = 2000) -> FileContent:
+        return self._send(fcalls.read_file(path, owner_id, offset, limit))
+
+    def write_file(self, path: str, content: str, *, owner_id: str, reason: Optional[str] = None,
+                   expected_version: Optional[int] = None, **access: Any) -> FileWriteResult:
+        """Write a whole file; in `review` mode it becomes a proposal (`status == "proposed"`).
+        `readable_by`, `writable_by`, `public`: the access policy of a new file."""
+        return self._send(fcalls.write_file(path, content, owner_id, reason, expected_version, **access))
+
+    def edit_file(self, path: str, old: str, new: str, *, owner_id: str, replace_all: bool = False,
+                  reason: Optional[str] = None, expected_version: Optional[int] = None) -> FileWriteResult:
+        return self._send(fcalls.edit_file(path, old, new, owner_id, replace_all, reason, expected_version))
+
+    def delete_file(self, path: str, *, owner_id: str, reason: Optional[str] = None,
+                    expected_version: Optional[int] = None) -> FileWriteResult:
+        return self._send(fcalls.delete_file(path, owner_id, reason, expected_version))
+
+    def grep_files(self, pattern: str, *, owner_id: str, glob: Optional[str] = None, max_count: int = 200) -> GrepResponse:
+        return self._send(fcalls.grep_files(pattern, owner_id, glob, max_count))
+
+    def search_files(self, query: str, *, owner_id: str, glob: Optional[str] = None, limit: int = 10) -> FileSearchResponse:
+        return self._send(fcalls.search_files(query, owner_id, glob, limit))
+
+    def file_history(self, path: str, *, owner_id: str) -> FileHistoryResponse:
+        return self._send(fcalls.file_history(path, owner_id))
+
+    def get_approval_mode(self, owner_id: str) -> ApprovalMode:
+        return self._send(fcalls.get_approval_mode(owner_id))
+
+    def set_approval_mode(self, owner_id: str, mode: str) -> ApprovalMode:
+        return self._send(fcalls.set_approval_mode(owner_id, mode))
+
+    def list_proposals(self, *, owner_id: Optional[str] = None, status: Optional[str] = None,
+                       proposed_by: Optional[str] = None) -> "builtins.list[Proposal]":
+        return self._send(fcalls.list_proposals(owner_id, status, proposed_by))
+
+    def get_proposal(self, proposal_id: str) -> Proposal:
+        return self._send(fcalls.get_proposal(proposal_id))
+
+    def approve_proposal(self, proposal_id: str, *, content: Optional[str] = None,
+                         message: Optional[str] = None) -> Proposal:
+        """Approve (with `content`: edit, then approve). Not by the agent that proposed it."""
+        return self._send(fcalls.approve_proposal(proposal_id, content, message))
+
+    def reject_proposal(self, proposal_id: str, *, message: Optional[str] = None) -> Proposal:
+        return self._send(fcalls.reject_proposal(proposal_id, message))
+
     # Last in the class body, so that `list[...]` in the annotations above means the builtin.
     def list(self, *, limit: Optional[int] = None, **filters: Any) -> Iterator[MemoryCell]:
         """Every matching cell, fetching pages as the iteration goes (`page_size` per request)."""
@@ -284,6 +348,57 @@ class AsyncClient(_BaseClient):
 
     async def spec(self) -> dict[str, Any]:
         return await self._send(calls.spec())
+
+    # ------------------------------------------------------------ memory files (docs/files.md)
+    async def list_files(self, owner_id: str, *, glob: Optional[str] = None) -> FileListResponse:
+        return await self._send(fcalls.list_files(owner_id, glob))
+
+    async def read_file(self, path: str, *, owner_id: str, offset: int = 0, limit: int = 2000) -> FileContent:
+        return await self._send(fcalls.read_file(path, owner_id, offset, limit))
+
+    async def write_file(self, path: str, content: str, *, owner_id: str, reason: Optional[str] = None,
+                   expected_version: Optional[int] = None, **access: Any) -> FileWriteResult:
+        """Write a whole file; in `review` mode it becomes a proposal (`status == "proposed"`).
+        `readable_by`, `writable_by`, `public`: the access policy of a new file."""
+        return await self._send(fcalls.write_file(path, content, owner_id, reason, expected_version, **access))
+
+    async def edit_file(self, path: str, old: str, new: str, *, owner_id: str, replace_all: bool = False,
+                  reason: Optional[str] = None, expected_version: Optional[int] = None) -> FileWriteResult:
+        return await self._send(fcalls.edit_file(path, old, new, owner_id, replace_all, reason, expected_version))
+
+    async def delete_file(self, path: str, *, owner_id: str, reason: Optional[str] = None,
+                    expected_version: Optional[int] = None) -> FileWriteResult:
+        return await self._send(fcalls.delete_file(path, owner_id, reason, expected_version))
+
+    async def grep_files(self, pattern: str, *, owner_id: str, glob: Optional[str] = None, max_count: int = 200) -> GrepResponse:
+        return await self._send(fcalls.grep_files(pattern, owner_id, glob, max_count))
+
+    async def search_files(self, query: str, *, owner_id: str, glob: Optional[str] = None, limit: int = 10) -> FileSearchResponse:
+        return await self._send(fcalls.search_files(query, owner_id, glob, limit))
+
+    async def file_history(self, path: str, *, owner_id: str) -> FileHistoryResponse:
+        return await self._send(fcalls.file_history(path, owner_id))
+
+    async def get_approval_mode(self, owner_id: str) -> ApprovalMode:
+        return await self._send(fcalls.get_approval_mode(owner_id))
+
+    async def set_approval_mode(self, owner_id: str, mode: str) -> ApprovalMode:
+        return await self._send(fcalls.set_approval_mode(owner_id, mode))
+
+    async def list_proposals(self, *, owner_id: Optional[str] = None, status: Optional[str] = None,
+                       proposed_by: Optional[str] = None) -> "builtins.list[Proposal]":
+        return await self._send(fcalls.list_proposals(owner_id, status, proposed_by))
+
+    async def get_proposal(self, proposal_id: str) -> Proposal:
+        return await self._send(fcalls.get_proposal(proposal_id))
+
+    async def approve_proposal(self, proposal_id: str, *, content: Optional[str] = None,
+                         message: Optional[str] = None) -> Proposal:
+        """Approve (with `content`: edit, then approve). Not by the agent that proposed it."""
+        return await self._send(fcalls.approve_proposal(proposal_id, content, message))
+
+    async def reject_proposal(self, proposal_id: str, *, message: Optional[str] = None) -> Proposal:
+        return await self._send(fcalls.reject_proposal(proposal_id, message))
 
     # Last in the class body, so that `list[...]` in the annotations above means the builtin.
     async def list(self, *, limit: Optional[int] = None, **filters: Any) -> AsyncIterator[MemoryCell]:

@@ -226,7 +226,8 @@ def _endpoint(op: Operation, service: MemoryService, identity: IdentityResolver,
             if caller is not None:
                 caller.need(scope)
         may_read = caller is None or caller.may("read")
-        result = op.run(Context(service, agent, auth, mcp, may_read=may_read), inputs)
+        scopes = caller.scopes if caller is not None else frozenset()
+        result = op.run(Context(service, agent, auth, mcp, may_read=may_read, scopes=scopes), inputs)
         if isinstance(result, Answer):
             return JSONResponse(jsonable_encoder(result.value), status_code=result.status_code, headers=dict(result.headers))
         return Response(status_code=204) if result is None else result

@@ -17,6 +17,7 @@ from psycopg.types.json import Json
 
 from ..glob import upgrade_stored
 from ..textindex import index_text
+from ._files import FILES_SCHEMA
 from .base import CONTEXT_RADIUS, window_class
 from .sql.dialects import POSTGRES
 
@@ -128,6 +129,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX cells_window_seq ON cells (window_class, seq) WHERE window_class IS NOT NULL;
         """,
     ),
+    (7, "memory files: paths, proposals, approval modes", FILES_SCHEMA),
 ]
 
 

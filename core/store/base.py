@@ -25,6 +25,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from ..errors import ValidationFailed
 from ..models import HistoryEntry, MemoryCell, Status, storable_text
+from ._files import ProposalRecord
 
 ALL_STATUSES: tuple[str, ...] = tuple(status.value for status in Status)
 
@@ -135,6 +136,7 @@ def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
         "expires_at": cell.lifecycle.expires_at,
         "superseded_by": cell.lifecycle.superseded_by,
         "cell_key": cell.identity.key,
+        "cell_path": cell.identity.path,
         "text": text,
         "window_class": window_class(
             cell.identity.owner_id, cell.identity.session_id, cell.identity.created_by, cell.access_policy.public,
@@ -202,6 +204,25 @@ class WriteTx(ABC):
     @abstractmethod
     def purge(self, cell_id: str) -> None:
         """Physically remove the cell, its vector and its index entries; scrub its history."""
+
+    # ------------------------------------------------------------ memory files (store/_files.py)
+    def path_holder(self, owner_id: str, path: str) -> Optional[MemoryCell]:
+        """The owner's live cell at file `path`, locked until the transaction ends (a unique
+        index on (owner_id, cell_path) over live cells backs it)."""
+        raise NotImplementedError
+
+    def put_proposal(self, proposal: ProposalRecord) -> None:
+        raise NotImplementedError
+
+    def locked_proposal(self, proposal_id: str) -> Optional[ProposalRecord]:
+        raise NotImplementedError
+
+    def decide_proposal(self, proposal: ProposalRecord) -> None:
+        """Store the decision fields (status, decided_by, decided_at, message, result_version)."""
+        raise NotImplementedError
+
+    def set_approval_mode(self, owner_id: str, mode: str, at: datetime, by: str) -> None:
+        raise NotImplementedError
 
 
 class Store(ABC):
@@ -314,6 +335,22 @@ class Store(ABC):
 
     def stats(self) -> dict[str, Any]:
         return {}
+    # ------------------------------------------------------------ memory files (store/_files.py)
+    def file_cells(self, owner_id: str) -> builtins.list[MemoryCell]:
+        """The owner's live cells that have a path, ordered by path (no access filter)."""
+        raise NotImplementedError
+
+    def get_proposal(self, proposal_id: str) -> Optional[ProposalRecord]:
+        raise NotImplementedError
+
+    def list_proposals(self, owner_id: Optional[str] = None, status: Optional[str] = None,
+                       proposed_by: Optional[str] = None) -> builtins.list[ProposalRecord]:
+        raise NotImplementedError
+
+    def approval_mode(self, owner_id: str) -> Optional[str]:
+        """The owner's stored approval mode, None when never set (the default applies)."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------ API keys (ampkit.auth)
     @abstractmethod
     def put_key(self, key: ApiKeyRecord) -> None:

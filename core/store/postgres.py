@@ -58,6 +58,7 @@ from ._pg_schema import (
     CLASS_NEIGHBOURS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
 )
 from .sql import POSTGRES, compile_filter
+from ._files import PostgresFileTx, SQLFileReads
 from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
     CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
@@ -163,7 +164,7 @@ def _vector_index_name(model: str, dim: int) -> str:
 
 
 
-class _PostgresWriteTx(WriteTx):
+class _PostgresWriteTx(PostgresFileTx, WriteTx):
     def __init__(self, conn: psycopg.Connection, store: "PostgresStore"):
         self.conn = conn
         self.store = store
@@ -264,7 +265,7 @@ class _PostgresWriteTx(WriteTx):
         self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = %s", (cell_id,))
 
 
-class PostgresStore(SQLKeyReads, Store):
+class PostgresStore(SQLFileReads, SQLKeyReads, Store):
     backend = "postgresql"
     PARAM = "%s"  # psycopg placeholder (SQLKeyReads)
     KEYWORD_RANKERS = KEYWORD_RANKERS
