@@ -23,6 +23,7 @@ from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import SystemMessage, UserMessage
 from pydantic import BaseModel, Field
 
+from ._instructions import ainstructions
 from ._mapping import LONG_TERM_TYPES, Clients, Sharing, forget_scope, render, run_async, search_text, tags
 
 FRAMEWORK = "autogen"
@@ -66,8 +67,9 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
 
     def __init__(self, client: Any, *, owner_id: str, name: str = "default", session_id: Optional[str] = None,
                  k: int = 5, types: Optional[Sequence[str]] = LONG_TERM_TYPES, memory_type: str = "semantic",
-                 sharing: Sharing = Sharing(), record_episodes: bool = False):
+                 sharing: Sharing = Sharing(), record_episodes: bool = False, instructions: bool = False):
         self._clients = Clients(client)
+        self.instructions = instructions  # add the owner's AGENTS.md and skills index (docs/files.md)
         self._config = AmpkitMemoryConfig(
             url=client.url, agent_id=client.agent_id, owner_id=owner_id, name=name, session_id=session_id, k=k,
             types=None if types is None else list(types), memory_type=memory_type, **sharing.fields(),
@@ -114,6 +116,10 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
             # The user's turn, once: later calls of the same turn end with the model's or a tool's message.
             await self._clients.aio.remember(latest[0], owner_id=c.owner_id, type="episodic", session_id=c.session_id,
                                              metadata=tags(FRAMEWORK, f"{self.scope}.episodes"), **self.sharing.fields())
+        if self.instructions:
+            block = await ainstructions(self._clients.aio, c.owner_id)
+            if block:
+                await model_context.add_message(SystemMessage(content=block))
         result = await self.query(latest[0]) if latest else MemoryQueryResult(results=[])
         if result.results:
             text = render(str(m.content) for m in result.results)

@@ -31,6 +31,7 @@ from pydantic import Field, PrivateAttr
 
 from ampkit import APIError, MemoryCell
 
+from ._instructions import instructions
 from ._mapping import LONG_TERM_TYPES, MAX_SEARCH, SCOPE_TAG, Clients, Sharing, tags, user_metadata
 
 FRAMEWORK = "crewai"
@@ -210,6 +211,7 @@ class AmpkitCrewMemory(Memory):
     storage: Any = None  # AmpkitCrewStorage, built from the fields above unless given
     record_episodes: bool = False
     session_id: Optional[str] = None
+    instructions: bool = False  # recall leads with the owner's AGENTS.md and skills index (docs/files.md)
     _last_episode: Optional[str] = PrivateAttr(default=None)
 
     def model_post_init(self, __context: Any) -> None:
@@ -292,6 +294,11 @@ class AmpkitCrewMemory(Memory):
             matches = [m for m in matches if _under(m.record.scope, prefix)]
         if categories:
             matches = [m for m in matches if set(categories) & set(m.record.categories)]
+        if self.instructions:
+            block = instructions(self.ampkit_storage.clients.sync, self.owner_id)
+            if block:
+                lead = MemoryRecord(content=block, scope=self.root_scope or "/", importance=1.0, source="ampkit:files")
+                matches = [MemoryMatch(record=lead, score=1.0, match_reasons=["the agent's instructions"]), *matches]
         return matches
 
     def update(self, record_id: str, content: Optional[str] = None, scope: Optional[str] = None,

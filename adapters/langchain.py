@@ -57,6 +57,7 @@ from pydantic import ConfigDict, PrivateAttr
 from ampkit import AccessDenied, AmpkitError, APIError, Conflict, MemoryCell
 
 from ._filters import item_matches, namespace_matches
+from ._instructions import ainstructions, instructions, with_instructions
 from ._mapping import (
     FRAMEWORK_TAG,
     LONG_TERM_TYPES,
@@ -82,6 +83,9 @@ TEXT_FIELDS = ("text", "content", "memory", "data")
 
 
 # ---------------------------------------------------------------- LangGraph BaseStore
+
+
+NAMESPACE_PAGE = 200  # namespaces per request (the server's largest page)
 
 
 def namespace_scope(namespace: Sequence[str]) -> str:
@@ -293,8 +297,17 @@ class AmpkitStore(BaseStore):
         prefixes = [c.path for c in conditions if c.match_type == "prefix" and "*" not in c.path]
         owner = self.owner_of(prefixes[0] if prefixes else ())
         in_prefix = prefix_filter(prefixes[0]) if prefixes else {FRAMEWORK_TAG: FRAMEWORK}
-        cells = yield call("list", owner_id=owner, metadata=in_prefix)
-        namespaces = {_namespace_of(c) for c in cells}
+        # The server groups the items' scope tags (one row per namespace, no item loaded).
+        namespaces: set[tuple[str, ...]] = set()
+        cursor = None
+        while True:
+            page = yield call("metadata_values", SCOPE_TAG, owner_id=owner, metadata=in_prefix,
+                              page_size=NAMESPACE_PAGE, cursor=cursor)
+            namespaces.update(tuple(v.value[len(FRAMEWORK) + 1:].split(".")) for v in page.results
+                              if v.value.startswith(FRAMEWORK + ":"))
+            cursor = page.next_cursor
+            if not cursor:
+                break
         namespaces = {ns for ns in namespaces
                       if all(namespace_matches(c.match_type, c.path, ns) for c in conditions)}
         if op.max_depth is not None:
@@ -437,9 +450,13 @@ class SharedMemoryMiddleware(RefusedWriteMiddleware):
     `RefusedWriteMiddleware`)."""
 
     def __init__(self, client: Any, *, owner_id: str, k: int = 5, types: Optional[Sequence[str]] = LONG_TERM_TYPES,
-                 record_episodes: bool = False, session_id: Optional[str] = None, sharing: Sharing = Sharing()):
+                 record_episodes: bool = False, session_id: Optional[str] = None, sharing: Sharing = Sharing(),
+                 instructions: bool = False):
         super().__init__()
         self.clients = Clients(client)
+        # With instructions, the owner's AGENTS.md and skills index (docs/files.md) lead the
+        # system message of every call: the same file agents in other frameworks read.
+        self.instructions = instructions
         self.owner_id = owner_id
         self.k = k
         self.types = None if types is None else list(types)
@@ -465,12 +482,12 @@ class SharedMemoryMiddleware(RefusedWriteMiddleware):
         return search_text([m.text for m in request.messages if isinstance(m, HumanMessage)][-1:])
 
     @staticmethod
-    def _with_memories(request: ModelRequest, hits: list) -> ModelRequest:
+    def _with_memories(request: ModelRequest, hits: list, block: str = "") -> ModelRequest:
         recalled = render(h.cell.content.text for h in hits)
-        if not recalled:
+        if not recalled and not block:
             return request
         system = request.system_message.text + "\n\n" if request.system_message else ""
-        return request.override(system_message=SystemMessage(system + recalled))
+        return request.override(system_message=SystemMessage(with_instructions((system + recalled).strip(), block)))
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable) -> Any:
         episode = self._episode(request)
@@ -478,7 +495,8 @@ class SharedMemoryMiddleware(RefusedWriteMiddleware):
             self.clients.sync.remember(**episode)
         query = self._query(request)
         hits = self.clients.sync.search(query, owner_id=self.owner_id, types=self.types, limit=self.k) if query else []
-        return handler(self._with_memories(request, hits))
+        block = instructions(self.clients.sync, self.owner_id) if self.instructions else ""
+        return handler(self._with_memories(request, hits, block))
 
     async def awrap_model_call(self, request: ModelRequest, handler: Callable) -> Any:
         episode = self._episode(request)
@@ -486,7 +504,8 @@ class SharedMemoryMiddleware(RefusedWriteMiddleware):
             await self.clients.aio.remember(**episode)
         query = self._query(request)
         hits = await self.clients.aio.search(query, owner_id=self.owner_id, types=self.types, limit=self.k) if query else []
-        return await handler(self._with_memories(request, hits))
+        block = await ainstructions(self.clients.aio, self.owner_id) if self.instructions else ""
+        return await handler(self._with_memories(request, hits, block))
 
 
 # ---------------------------------------------------------------- tools

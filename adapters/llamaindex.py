@@ -21,6 +21,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.memory import BaseMemory, BaseMemoryBlock
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from ._instructions import ainstructions, instructions_plan, with_instructions
 from ._mapping import LONG_TERM_TYPES, Clients, Sharing, call, forget_scope, render, run_async, run_sync, search_text, tags
 
 FRAMEWORK = "llamaindex"
@@ -55,17 +56,19 @@ class AmpkitMemoryBlock(BaseMemoryBlock[str]):
     limit: int = 5
     recall_types: Optional[list[str]] = Field(default_factory=lambda: list(LONG_TERM_TYPES))
     sharing: Sharing = Sharing()
+    instructions: bool = False  # lead with the owner's AGENTS.md and skills index (docs/files.md)
     _clients: Clients = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
         self._clients = Clients(self.client)
 
     async def _aget(self, messages: Optional[List[ChatMessage]] = None, **block_kwargs: Any) -> str:
+        block = await ainstructions(self._clients.aio, self.owner_id) if self.instructions else ""
         query = search_text(m.content for m in (messages or [])[-3:])
         if not query:
-            return ""
+            return block
         hits = await self._clients.aio.search(query, owner_id=self.owner_id, types=self.recall_types, limit=self.limit)
-        return render((h.cell.content.text for h in hits), header="")
+        return with_instructions(render((h.cell.content.text for h in hits), header=""), block)
 
     def _put(self, messages: List[ChatMessage]):
         for message in messages:
@@ -90,6 +93,7 @@ class AmpkitLlamaIndexMemory(BaseMemory):
     recall_limit: int = 5
     recall_types: Optional[list[str]] = Field(default_factory=lambda: list(LONG_TERM_TYPES))
     sharing: Sharing = Sharing()
+    instructions: bool = False  # lead with the owner's AGENTS.md and skills index (docs/files.md)
     _clients: Clients = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
@@ -118,13 +122,15 @@ class AmpkitLlamaIndexMemory(BaseMemory):
 
     def _get(self, input: Optional[str]):
         history = yield from self._history()
+        block = (yield from instructions_plan(self.owner_id)) if self.instructions else ""
+        lead = [ChatMessage(role=MessageRole.SYSTEM, content=block)] if block else []
         latest_user = [m.content for m in history if m.role == MessageRole.USER][-1:]
         query = search_text([input] if input else latest_user)
         if not query:
-            return history
+            return lead + history
         hits = yield call("search", query, owner_id=self.owner_id, types=self.recall_types, limit=self.recall_limit)
         recalled = render(h.cell.content.text for h in hits)
-        return ([ChatMessage(role=MessageRole.SYSTEM, content=recalled)] if recalled else []) + history
+        return lead + ([ChatMessage(role=MessageRole.SYSTEM, content=recalled)] if recalled else []) + history
 
     def _put(self, messages: List[ChatMessage]):
         for message in messages:

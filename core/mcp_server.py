@@ -415,13 +415,14 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
         until: Annotated[Optional[datetime], Field(description="Only episodes before this time (ISO 8601)")] = None,
         playbooks: Annotated[Literal["propose", "apply"], Field(description="propose: playbook changes are returned for approval, not written")] = "propose",
         dry_run: Annotated[bool, Field(description="Decide everything, write nothing")] = False,
+        files: Annotated[Literal["off", "propose"], Field(description="propose: also propose an AGENTS.md edit, which a person approves")] = "off",
     ) -> ConsolidateResponse:
         """Distil recorded episodes (what happened in conversations) into lasting facts and
         playbooks, adding, updating or superseding memories. Needs a model configured on the
         server; returns every decision with its reason."""
         owner, _ = owner_or_self(ctx, owner_id)
         return await gateway.send(ctx, calls.consolidate(owner, session_id=session_id, since=since, until=until,
-                                                         playbooks=playbooks, dry_run=dry_run))
+                                                         playbooks=playbooks, dry_run=dry_run, files=files))
 
     # ------------------------------------------------------------ AMP's amp-mcp names
     @mcp.tool(annotations=WRITE)

@@ -33,6 +33,7 @@ from .models import (
     ConsolidateRequest,
     ConsolidateResponse,
     ErrorEnvelope,
+    EmbeddingHealth,
     Health,
     VectorIndexHealth,
     HistoryResponse,
@@ -41,6 +42,7 @@ from .models import (
     ListResponse,
     MemoryCell,
     MemoryType,
+    MetadataValuesResponse,
     OutcomeRequest,
     PurgeRequest,
     PurgeResponse,
@@ -258,7 +260,8 @@ def _health(ctx: Context, inputs: Inputs) -> Health:
     # out of rotation (503 UNAVAILABLE) and back when the store returns.
     ctx.service.store.ping()
     state = getattr(ctx.service.store, "vector_index_state", None)  # stores with an in-memory index
-    return Health(vector_index=VectorIndexHealth(**state()) if state else VectorIndexHealth())
+    return Health(vector_index=VectorIndexHealth(**state()) if state else VectorIndexHealth(),
+                  embedding=EmbeddingHealth(**ctx.service.embedding_status()))
 
 
 def batch_response(created: Sequence[tuple[MemoryCell, Optional[str]]]) -> BatchCreateResponse:
@@ -287,6 +290,20 @@ def _list(ctx: Context, inputs: Inputs) -> ListResponse:
         as_of=inputs["as_of"],
     )
     return ListResponse(results=results, total=total, next_cursor=next_cursor)
+
+
+def _metadata_values(ctx: Context, inputs: Inputs) -> MetadataValuesResponse:
+    return ctx.service.metadata_values(
+        ctx.agent, inputs["key"] or "",
+        owner_id=inputs["owner_id"],
+        types=split_values(inputs["type"], MemoryType),
+        status=split_values(inputs["status"], Status),
+        include_stale=inputs["include_stale"],
+        session_id=inputs["session_id"],
+        metadata=metadata_filter(inputs["metadata"]),
+        limit=inputs["limit"],
+        cursor=inputs["cursor"],
+    )
 
 
 def _export(ctx: Context, inputs: Inputs) -> dict[str, Any]:
@@ -441,6 +458,9 @@ OPERATIONS: tuple[Operation, ...] = (
               request=SearchRequest, response=SearchResponse),
     Operation("list_route", "GET", "/memories", _list, response=ListResponse, params=LIST_PARAMS,
               aliases=(("/memories/query", "Alias of GET /memories (AMP v0.1 name)"),)),
+    Operation("list_metadata_values", "GET", "/memories/values", _metadata_values, response=MetadataValuesResponse,
+              params=(Param("key", Optional[str], "query", description="the metadata key (required)"),
+                      *(p for p in LIST_PARAMS if p.name not in ("include_superseded", "as_of")))),
     Operation("export", "GET", "/export", _export, response=dict[str, Any], params=(Param("owner_id", Optional[str], "query"),)),
     Operation("get_memory", "GET", "/memories/{memory_id}",
               lambda c, i: c.service.get(c.agent, i["memory_id"], as_of=i["as_of"]),

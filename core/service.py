@@ -60,6 +60,8 @@ from .models import (
     LifecycleRunResponse,
     MemoryCell,
     MemoryType,
+    MetadataValue,
+    MetadataValuesResponse,
     PurgeRefusal,
     PurgeResponse,
     SearchHit,
@@ -599,6 +601,42 @@ class MemoryService:
             tx.update(self._with_status(cell, Status.deleted.value, now))
             tx.add_history(HistoryRecord(cell_id, now, agent, "delete", {"lifecycle.status": [cell.lifecycle.status, Status.deleted.value]}))
 
+    # ---------------------------------------------------------------- embedding queue
+    def embed_queued(self, batch_size: int = 16) -> int:
+        """Embed up to `batch_size` queued cells (oldest first) and store their vectors; returns
+        how many were looked at (0: the queue is empty). The embedding runs outside the write
+        transaction; a cell whose text changed meanwhile stays queued for its new text, and a
+        purged one has left the queue with its row."""
+        if self.retriever.embedder is None:
+            return 0
+        queued = self.store.queued_embeddings(batch_size)
+        if not queued:
+            return 0
+        vectors = self.retriever.embed_now([text for _, text in queued])
+        with self.store.write() as tx:
+            for (cell_id, text), vector in zip(queued, vectors):
+                current = tx.get(cell_id)
+                if current is not None and current.content.text == text:
+                    tx.set_vector(cell_id, vector)
+        return len(queued)
+
+    def drain_embeddings(self, batch_size: int = 16) -> int:
+        """Embed until the queue is empty (benchmarks, tests, `ampkit reindex`); returns cells done."""
+        done = 0
+        while (n := self.embed_queued(batch_size)):
+            done += n
+        return done
+
+    def embedding_status(self) -> dict[str, Any]:
+        """What GET /health says about embedding: the model, the mode and the queue's depth (a
+        count over all owners, no cell's identity: nothing a caller could not read leaks)."""
+        embedder = self.retriever.embedder
+        return {
+            "model": embedder.name if embedder is not None else None,
+            "background": self.retriever.background,
+            "queued": self.store.embedding_queue_depth() if self.retriever.background else 0,
+        }
+
     # ---------------------------------------------------------------- search and list
     def _statuses(self, status: Optional[Sequence[str]], include_stale: bool) -> list[str]:
         wanted = list(status) if status else [Status.active.value]
@@ -755,6 +793,41 @@ class MemoryService:
         if len(owners) > limit:
             next_cursor = base64.urlsafe_b64encode(owners[limit - 1].owner_id.encode()).decode().rstrip("=")
         return owners[:limit], next_cursor
+
+    def metadata_values(
+        self, agent: str, key: str, *, owner_id: Optional[str] = None, types: Optional[Sequence[str]] = None,
+        status: Optional[Sequence[str]] = None, include_stale: bool = False, session_id: Optional[str] = None,
+        metadata: Optional[dict[str, Any]] = None, limit: Optional[int] = None, cursor: Optional[str] = None,
+    ) -> MetadataValuesResponse:
+        """The distinct string values of `content.metadata[key]` among the cells the caller
+        may read that `list` with these filters would show (superseded ones left out), each
+        with its count; grouped in the store, so no cell is loaded (the LangGraph adapter
+        lists namespaces with it)."""
+        limit = self.limits.default_page_size if limit is None else limit
+        if not 1 <= limit <= self.limits.max_page_size:
+            raise ValidationFailed(f"limit must be between 1 and {self.limits.max_page_size}", {"limit": limit})
+        if not key or len(key) > 256:
+            raise ValidationFailed("key: a metadata key of 1 to 256 characters", {"param": "key"})
+        _check_params(owner_id=owner_id, session_id=session_id, metadata=metadata)
+        try:
+            check_json_value({key: None})
+        except ValueError as exc:
+            raise ValidationFailed(f"key: {exc}", {"param": "key"}) from None
+        after = None
+        if cursor:
+            try:
+                after = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+                check_json_value(after)
+            except ValueError:
+                raise ValidationFailed("invalid cursor", {"cursor": storable_or_none(cursor)}) from None
+        flt = CellFilter(reader=agent, owner_id=owner_id, types=types, statuses=self._statuses(status, include_stale),
+                         session_id=session_id, metadata=metadata, not_expired_at=self.clock())
+        rows = self.store.metadata_values(flt, key, limit + 1, after)
+        next_cursor = None
+        if len(rows) > limit:
+            next_cursor = base64.urlsafe_b64encode(rows[limit - 1][0].encode()).decode().rstrip("=")
+        return MetadataValuesResponse(key=key, results=[MetadataValue(value=v, count=n) for v, n in rows[:limit]],
+                                      next_cursor=next_cursor)
 
     def peek(self, agent: str, cell_id: str) -> MemoryCell:
         """Read a cell under the read rule without counting a use: a person inspecting a

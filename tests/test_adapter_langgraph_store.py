@@ -161,6 +161,35 @@ def test_searches_page_past_one_hundred_items(http):
     assert [i.value["n"] for i in evens] == list(range(100, 130))
 
 
+def test_namespace_listing_groups_on_the_server_and_pages_past_one_page(http):
+    """250 namespaces of 2 items each: `list_namespaces` asks the server for the distinct
+    namespaces (GET /memories/values, 200 per page), never for the 500 items."""
+    from langgraph.store.base import PutOp
+
+    user = unique("user")
+    client = http.connect(unique("lg-agent"))
+    asked: list[str] = []
+
+    class Counting:  # the same client, counting which client methods the store calls
+        def __getattr__(self, name):
+            asked.append(name)
+            return getattr(client, name)
+
+    store = AmpkitStore(Counting())
+    names = [f"t{n:03d}" for n in range(250)]
+    store.batch([PutOp(("memories", user, name), key, {"content": f"{name} {key}"})
+                 for name in names for key in ("a", "b")])
+    asked.clear()
+    listed = store.list_namespaces(prefix=("memories", user), limit=1000)
+    assert listed == [("memories", user, name) for name in names]
+    assert asked == ["metadata_values", "metadata_values"] and "list" not in asked
+    assert store.list_namespaces(prefix=("memories", user), max_depth=2) == [("memories", user)]
+    assert store.list_namespaces(prefix=("memories", user), offset=240, limit=5) == [
+        ("memories", user, name) for name in names[240:245]]
+    # Another agent without access sees no namespace of this user's (the values are readable cells only).
+    assert AmpkitStore(http.connect(unique("outsider"))).list_namespaces(prefix=("memories", user)) == []
+
+
 def test_filters_and_namespace_matches_follow_langgraph():
     value = {"kind": "note", "score": 4, "tags": ["a", "b"], "meta": {"lang": "en", "n": 1}}
     assert item_matches(value, {"kind": "note", "score": {"$gt": 3, "$lte": 4}})

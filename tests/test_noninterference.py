@@ -390,7 +390,23 @@ def _consolidation(service: MemoryService, caller: str, world: World) -> Iterato
     yield json.dumps(prompts).encode()
 
 
+# Metadata values (GET /memories/values, the LangGraph adapter's namespace listing): which
+# values exist and how many cells hold each, over readable cells only.
+def _metadata_values(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for owner in world.owners:
+        for size in (1, 100):
+            cursor = None
+            for _ in range(50):
+                page = answer(lambda: service.metadata_values(caller, "topic", owner_id=owner, limit=size,
+                                                              cursor=cursor, status=["active", "archived"]))
+                yield page
+                cursor = json.loads(page).get("next_cursor")
+                if not cursor:
+                    break
+
+
 READ_PATHS += [
+    ReadPath("metadata_values", _metadata_values),
     ReadPath("dedup_create", _dedup_creates),
     ReadPath("consolidate", _consolidation),
 ]
@@ -500,7 +516,8 @@ def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSp
 
     def body(owner: str, session: Optional[str], text: str, readable_by: list[str], public: bool,
              episodic: bool) -> dict[str, Any]:
-        return {"content": {"text": text}, "identity": {"owner_id": owner, "session_id": session},
+        return {"content": {"text": text, "metadata": {"topic": text.split()[0]}},
+                "identity": {"owner_id": owner, "session_id": session},
                 "access_policy": {"readable_by": readable_by, "public": public},
                 "type": "episodic" if episodic else "semantic",
                 # every spec is its own cell (two equal specs would dedup into one id), and a noise

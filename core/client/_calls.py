@@ -32,6 +32,7 @@ from ..models import (
     ListResponse,
     MemoryCell,
     MemoryType,
+    MetadataValuesResponse,
     PurgeResponse,
     SearchResponse,
     Status,
@@ -60,6 +61,7 @@ CELL_FIELDS: dict[str, Optional[str]] = {
     "status": "lifecycle",
     "type": None,
     "supersedes": None,
+    "dedup": None,  # create only: off | exact | skip | merge (docs/consolidation.md)
 }
 
 
@@ -217,7 +219,7 @@ def update(cell_id: str, *, expected_version: Optional[int] = None, **changes: A
     """PATCH; with `expected_version` it is conditional (If-Match) and therefore safe to resend.
     Decodes to None when the caller may write but not read the cell (the server answers 204)."""
     headers = {} if expected_version is None else {"If-Match": str(expected_version)}
-    body = nest(changes, allowed=set(CELL_FIELDS) - {"type", "supersedes"})
+    body = nest(changes, allowed=set(CELL_FIELDS) - {"type", "supersedes", "dedup"})
     return call("patch_memory", _decode_optional_cell, body=body, headers=headers, path_params=_cell(cell_id),
                 resend=expected_version is not None)
 
@@ -235,11 +237,11 @@ CONSOLIDATE_TIMEOUT = 300.0
 
 def consolidate(owner_id: str, *, session_id: Optional[str] = None, episode_ids: Optional[Iterable[str]] = None,
                 since: Optional[datetime] = None, until: Optional[datetime] = None, playbooks: str = "propose",
-                dry_run: bool = False) -> Call[ConsolidateResponse]:
+                dry_run: bool = False, files: str = "off") -> Call[ConsolidateResponse]:
     body: dict[str, Any] = {"owner_id": owner_id, "session_id": session_id, "since": since, "until": until,
                             "episode_ids": None if episode_ids is None else list(episode_ids)}
     body = {k: v for k, v in body.items() if v is not None}
-    body.update(playbooks=playbooks, dry_run=dry_run)
+    body.update(playbooks=playbooks, dry_run=dry_run, files=files)
     # Not resent: a run that timed out may still be writing (re-running it would change nothing, but wait for it).
     return call("consolidate", ConsolidateResponse.model_validate, body=to_jsonable_python(body),
                 timeout=CONSOLIDATE_TIMEOUT)
@@ -279,6 +281,26 @@ def list_page(*, owner_id: Optional[str] = None, types: Optional[Iterable[str]] 
         **_as_of_query(as_of),
     }
     return call("list_route", ListResponse.model_validate, query={k: v for k, v in query.items() if v is not None})
+
+
+def metadata_values(key: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
+                    status: Optional[Iterable[str]] = None, session_id: Optional[str] = None,
+                    include_stale: bool = False, metadata: Optional[dict[str, Any]] = None,
+                    page_size: Optional[int] = None, cursor: Optional[str] = None) -> Call[MetadataValuesResponse]:
+    """One page of the distinct values of `content.metadata[key]` among readable cells."""
+    query = {
+        "key": key,
+        "owner_id": owner_id,
+        "type": _check_values(types, MemoryType),
+        "status": _check_values(status, Status),
+        "session_id": session_id,
+        "include_stale": include_stale or None,
+        "metadata": metadata,
+        "limit": page_size,
+        "cursor": cursor,
+    }
+    return call("list_metadata_values", MetadataValuesResponse.model_validate,
+                query={k: v for k, v in query.items() if v is not None})
 
 
 def history(cell_id: str) -> Call[list[HistoryEntry]]:

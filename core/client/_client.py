@@ -22,6 +22,7 @@ from ..models import (
     LifecycleRunResponse,
     MemoryCell,
     MemoryType,
+    MetadataValuesResponse,
     PurgeResponse,
 )
 from ..files.models import (
@@ -151,11 +152,12 @@ class Client(_BaseClient):
     def consolidate(self, owner_id: str, *, session_id: Optional[str] = None,
                     episode_ids: Optional[Iterable[str]] = None, since: Optional[datetime] = None,
                     until: Optional[datetime] = None, playbooks: str = "propose",
-                    dry_run: bool = False) -> ConsolidateResponse:
+                    dry_run: bool = False, files: str = "off") -> ConsolidateResponse:
         """Distil the owner's episodes (a session, a list, or a since/until window) into facts
         and playbooks; every decision comes back with its reason (docs/consolidation.md)."""
         return self._send(calls.consolidate(owner_id, session_id=session_id, episode_ids=episode_ids,
-                                              since=since, until=until, playbooks=playbooks, dry_run=dry_run))
+                                              since=since, until=until, playbooks=playbooks, dry_run=dry_run,
+                                              files=files))
 
     def remember_conversation(self, session_id: str, *, owner_id: str,
                               playbooks: str = "propose") -> ConsolidateResponse:
@@ -226,6 +228,11 @@ class Client(_BaseClient):
 
     def reject_proposal(self, proposal_id: str, *, message: Optional[str] = None) -> Proposal:
         return self._send(fcalls.reject_proposal(proposal_id, message))
+
+    def metadata_values(self, key: str, **filters: Any) -> MetadataValuesResponse:
+        """One page of the distinct values of `content.metadata[key]` among the readable cells
+        `list` with these filters would show, with counts (`page_size`, `cursor` to page)."""
+        return self._send(calls.metadata_values(key, **filters))
 
     # Last in the class body, so that `list[...]` in the annotations above means the builtin.
     def list(self, *, limit: Optional[int] = None, **filters: Any) -> Iterator[MemoryCell]:
@@ -305,6 +312,9 @@ class AsyncClient(_BaseClient):
     async def forget(self, id: str) -> None:
         await self._drive(calls.forget_flow(id))
 
+    async def metadata_values(self, key: str, **filters: Any) -> MetadataValuesResponse:
+        return await self._send(calls.metadata_values(key, **filters))
+
     async def history(self, id: str) -> list[HistoryEntry]:
         return await self._send(calls.history(id))
 
@@ -324,11 +334,12 @@ class AsyncClient(_BaseClient):
     async def consolidate(self, owner_id: str, *, session_id: Optional[str] = None,
                     episode_ids: Optional[Iterable[str]] = None, since: Optional[datetime] = None,
                     until: Optional[datetime] = None, playbooks: str = "propose",
-                    dry_run: bool = False) -> ConsolidateResponse:
+                    dry_run: bool = False, files: str = "off") -> ConsolidateResponse:
         """Distil the owner's episodes (a session, a list, or a since/until window) into facts
         and playbooks; every decision comes back with its reason (docs/consolidation.md)."""
         return await self._send(calls.consolidate(owner_id, session_id=session_id, episode_ids=episode_ids,
-                                              since=since, until=until, playbooks=playbooks, dry_run=dry_run))
+                                              since=since, until=until, playbooks=playbooks, dry_run=dry_run,
+                                              files=files))
 
     async def remember_conversation(self, session_id: str, *, owner_id: str,
                               playbooks: str = "propose") -> ConsolidateResponse:

@@ -24,12 +24,12 @@ from .models import (
 )
 from .paths import AGENTS_MD, PROPOSALS_FILE, SESSIONS_DIR, TOOLS_JSON, memory_type, normalise
 from .service import FileService
-from .validate import VALIDATORS, Problem, problems_for
+from .validate import VALIDATORS, Problem, frontmatter, problems_for
 
 __all__ = [
     "AGENTS_MD", "ApprovalMode", "ApproveRequest", "FileContent", "FileDelete", "FileEdit", "FileHistoryResponse",
     "FileInfo", "FileListResponse", "FileSearchHit", "FileSearchRequest", "FileSearchResponse", "FileService",
     "FileVersion", "FileWrite", "FileWriteResult", "GrepMatch", "GrepResponse", "PROPOSALS_FILE", "Problem",
-    "Proposal", "ProposalList", "RejectRequest", "SESSIONS_DIR", "TOOLS_JSON", "VALIDATORS", "memory_type",
+    "Proposal", "ProposalList", "RejectRequest", "SESSIONS_DIR", "TOOLS_JSON", "VALIDATORS", "frontmatter", "memory_type",
     "normalise", "problems_for",
 ]

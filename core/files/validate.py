@@ -59,6 +59,11 @@ def _frontmatter(text: str, problems: list[Problem]) -> Optional[dict[str, Any]]
     return data
 
 
+def frontmatter(text: str) -> Optional[dict[str, Any]]:
+    """The YAML frontmatter of a SKILL.md or subagent file as a mapping, None without one."""
+    return _frontmatter(text, [])
+
+
 def _check_name(data: dict[str, Any], expected: str, what: str, problems: list[Problem]) -> None:
     name = data.get("name")
     if name is None:

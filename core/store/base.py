@@ -205,6 +205,10 @@ class WriteTx(ABC):
     def purge(self, cell_id: str) -> None:
         """Physically remove the cell, its vector and its index entries; scrub its history."""
 
+    def set_vector(self, cell_id: str, vector: StoredVector) -> None:
+        """Store the cell's vector (the embedding queue's worker) and take it off the queue."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------ memory files (store/_files.py)
     def path_holder(self, owner_id: str, path: str) -> Optional[MemoryCell]:
         """The owner's live cell at file `path`, locked until the transaction ends (a unique
@@ -229,6 +233,11 @@ class Store(ABC):
     """A memory store. Constructors do no I/O; `open()` connects and migrates."""
 
     backend: str = "abstract"
+    # The embedding queue (docs/retrieval.md#embedding-in-the-background): when True, a write
+    # transaction queues every cell it inserts without a vector, or whose text it changes
+    # without one, and `set_vector` takes it off. The composition root sets it before `open()`
+    # when the retriever embeds in the background.
+    embed_queue: bool = False
 
     @abstractmethod
     def open(self) -> None: ...
@@ -328,6 +337,13 @@ class Store(ABC):
         `count`."""
         raise NotImplementedError(f"{type(self).__name__} cannot count by owner")
 
+    def metadata_values(self, flt: CellFilter, key: str, limit: int,
+                        after: Optional[str] = None) -> builtins.list[tuple[str, int]]:
+        """The distinct string values of `content.metadata[key]` among the cells matching
+        `flt`, in order, the first `limit` after `after`, each with how many cells hold it:
+        one GROUP BY, no cell loaded. The reader filter applies inside the query."""
+        raise NotImplementedError(f"{type(self).__name__} cannot group by a metadata value")
+
     def pending_migrations(self) -> builtins.list[tuple[int, str]]:
         """(version, name) of the migrations `open()` would apply; reads only, needs no
         `open()` (`ampkit migrate --check`). Default: none (a store without a schema)."""
@@ -335,6 +351,21 @@ class Store(ABC):
 
     def stats(self) -> dict[str, Any]:
         return {}
+
+    # ------------------------------------------------------------ embedding queue
+    def embedding_queue_depth(self) -> int:
+        """Cells waiting for a vector (all owners: an operational count, no cell's identity)."""
+        return 0
+
+    def queued_embeddings(self, limit: int) -> builtins.list[tuple[str, str]]:
+        """(cell id, text) of up to `limit` queued cells, oldest first."""
+        return []
+
+    def queue_stale_embeddings(self, model: str, batch_size: int = 10000) -> int:
+        """Queue every cell whose vector is missing or from another model (after the model
+        changed); returns how many were queued."""
+        return 0
+
     # ------------------------------------------------------------ memory files (store/_files.py)
     def file_cells(self, owner_id: str) -> builtins.list[MemoryCell]:
         """The owner's live cells that have a path, ordered by path (no access filter)."""

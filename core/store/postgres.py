@@ -220,6 +220,15 @@ class _PostgresWriteTx(PostgresFileTx, WriteTx):
         )
         self._touch(cell.id)
         self._write_vector(cell.id, vector)
+        if vector is None and self.store.embed_queue:
+            self._queue(cell.id)
+
+    def _queue(self, cell_id: str) -> None:
+        self.conn.execute("INSERT INTO embed_queue (cell_id) VALUES (%s) ON CONFLICT (cell_id) DO NOTHING", (cell_id,))
+
+    def set_vector(self, cell_id: str, vector: StoredVector) -> None:
+        self._write_vector(cell_id, vector)
+        self.conn.execute("DELETE FROM embed_queue WHERE cell_id = %s", (cell_id,))
 
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
         row = cell_to_row(cell)
@@ -242,6 +251,8 @@ class _PostgresWriteTx(PostgresFileTx, WriteTx):
                 self._dirty_windows.update(r[0] for r in left)
             if text_moved or old_class != row["window_class"]:
                 self._touch(cell.id)
+            if text_moved and vector is None and self.store.embed_queue:
+                self._queue(cell.id)
         self._write_vector(cell.id, vector)
 
     def add_history(self, record: HistoryRecord) -> None:
@@ -453,6 +464,18 @@ class PostgresStore(SQLFileReads, SQLKeyReads, Store):
         )
         return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
 
+    def metadata_values(self, flt: CellFilter, key: str, limit: int,
+                        after: Optional[str] = None) -> builtins.list[tuple[str, int]]:
+        where, params = filter_sql(flt)
+        value, value_params = POSTGRES.metadata_text("c", key)
+        rows = self._query(
+            sql.SQL("SELECT v, COUNT(*) FROM (SELECT " + value + " AS v FROM cells c WHERE {where}) t "
+                    "WHERE v IS NOT NULL" + ("" if after is None else " AND v COLLATE \"C\" > %s")
+                    + " GROUP BY v ORDER BY v COLLATE \"C\" LIMIT %s").format(where=where),
+            [*value_params, *params, *([] if after is None else [after]), limit],
+        )
+        return [(v, int(n)) for v, n in rows]
+
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         terms = query_terms(query)
         if not terms:
@@ -588,4 +611,26 @@ class PostgresStore(SQLFileReads, SQLKeyReads, Store):
     def stats(self) -> dict[str, Any]:
         cells, size = self._query("SELECT (SELECT COUNT(*) FROM cells), pg_database_size(current_database())")[0]
         return {"backend": self.backend, "url": self.display_url, "cells": cells, "bytes": size}
+
+    # ------------------------------------------------------------ embedding queue
+    def embedding_queue_depth(self) -> int:
+        return int(self._query("SELECT COUNT(*) FROM embed_queue")[0][0])
+
+    def queued_embeddings(self, limit: int) -> builtins.list[tuple[str, str]]:
+        return [(cid, text) for cid, text in self._query(
+            "SELECT q.cell_id, c.text FROM embed_queue q JOIN cells c ON c.id = q.cell_id ORDER BY q.seq LIMIT %s", (limit,))]
+
+    def queue_stale_embeddings(self, model: str, batch_size: int = 10000) -> int:
+        queued, after = 0, ""
+        while True:
+            with self._connection("write") as conn, conn.transaction():
+                ids = [r[0] for r in conn.execute("SELECT id FROM cells WHERE id > %s ORDER BY id LIMIT %s", (after, batch_size))]
+                if not ids:
+                    return queued
+                queued += conn.execute(
+                    "INSERT INTO embed_queue (cell_id) SELECT c.id FROM cells c LEFT JOIN cell_vectors v ON v.cell_id = c.id "
+                    "WHERE c.id = ANY(%s) AND v.model IS DISTINCT FROM %s ORDER BY c.seq ON CONFLICT (cell_id) DO NOTHING",
+                    (ids, model),
+                ).rowcount
+                after = ids[-1]
 

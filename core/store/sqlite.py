@@ -25,14 +25,14 @@ import threading
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence, cast
 
 import numpy as np
 
 from ..errors import Unavailable
 from ..glob import upgrade_stored
 from ..models import HistoryEntry, MemoryCell
-from ..textindex import fts_match, index_text, owner_token, query_terms
+from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
 from .sql import SQLITE, compile_filter
 from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
@@ -176,6 +176,25 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
     (6, "memory files: paths, proposals, approval modes", FILES_SCHEMA),
+    (
+        7,
+        "keyword index: Korean words by stem (particles and endings stripped)",
+        # ampkit.textindex now indexes a Korean word's stem and the stem's bigrams instead of
+        # the bigrams of the whole word; the Python step (`_rewrite_hangul_windows`) rewrites
+        # the windows that hold Hangul (other windows index exactly as before).
+        "",
+    ),
+    (
+        8,
+        "embedding queue",
+        # Cells written without a vector while the retriever embeds in the background
+        # (docs/retrieval.md#embedding-in-the-background), oldest first; a worker embeds them in
+        # batches and takes them off (`set_vector`). A cell is queued once, however often its
+        # text changes before the worker gets to it.
+        """
+        CREATE TABLE embed_queue (seq INTEGER PRIMARY KEY AUTOINCREMENT, cell_id TEXT NOT NULL UNIQUE);
+        """,
+    ),
 ]
 
 BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() constants
@@ -229,8 +248,9 @@ def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[str, list[Any]]:
 
 
 class _SQLiteWriteTx(SQLFileTx, WriteTx):
-    def __init__(self, conn: sqlite3.Connection):
+    def __init__(self, conn: sqlite3.Connection, embed_queue: bool = False):
         self.conn = conn
+        self.embed_queue = embed_queue
         self._dirty_windows: set[int] = set()
         self._vec_seq: Optional[int] = None  # last vec_seq given out in this transaction
 
@@ -323,6 +343,15 @@ class _SQLiteWriteTx(SQLFileTx, WriteTx):
         cur = self.conn.execute(f"INSERT INTO cells({cols}) VALUES ({','.join('?' * len(row))})", list(row.values()))
         self._touch(cur.lastrowid or 0)  # an INSERT always sets lastrowid
         self._write_readers(cell)
+        if vector is None and self.embed_queue:
+            self._queue(cell.id)
+
+    def _queue(self, cell_id: str) -> None:
+        self.conn.execute("INSERT OR IGNORE INTO embed_queue(cell_id) VALUES (?)", (cell_id,))
+
+    def set_vector(self, cell_id: str, vector: StoredVector) -> None:
+        self._write_vector(cell_id, vector)
+        self.conn.execute("DELETE FROM embed_queue WHERE cell_id = ?", (cell_id,))
 
     def update(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
         row = cell_to_row(cell)
@@ -338,6 +367,8 @@ class _SQLiteWriteTx(SQLFileTx, WriteTx):
             self._touch(old[0])
         self._write_readers(cell)
         self._write_vector(cell.id, vector)
+        if vector is None and self.embed_queue and old is not None and old[1] != row["text"]:
+            self._queue(cell.id)
 
     def add_history(self, record: HistoryRecord) -> None:
         self.conn.execute(
@@ -357,6 +388,7 @@ class _SQLiteWriteTx(SQLFileTx, WriteTx):
             self._touch(rowid)
         self.conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,))
         self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell_id,))
+        self.conn.execute("DELETE FROM embed_queue WHERE cell_id = ?", (cell_id,))
         # Erasure: the history keeps who did what and when, never the old values.
         self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = ?", (cell_id,))
 
@@ -523,7 +555,7 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
             except sqlite3.OperationalError as exc:
                 raise Unavailable(f"store is busy or unwritable: {exc}") from exc
             try:
-                tx = _SQLiteWriteTx(conn)
+                tx = _SQLiteWriteTx(conn, self.embed_queue)
                 yield tx
                 tx.flush()
                 conn.execute("COMMIT")
@@ -579,6 +611,17 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
             [*params, *params, *([after_owner] if after_owner is not None else []), limit],
         )
         return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
+
+    def metadata_values(self, flt: CellFilter, key: str, limit: int,
+                        after: Optional[str] = None) -> builtins.list[tuple[str, int]]:
+        where, params = filter_sql(flt)
+        value, value_params = SQLITE.metadata_text("c", key)
+        rows = self._query(
+            f"SELECT v, COUNT(*) FROM (SELECT {value} AS v FROM cells c WHERE {where}) "
+            f"WHERE v IS NOT NULL{'' if after is None else ' AND v > ?'} GROUP BY v ORDER BY v LIMIT ?",
+            [*value_params, *params, *([] if after is None else [after]), limit],
+        )
+        return [(v, int(n)) for v, n in rows]
 
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Okapi BM25 (FTS5's formula and constants) with its statistics (number of documents,
@@ -886,6 +929,30 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
         size += os.path.getsize(wal) if os.path.exists(wal) else 0
         return {"backend": self.backend, "path": self.path, "cells": cells, "bytes": size}
 
+    # ------------------------------------------------------------ embedding queue
+    def embedding_queue_depth(self) -> int:
+        return int(self._query("SELECT COUNT(*) FROM embed_queue")[0][0])
+
+    def queued_embeddings(self, limit: int) -> builtins.list[tuple[str, str]]:
+        return [(cid, text) for cid, text in self._query(
+            "SELECT q.cell_id, c.text FROM embed_queue q JOIN cells c ON c.id = q.cell_id ORDER BY q.seq LIMIT ?", (limit,))]
+
+    def queue_stale_embeddings(self, model: str, batch_size: int = 10000) -> int:
+        # In batches of rowids, so writers wait for one batch at a time, not the whole store.
+        queued, after = 0, 0
+        while True:
+            with self.write() as tx:
+                conn = cast(_SQLiteWriteTx, tx).conn
+                last = conn.execute("SELECT MAX(rowid) FROM (SELECT rowid FROM cells WHERE rowid > ? ORDER BY rowid LIMIT ?)",
+                                    (after, batch_size)).fetchone()[0]
+                if last is None:
+                    return queued
+                queued += conn.execute(
+                    "INSERT OR IGNORE INTO embed_queue(cell_id) SELECT id FROM cells "
+                    "WHERE rowid > ? AND rowid <= ? AND embed_model IS NOT ? ORDER BY rowid", (after, last, model),
+                ).rowcount
+                after = last
+
 
 def _iso(value: Optional[datetime]) -> Optional[str]:
     return None if value is None else value.astimezone(timezone.utc).isoformat()
@@ -946,5 +1013,14 @@ def _rebuild_access_and_windows(conn: sqlite3.Connection) -> None:
         tx.flush()
 
 
+def _rewrite_hangul_windows(conn: sqlite3.Connection) -> None:
+    """Migration 7: the windows whose text holds Korean, indexed again."""
+    rowids = [rowid for rowid, text in conn.execute("SELECT rowid, text FROM cell_context") if has_hangul(text)]
+    tx = _SQLiteWriteTx(conn)
+    for i in range(0, len(rowids), 2000):
+        tx._dirty_windows.update(rowids[i : i + 2000])
+        tx.flush()
+
+
 # Python steps that run inside a migration's transaction, after its SQL.
-MIGRATION_STEPS = {5: _rebuild_access_and_windows}
+MIGRATION_STEPS = {5: _rebuild_access_and_windows, 7: _rewrite_hangul_windows}

@@ -51,6 +51,10 @@ class Dialect:
         null matches only an explicit null, a missing key matches nothing."""
         raise NotImplementedError
 
+    def metadata_text(self, alias: str, key: str) -> SQLFragment:
+        """The string `content.metadata[key]` of row `alias`; NULL when missing or not a string."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------ the error map
     def is_unique_violation(self, exc: BaseException) -> bool:
         raise NotImplementedError
@@ -88,6 +92,10 @@ class SQLiteDialect(Dialect):
         condition = self._json_equals("m0", value, 1, params)
         return (f"EXISTS (SELECT 1 FROM json_each({alias}.body, '$.content.metadata') m0 "
                 f"WHERE m0.key = ? AND {condition})", params)
+
+    def metadata_text(self, alias: str, key: str) -> SQLFragment:
+        return (f"(SELECT mv.atom FROM json_each({alias}.body, '$.content.metadata') mv "
+                f"WHERE mv.key = ? AND mv.type = 'text')", [key])
 
     def _json_equals(self, entry: str, value: Any, depth: int, params: list[Any]) -> str:
         """The json_each row `entry` holds `value` (structurally, so key order never counts)."""
@@ -147,6 +155,10 @@ class PostgresDialect(Dialect):
 
         # JSONB equality is already structural: key order never counts, 3 = 3.0, true != 1.
         return f"{alias}.metadata -> %s = %s::jsonb", [str(key), json.dumps(value)]
+
+    def metadata_text(self, alias: str, key: str) -> SQLFragment:
+        return (f"(CASE WHEN jsonb_typeof({alias}.metadata -> %s) = 'string' THEN {alias}.metadata ->> %s END)",
+                [key, key])
 
     def is_unique_violation(self, exc: BaseException) -> bool:
         import psycopg

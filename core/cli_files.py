@@ -1,0 +1,200 @@
+"""`ampkit files ...` and `ampkit proposals ...` (docs/files.md): an owner's memory folder on
+the store named by --store or AMPKIT_STORE. The command line acts for the person running it:
+an import lands directly (history records it as written by `--as`), and deciding a proposal
+is that person's approval."""
+
+from __future__ import annotations
+
+import getpass
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+import click
+
+from .errors import APIError
+from .files import FileService
+
+EXIT_INVALID = 1
+
+_store_option = click.option("--store", "store_url", default=None,
+                             help="store URL [default: AMPKIT_STORE or the user data dir]")
+_as_option = click.option("--as", "actor", default=None,
+                          help="who you are, as history records it [default: human:<your login name>]")
+
+
+def _actor(actor: Optional[str]) -> str:
+    return actor or f"human:{getpass.getuser()}"
+
+
+@contextmanager
+def _files(store_url: Optional[str]) -> Iterator[FileService]:
+    from .bootstrap import build_service, load_settings
+
+    service = build_service(load_settings(store=store_url))
+    service.store.open()
+    try:
+        yield service.files
+    except APIError as exc:
+        click.echo(f"ampkit: {exc.code}: {exc.message}", err=True)
+        for e in exc.details.get("errors") or []:
+            if isinstance(e, dict) and "path" in e:
+                click.echo(f"  {e['path']} {e.get('loc', '')}: {e.get('message', '')}", err=True)
+        sys.exit(EXIT_INVALID)
+    finally:
+        service.store.close()
+
+
+def _diff(text: str) -> None:
+    """A unified diff, coloured when the terminal shows colour (click strips it otherwise)."""
+    for line in text.splitlines():
+        colour = ("green" if line.startswith("+") and not line.startswith("+++") else
+                  "red" if line.startswith("-") and not line.startswith("---") else
+                  "cyan" if line.startswith("@@") else None)
+        click.echo(click.style(line, fg=colour) if colour else line)
+
+
+def register(main: click.Group) -> None:
+    @main.group()
+    def files() -> None:
+        """An owner's memory folder: AGENTS.md, skills/, subagents/, tools.json, notes."""
+
+    @files.command("ls")
+    @click.option("--owner", "owner_id", required=True)
+    @click.option("--glob", default=None, help="only paths matching this glob (`*`, `**`)")
+    @_store_option
+    def files_ls(owner_id: str, glob: Optional[str], store_url: Optional[str]) -> None:
+        with _files(store_url) as f:
+            for info in f.list(None, owner_id, glob).results:
+                click.echo(f"{info.path}\t{info.type}\tv{info.version}\t{info.size} bytes")
+
+    @files.command("read")
+    @click.argument("path")
+    @click.option("--owner", "owner_id", required=True)
+    @_store_option
+    def files_read(path: str, owner_id: str, store_url: Optional[str]) -> None:
+        with _files(store_url) as f:
+            click.echo(f.folder(None, owner_id).get(path.lstrip("/"), ""), nl=False)
+
+    @files.command("history")
+    @click.argument("path")
+    @click.option("--owner", "owner_id", required=True)
+    @_store_option
+    def files_history(path: str, owner_id: str, store_url: Optional[str]) -> None:
+        """Every version: who wrote it, who approved it, the diff."""
+        with _files(store_url) as f:
+            for v in f.history(None, owner_id, path).results:
+                approved = f", approved by {v.approved_by}" if v.approved_by else ""
+                click.echo(click.style(f"version {v.version}  {v.at.isoformat()}  {v.action} by {v.actor}{approved}",
+                                       bold=True))
+                _diff(v.diff)
+
+    @files.command("export")
+    @click.argument("directory", type=click.Path(file_okay=False))
+    @click.option("--owner", "owner_id", required=True)
+    @_store_option
+    def files_export(directory: str, owner_id: str, store_url: Optional[str]) -> None:
+        """Write the folder as real files (what Deep Agents CLI or Claude Code-style harnesses read)."""
+        with _files(store_url) as f:
+            folder = f.folder(None, owner_id)
+        root = Path(directory)
+        for path, text in folder.items():
+            target = root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(text.encode("utf-8"))
+        click.echo(f"wrote {len(folder)} file(s) to {root}", err=True)
+
+    @files.command("import")
+    @click.argument("directory", type=click.Path(exists=True, file_okay=False))
+    @click.option("--owner", "owner_id", required=True)
+    @_as_option
+    @_store_option
+    def files_import(directory: str, owner_id: str, actor: Optional[str], store_url: Optional[str]) -> None:
+        """Bring a folder in through validation: one invalid file refuses the whole import
+        (every problem listed), nothing stored."""
+        root = Path(directory)
+        texts, problems = {}, []
+        for item in sorted(p for p in root.rglob("*") if p.is_file()):
+            rel = item.relative_to(root).as_posix()
+            try:
+                texts[rel] = item.read_bytes().decode("utf-8")
+            except UnicodeDecodeError:
+                problems.append(f"  {rel}: not UTF-8 text")
+        if problems:
+            click.echo("ampkit: nothing was imported:\n" + "\n".join(problems), err=True)
+            sys.exit(EXIT_INVALID)
+        with _files(store_url) as f:
+            results = f.import_folder(_actor(actor), owner_id, texts)
+        for r in results:
+            click.echo(f"{r.status}\t{r.path}\tv{r.version}")
+
+    @files.command("mode")
+    @click.argument("mode", type=click.Choice(["review", "yolo"]), required=False)
+    @click.option("--owner", "owner_id", required=True)
+    @_as_option
+    @_store_option
+    def files_mode(mode: Optional[str], owner_id: str, actor: Optional[str], store_url: Optional[str]) -> None:
+        """Show or set the folder's approval mode: review (writes wait for approval) or yolo."""
+        from .files import ApprovalMode
+
+        with _files(store_url) as f:
+            if mode is not None:
+                f.set_approval_mode(_actor(actor), ApprovalMode(owner_id=owner_id, approval_mode=mode))
+            click.echo(f.approval_mode(owner_id).approval_mode)
+
+    @main.group()
+    def proposals() -> None:
+        """Proposed changes to memory files, awaiting a person's decision."""
+
+    @proposals.command("list")
+    @click.option("--owner", "owner_id", default=None)
+    @click.option("--status", type=click.Choice(["pending", "approved", "rejected"]), default="pending",
+                  show_default=True)
+    @_store_option
+    def proposals_list(owner_id: Optional[str], status: str, store_url: Optional[str]) -> None:
+        with _files(store_url) as f:
+            for p in f.proposals(None, owner_id, status).results:
+                click.echo(f"{p.id}\t{p.owner_id}\t{p.action} {p.path}\tby {p.proposed_by}\t{p.reason or ''}")
+
+    @proposals.command("show")
+    @click.argument("proposal_id")
+    @_store_option
+    def proposals_show(proposal_id: str, store_url: Optional[str]) -> None:
+        with _files(store_url) as f:
+            p = f.proposal(None, proposal_id)
+        click.echo(click.style(f"{p.id}: {p.action} {p.path} in {p.owner_id}'s folder, by {p.proposed_by} "
+                               f"({p.status})", bold=True))
+        if p.reason:
+            click.echo(f"why: {p.reason}")
+        _diff(p.diff)
+
+    @proposals.command("approve")
+    @click.argument("proposal_id")
+    @click.option("--content-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                  help="edit, then approve: write this file's text instead")
+    @click.option("--message", "-m", default=None)
+    @_as_option
+    @_store_option
+    def proposals_approve(proposal_id: str, content_file: Optional[str], message: Optional[str],
+                          actor: Optional[str], store_url: Optional[str]) -> None:
+        from .files import ApproveRequest
+
+        content = Path(content_file).read_bytes().decode("utf-8") if content_file else None
+        with _files(store_url) as f:
+            p = f.approve(_actor(actor), proposal_id, ApproveRequest(content=content, message=message),
+                          may_approve=True)
+        click.echo(f"approved {p.id}: {p.path} is now at version {p.result_version}")
+
+    @proposals.command("reject")
+    @click.argument("proposal_id")
+    @click.option("--message", "-m", default=None, help="told to the agent that proposed it")
+    @_as_option
+    @_store_option
+    def proposals_reject(proposal_id: str, message: Optional[str], actor: Optional[str],
+                         store_url: Optional[str]) -> None:
+        from .files import RejectRequest
+
+        with _files(store_url) as f:
+            p = f.reject(_actor(actor), proposal_id, RejectRequest(message=message), may_approve=True)
+        click.echo(f"rejected {p.id}; {p.path} is unchanged")
