@@ -317,7 +317,17 @@ async def _mcp_recall(ask: Any, world: World) -> None:
             await ask("recall", query=word, owner_id=owner, limit=20, as_of=AS_OF_TIMES[-1].isoformat())
 
 
+async def _mcp_files(ask: Any, world: World) -> None:
+    for owner in OWNERS:
+        await ask("ls_files", owner_id=owner)
+        for path in world.file_paths + ["proposals.md", "sessions/chat-1.md"]:
+            await ask("read_file", owner_id=owner, path=path)
+        for word in world.query_words:
+            await ask("grep_files", owner_id=owner, pattern=word)
+
+
 READ_PATHS += [
+    ReadPath("mcp_files", _mcp_render(_mcp_files)),
     ReadPath("mcp_get_history_resources", _mcp_render(_mcp_ids)),
     ReadPath("mcp_list", _mcp_render(_mcp_lists)),
     ReadPath("mcp_recall", _mcp_render(_mcp_recall)),
@@ -501,7 +511,7 @@ def test_every_mcp_read_tool_is_a_read_path():
 
     from ampkit.mcp_server import READ_TOOLS
 
-    asked = "".join(inspect.getsource(fn) for fn in (_mcp_ids, _mcp_lists, _mcp_recall))
+    asked = "".join(inspect.getsource(fn) for fn in (_mcp_ids, _mcp_lists, _mcp_recall, _mcp_files))
     assert all(f'"{tool}"' in asked for tool in READ_TOOLS)
 
 
