@@ -58,6 +58,11 @@ class UiSession:
     def may(self, scope: str) -> bool:
         return scope in self.scopes
 
+    @property
+    def may_approve(self) -> bool:
+        """Decides file proposals for any owner (the files API's approver rule)."""
+        return "approve" in self.scopes or "admin" in self.scopes
+
 
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
