@@ -424,19 +424,26 @@ READ_PATHS += [
 
 
 # The inspector (issue 14): its pages, rendered for the caller by the /ui app over the same
-# service (auth off: signed in as the caller). The CSRF token is random per session and says
-# nothing about cells, so it is blanked before comparing.
+# service, signed in with a read,write key of the caller's (auth on: an approve key or auth
+# off would make the caller an approver, who sees every proposal by design). The key id and
+# the CSRF token are the same in both stores or blanked: neither says anything about cells.
 def _inspector_client(service: MemoryService, caller: str) -> Any:
     from starlette.applications import Starlette
     from starlette.routing import Mount
     from starlette.testclient import TestClient
 
+    from ampkit.auth import hash_secret
     from ampkit.inspector import create_inspector_app
+    from ampkit.store.base import ApiKeyRecord
 
-    client = TestClient(Starlette(routes=[Mount("/ui", create_inspector_app(service, auth_required=False))]))
+    key_id, secret = f"{AGENTS.index(caller):016x}", "s" * 43
+    if service.store.get_key(key_id) is None:
+        service.store.put_key(ApiKeyRecord(key_id, caller, ("read", "write"), hash_secret(secret), NOW))
+    app = create_inspector_app(service, auth_required=True)
+    client = TestClient(Starlette(routes=[Mount("/ui", app)]))
     token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/signin").text)
     assert token is not None
-    assert client.post("/ui/signin", data={"csrf": token.group(1), "credential": caller},
+    assert client.post("/ui/signin", data={"csrf": token.group(1), "credential": f"ampk_{key_id}_{secret}"},
                        follow_redirects=False).status_code == 303
     return client
 
@@ -476,9 +483,27 @@ def _inspector_search(service: MemoryService, caller: str, world: World) -> Iter
             yield _page(client, f"/ui/search?q={word}&stale=1" + ("" if owner is None else f"&owner={owner}"))[0]
 
 
+def _inspector_files(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    from urllib.parse import urlencode
+
+    from ampkit.files import PROPOSALS_FILE
+
+    client = _inspector_client(service, caller)
+    for owner in world.owners:
+        folder = {} if owner is None else {"owner": owner}
+        yield _page(client, "/ui/files?" + urlencode(folder))[0]
+        for path in world.file_paths + [PROPOSALS_FILE, "sessions/chat-1.md"]:
+            yield _page(client, "/ui/files/view?" + urlencode({**folder, "path": path}))[0]
+        for status in ("pending", ""):
+            yield _page(client, "/ui/proposals?" + urlencode({**folder, "status": status}))[0]
+    for pid in world.proposal_ids:
+        yield _page(client, f"/ui/proposals/{pid}")[0]
+
+
 READ_PATHS += [
     ReadPath("inspector_pages", _inspector_pages),
     ReadPath("inspector_search", _inspector_search),
+    ReadPath("inspector_files", _inspector_files),
 ]
 
 
