@@ -75,8 +75,8 @@ def test_dedup_never_reveals_a_cell_the_writer_cannot_read(server):
     assert [h["action"] for h in after.json()["results"]] == ["create"]  # untouched
 
 
-def test_migration_7_digests_existing_texts_so_dedup_finds_them(tmp_path):
-    """An exact duplicate is found by the normalised-text digest (SQLite migration 7); a
+def test_migration_9_digests_existing_texts_so_dedup_finds_them(tmp_path):
+    """An exact duplicate is found by the normalised-text digest (SQLite migration 9); a
     store written before the digest existed gets it filled in, so a restated memory written
     before the upgrade is still recognised, in any case and spacing."""
     import sqlite3
@@ -86,9 +86,9 @@ def test_migration_7_digests_existing_texts_so_dedup_finds_them(tmp_path):
     service.store.open()
     first = service.create("dd-old", CellCreate.model_validate(cell("Prefers  window seats.", owner="dd-old")))
     service.store.close()
-    conn = sqlite3.connect(tmp_path / "old.db")  # back to a version-6 file: no digest column
+    conn = sqlite3.connect(tmp_path / "old.db")  # back to a version-8 file: no digest column
     conn.executescript("DROP INDEX cells_text_key; ALTER TABLE cells DROP COLUMN text_key; "
-                       "DELETE FROM schema_migrations WHERE version = 7;")
+                       "DELETE FROM schema_migrations WHERE version = 9;")
     conn.close()
     service = build_service(load_settings(store=url, embedder="none"))
     service.store.open()
