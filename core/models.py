@@ -533,6 +533,9 @@ class ConsolidateRequest(Closed):
     playbooks: Literal["propose", "apply"] = Field(
         default="propose", description="propose: playbook changes are returned, not written (they need approval)")
     dry_run: StrictBool = Field(default=False, description="decide everything, write nothing")
+    files: Literal["off", "propose"] = Field(
+        default="off", description="propose: also ask the model whether the owner's AGENTS.md should change "
+        "given these episodes; an edit is always a proposal a person approves, whatever the folder's approval mode")
 
 
 class ConsolidationDecision(Closed):
@@ -547,6 +550,8 @@ class ConsolidationDecision(Closed):
     target_id: Optional[str] = Field(default=None, description="the existing cell it updates, contradicts or duplicates")
     cell_id: Optional[str] = Field(default=None, description="the cell written")
     similarity: Optional[float] = None
+    path: Optional[str] = Field(default=None, description="the memory file an edit is proposed for")
+    proposal_id: Optional[str] = Field(default=None, description="the proposal awaiting a person's approval")
     confidence: Optional[float] = None
 
 
@@ -571,6 +576,13 @@ class ErrorEnvelope(Closed):
     error: ErrorDetail
 
 
+class EmbeddingHealth(Closed):
+    model: Optional[str] = Field(default=None, description="the embedder's name; null: keyword search only")
+    background: bool = Field(default=False, description="cells are embedded after the write, from a queue in the store")
+    queued: int = Field(default=0, ge=0, description="cells waiting for a vector, over all owners (a count only); "
+                                                     "until embedded, search finds them by keyword")
+
+
 class VectorIndexHealth(Closed):
     state: Literal["none", "loading", "ready"] = Field(
         default="none", description="loading: the in-memory vector index is filling after a start; until ready the dense "
@@ -584,6 +596,7 @@ class VectorIndexHealth(Closed):
 class Health(Closed):
     status: Literal["ok"] = "ok"
     amp_version: str = AMP_VERSION
+    embedding: EmbeddingHealth = Field(default_factory=EmbeddingHealth)
     vector_index: VectorIndexHealth = Field(default_factory=VectorIndexHealth)
 
 

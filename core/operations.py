@@ -33,6 +33,7 @@ from .models import (
     ConsolidateRequest,
     ConsolidateResponse,
     ErrorEnvelope,
+    EmbeddingHealth,
     Health,
     VectorIndexHealth,
     HistoryResponse,
@@ -259,7 +260,8 @@ def _health(ctx: Context, inputs: Inputs) -> Health:
     # out of rotation (503 UNAVAILABLE) and back when the store returns.
     ctx.service.store.ping()
     state = getattr(ctx.service.store, "vector_index_state", None)  # stores with an in-memory index
-    return Health(vector_index=VectorIndexHealth(**state()) if state else VectorIndexHealth())
+    return Health(vector_index=VectorIndexHealth(**state()) if state else VectorIndexHealth(),
+                  embedding=EmbeddingHealth(**ctx.service.embedding_status()))
 
 
 def batch_response(created: Sequence[tuple[MemoryCell, Optional[str]]]) -> BatchCreateResponse:

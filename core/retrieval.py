@@ -45,6 +45,12 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]): ...
 
 
+def embed_query(embedder: Embedder, texts: Sequence[str]):
+    """Query vectors: a model trained with a query prefix (e5) has an `embed_query` that
+    differs from `embed` (used for the texts a query is compared with); others embed both alike."""
+    return (getattr(embedder, "embed_query", None) or embedder.embed)(texts)
+
+
 class Reranker(Protocol):
     """Reorders (and may rescore) the ranked hits; sees more than `limit` of them."""
 
@@ -139,15 +145,26 @@ class Retriever:
         embedder: Optional[Embedder] = None,
         config: Optional[RetrievalConfig] = None,
         reranker: Optional[Reranker] = None,
+        background: bool = False,
     ):
         self.embedder = embedder
         self.config = config or RetrievalConfig()
         self.reranker = reranker
+        # Embed after the write, from the store's queue (MemoryService.embed_queued), not in it.
+        self.background = background and embedder is not None
 
     def vectors_for(self, texts: Sequence[str]) -> list[Optional[StoredVector]]:
-        """Vectors for cells about to be written, embedded in one call (batch creates)."""
-        if self.embedder is None or not texts:
+        """Vectors for cells about to be written, embedded in one call (batch creates); none
+        when embedding runs in the background (the store queues the cells instead)."""
+        if self.embedder is None or self.background or not texts:
             return [None] * len(texts)
+        vectors: list[Optional[StoredVector]] = list(self.embed_now(texts))
+        return vectors
+
+    def embed_now(self, texts: Sequence[str]) -> list[StoredVector]:
+        """Vectors for `texts` now, whatever the mode (the queue's worker, `reindex`)."""
+        if self.embedder is None:
+            raise ValueError("no embedder configured")
         matrix = self.embedder.embed(list(texts))
         return [StoredVector(self.embedder.name, row) for row in matrix]
 
@@ -155,9 +172,16 @@ class Retriever:
         cfg = self.config
         legs = [("keyword", cfg.keyword_weight, store.keyword_candidates(query, flt, pool))]
         if self.embedder is not None:
-            qvec = self.embedder.embed([query])[0]
+            qvec = embed_query(self.embedder, [query])[0]
             legs.append(("dense", cfg.dense_weight, store.vector_candidates(qvec, self.embedder.name, flt, pool)))
         return legs
+
+    def _not_embedded(self, store: Store, cell_ids: Sequence[str]) -> set[str]:
+        """Of these cells, those with no vector of the current model yet (queued)."""
+        if not self.background or self.embedder is None:
+            return set()
+        models = store.vector_models(cell_ids)
+        return {cid for cid in cell_ids if models.get(cid) != self.embedder.name}
 
     def feedback_legs(
         self,
@@ -180,8 +204,7 @@ class Retriever:
         if terms and cfg.prf_keyword_weight > 0:
             legs.append(("prf_keyword", cfg.prf_keyword_weight, store.keyword_candidates(" ".join(terms), flt, pool)))
         if self.embedder is not None and cfg.prf_dense_weight > 0:
-            vecs = self.embedder.embed([query, *texts])
-            qvec = vecs[0] + vecs[1:].mean(axis=0)
+            qvec = embed_query(self.embedder, [query])[0] + self.embedder.embed(texts).mean(axis=0)
             qvec = qvec / max(float((qvec @ qvec) ** 0.5), 1e-12)
             legs.append(("prf_dense", cfg.prf_dense_weight, store.vector_candidates(qvec, self.embedder.name, flt, pool)))
         return legs
@@ -219,11 +242,14 @@ class Retriever:
         # loaded; the boosts below reorder within them (LoCoMo: no loss against loading all).
         ranked = sorted(fused, key=lambda cid: -fused[cid]["fused"])[: max(40, limit * cfg.rescore)]
         cells = store.get_many(ranked)
+        pending = self._not_embedded(store, ranked)
         scored: list[tuple[MemoryCell, dict[str, float]]] = []
         for cid in ranked:
             parts, cell = fused[cid], cells.get(cid)
             if cell is None or not keep(cell):  # purged meanwhile, or not the caller's to see
                 continue
+            if cid in pending:
+                parts["dense_pending"] = 1.0  # not embedded yet: ranked by the keyword leg alone
             parts["entity"] = entity_match(names, cell.content.text)
             if warming:
                 parts["dense_warming"] = 1.0

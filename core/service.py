@@ -601,6 +601,42 @@ class MemoryService:
             tx.update(self._with_status(cell, Status.deleted.value, now))
             tx.add_history(HistoryRecord(cell_id, now, agent, "delete", {"lifecycle.status": [cell.lifecycle.status, Status.deleted.value]}))
 
+    # ---------------------------------------------------------------- embedding queue
+    def embed_queued(self, batch_size: int = 16) -> int:
+        """Embed up to `batch_size` queued cells (oldest first) and store their vectors; returns
+        how many were looked at (0: the queue is empty). The embedding runs outside the write
+        transaction; a cell whose text changed meanwhile stays queued for its new text, and a
+        purged one has left the queue with its row."""
+        if self.retriever.embedder is None:
+            return 0
+        queued = self.store.queued_embeddings(batch_size)
+        if not queued:
+            return 0
+        vectors = self.retriever.embed_now([text for _, text in queued])
+        with self.store.write() as tx:
+            for (cell_id, text), vector in zip(queued, vectors):
+                current = tx.get(cell_id)
+                if current is not None and current.content.text == text:
+                    tx.set_vector(cell_id, vector)
+        return len(queued)
+
+    def drain_embeddings(self, batch_size: int = 16) -> int:
+        """Embed until the queue is empty (benchmarks, tests, `ampkit reindex`); returns cells done."""
+        done = 0
+        while (n := self.embed_queued(batch_size)):
+            done += n
+        return done
+
+    def embedding_status(self) -> dict[str, Any]:
+        """What GET /health says about embedding: the model, the mode and the queue's depth (a
+        count over all owners, no cell's identity: nothing a caller could not read leaks)."""
+        embedder = self.retriever.embedder
+        return {
+            "model": embedder.name if embedder is not None else None,
+            "background": self.retriever.background,
+            "queued": self.store.embedding_queue_depth() if self.retriever.background else 0,
+        }
+
     # ---------------------------------------------------------------- search and list
     def _statuses(self, status: Optional[Sequence[str]], include_stale: bool) -> list[str]:
         wanted = list(status) if status else [Status.active.value]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 from .access import can_read
 from .models import HistoryEntry, MemoryCell, Status
 from .store.base import CellFilter
-from .textindex import cjk_bigrams, query_terms
+from .textindex import cjk_terms, query_terms
 
 if TYPE_CHECKING:
     from .store.base import Store
@@ -184,7 +184,7 @@ def bm25_text_scores(query: str, texts: Sequence[str]) -> list[float]:
 
 
 def _words(text: str) -> list[str]:
-    return _WORD.findall(text) + cjk_bigrams(text)
+    return _WORD.findall(text) + cjk_terms(text)
 
 
 # ------------------------------------------------------------------ the service's as-of reads

@@ -8,7 +8,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from ampkit.textindex import fts_match, index_text
+from ampkit.store.base import CellFilter
+from ampkit.textindex import cjk_terms, fts_match, index_text, korean_stem, query_terms
 
 KOREAN = [
     "저는 작년에 서울에서 살았어요",        # I lived in Seoul last year
@@ -64,8 +65,64 @@ def test_japanese_without_spaces_is_found_by_keyword(korean_server):
     assert "keyword" in hits[0]["explain"]
 
 
-def test_cjk_bigrams_extend_index_and_query_text_only_for_cjk():
+def test_cjk_terms_extend_index_and_query_text_only_for_cjk():
     assert index_text("plain English stays as it is") == "plain English stays as it is"
-    assert "서울 울에 에서" in index_text("서울에서")
-    assert fts_match("서울에서 살아요") == '"서울" OR "울에" OR "에서" OR "살아" OR "아요"'
+    # Korean: the word's stem (particle or ending stripped), not the particle's bigrams
+    assert index_text("서울에서") == "서울에서\n서울"
+    assert fts_match("서울에서 살아요") == '"서울에서" OR "살아요" OR "서울" OR "살"'
+    # Japanese / Chinese: bigrams of the run
+    assert index_text("東京で") == "東京で\n東京 京で"
     assert fts_match('what did "Alice" say') == '"alice" OR "say"'  # stop words dropped, quotes neutral
+
+
+@pytest.mark.parametrize("word, stem", [
+    ("강아지가", "강아지"), ("강아지는", "강아지"), ("서울에서", "서울"), ("회사에서는", "회사"),
+    ("공부했어요", "공부"), ("결혼식을", "결혼식"), ("경제학이었어요", "경제학"), ("동생", "동생"),
+])
+def test_korean_stem_strips_particles_and_endings(word, stem):
+    assert korean_stem(word) == stem
+
+
+def test_korean_terms_are_stems_and_stem_bigrams_without_question_words():
+    assert cjk_terms("여름휴가는 언제야") == ["여름휴가", "여름", "름휴", "휴가"]  # a compound's parts match
+    assert query_terms("내가 못 먹는 음식 있어?") == ["먹는", "음식", "먹"]
+
+
+def test_migration_7_reindexes_korean_windows(tmp_path):
+    """A store whose keyword index predates Korean stems (before version 7) finds a Korean word
+    under another particle after the upgrade, and not before it."""
+    from ampkit.models import CellCreate
+    from ampkit.service import MemoryService
+    from ampkit.store.sqlite import SQLiteStore
+
+    path = str(tmp_path / "v5.db")
+    store = SQLiteStore(path)
+    store.open()
+    MemoryService(store=store).create_many("minji", [
+        CellCreate(content={"text": "우리 강아지가 세 살이 됐어요"}, identity={"owner_id": "minji"}),
+        CellCreate(content={"text": "I walk the dog every morning"}, identity={"owner_id": "minji"}),
+    ])
+    store.close()
+    import sqlite3
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    for rowid, text, owner in conn.execute("SELECT rowid, text, owner FROM cell_context").fetchall():
+        conn.execute("DELETE FROM cell_context WHERE rowid = ?", (rowid,))  # as version 5 indexed it: no stems
+        conn.execute("INSERT INTO cell_context(rowid, text, owner, terms, len) VALUES (?, ?, ?, '{}', 1)",
+                     (rowid, text.split("\n")[0], owner))
+    conn.execute("DELETE FROM schema_migrations WHERE version = 7")
+    conn.execute("COMMIT")
+    stem_matches = "SELECT count(*) FROM cells_fts WHERE cells_fts MATCH '\"강아지\"'"
+    assert conn.execute(stem_matches).fetchone()[0] == 0
+    conn.close()
+
+    store = SQLiteStore(path)
+    store.open()
+    try:
+        assert store.schema_version() >= 7
+        assert store._query(stem_matches)[0][0] == 1
+        hits = store.keyword_candidates("강아지는 몇 살이야", CellFilter(reader="minji", owner_id="minji"), 10)
+        assert len(hits) == 1
+    finally:
+        store.close()

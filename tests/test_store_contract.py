@@ -338,3 +338,12 @@ def test_pending_migrations_is_one_check_on_every_store(store):
         fresh_store.open()
         fresh_store.close()
         assert fresh_store.pending_migrations() == []
+
+
+def test_keyword_leg_matches_korean_words_under_other_particles(service, store):
+    """"강아지를" (object particle) finds the memory that says "강아지가" (subject particle), and
+    the particle "에서" that both memories share no longer brings in the other one."""
+    dog = make(service, text="우리 강아지가 공원에서 뛰어놀아요")
+    make(service, text="회사에서 회의가 길어졌어요")
+    hits = store.keyword_candidates("강아지를 어디에서 봤지", everything(), 10)
+    assert [h.cell_id for h in hits] == [dog.id]

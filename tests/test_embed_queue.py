@@ -1,0 +1,223 @@
+"""The embedding queue: with a slow embedder, a write stores the cell without its vector and
+the store queues it; a worker embeds the queue in batches. The queue is a table in the store
+(it survives a restart, on a real SQLite file and on PostgreSQL); a search finds queued cells
+by keyword and says so in `explain`; GET /health shows the queue's depth as one count.
+
+The embedder here is a fake (a hashed bag of words) whose `embed` can be held at a gate, so a
+test decides when the worker's batch completes."""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+
+import httpx
+import numpy as np
+import pytest
+
+from ampkit.embed_queue import EmbeddingWorker
+from ampkit.models import CellCreate, CellPatch, SearchRequest
+from ampkit.retrieval import Retriever
+from ampkit.service import MemoryService
+from ampkit.store import store_from_url
+from ampkit.store.base import CellFilter
+
+
+class GatedEmbedder:
+    """Bag of words hashed into 32 dimensions; `gate` cleared = `embed` waits for it."""
+
+    name = "fake-bow-32"
+    dim = 32
+    background = True
+
+    def __init__(self):
+        self.gate = threading.Event()
+        self.gate.set()
+        self.waiting = threading.Event()  # set when a call has started (and may wait at the gate)
+        self.batches: list[list[str]] = []
+
+    def vector(self, text: str) -> np.ndarray:
+        out = np.zeros(self.dim, dtype=np.float32)
+        for word in text.lower().split():
+            out[zlib.crc32(word.encode()) % self.dim] += 1.0
+        return out / max(float(np.linalg.norm(out)), 1e-12)
+
+    def embed(self, texts):
+        self.waiting.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        self.batches.append(list(texts))
+        return np.stack([self.vector(t) for t in texts])
+
+    def embed_query(self, texts):  # a search never waits at the gate
+        return np.stack([self.vector(t) for t in texts])
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/queue.db"
+    try:
+        return request.getfixturevalue("pg_url")
+    except pytest.FixtureLookupError:
+        pytest.skip("PostgreSQL fixture not available")
+
+
+def queued_service(url: str, embedder: GatedEmbedder) -> MemoryService:
+    store = store_from_url(url)
+    store.embed_queue = True
+    store.open()
+    return MemoryService(store=store, retriever=Retriever(embedder=embedder, background=True))
+
+
+def new(text: str, owner: str = "kim") -> CellCreate:
+    return CellCreate(content={"text": text}, identity={"owner_id": owner}, dedup="off")
+
+
+def test_written_cells_wait_in_the_queue_and_survive_a_restart(store_url):
+    embedder = GatedEmbedder()
+    service = queued_service(store_url, embedder)
+    cells = service.create_many("kim", [new("the cat sleeps on the sofa"), new("we fly to Oslo in May"),
+                                        new("tea with oat milk")])
+    assert embedder.batches == []  # the write did not embed
+    assert service.store.embedding_queue_depth() == 3
+    assert service.store.vector_models([c.id for c in cells]) == {}
+    service.store.close()
+
+    restarted = queued_service(store_url, embedder)  # a new process on the same store
+    try:
+        assert restarted.store.embedding_queue_depth() == 3
+        assert [cid for cid, _ in restarted.store.queued_embeddings(10)] == [c.id for c in cells]  # oldest first
+        assert restarted.embed_queued(batch_size=2) == 2
+        assert restarted.store.embedding_queue_depth() == 1
+        assert restarted.drain_embeddings(batch_size=2) == 1
+        assert embedder.batches == [[c.content.text for c in cells[:2]], [cells[2].content.text]]
+        assert restarted.store.embedding_queue_depth() == 0
+        assert restarted.store.vector_models([c.id for c in cells]) == {c.id: embedder.name for c in cells}
+        hits = restarted.store.vector_candidates(embedder.vector("oslo in may"), embedder.name,
+                                                 CellFilter(reader="kim", owner_id="kim"), 1)
+        assert hits[0].cell_id == cells[1].id
+    finally:
+        restarted.store.close()
+
+
+def test_a_changed_text_is_embedded_as_changed_and_a_purged_cell_leaves_the_queue(store_url):
+    embedder = GatedEmbedder()
+    service = queued_service(store_url, embedder)
+    try:
+        kept, gone = service.create_many("kim", [new("first words"), new("soon deleted")])
+        service.drain_embeddings()
+        service.update("kim", kept.id, CellPatch(content={"text": "second words entirely"}))
+        assert [cid for cid, _ in service.store.queued_embeddings(10)] == [kept.id]  # a new text queues it again
+
+        # The text changes again while the worker embeds the previous one: the cell stays
+        # queued, and the next batch embeds the newest text.
+        embedder.gate.clear()
+        embedder.waiting.clear()
+        worker = threading.Thread(target=service.embed_queued)
+        worker.start()
+        assert embedder.waiting.wait(30)
+        service.update("kim", kept.id, CellPatch(content={"text": "third version"}))
+        embedder.gate.set()
+        worker.join(30)
+        assert embedder.batches[-1] == ["second words entirely"]
+        assert [cid for cid, _ in service.store.queued_embeddings(10)] == [kept.id]
+        service.drain_embeddings()
+        assert embedder.batches[-1] == ["third version"]
+        assert service.store.embedding_queue_depth() == 0
+        hits = service.store.vector_candidates(embedder.vector("third version"), embedder.name,
+                                               CellFilter(reader="kim", owner_id="kim"), 1)
+        assert hits[0].cell_id == kept.id and hits[0].score > 0.99
+
+        service.update("kim", gone.id, CellPatch(content={"text": "changed, then erased"}))
+        assert service.store.embedding_queue_depth() == 1
+        with service.store.write() as tx:
+            tx.purge(gone.id)
+        assert service.store.embedding_queue_depth() == 0
+    finally:
+        service.store.close()
+
+
+def test_search_uses_the_keyword_leg_for_queued_cells_and_says_so(store_url):
+    embedder = GatedEmbedder()
+    service = queued_service(store_url, embedder)
+    try:
+        embedded = service.create("kim", new("the garden shed needs paint"))
+        service.drain_embeddings()
+        waiting = service.create("kim", new("paint the fence green"))
+        request = SearchRequest(query="paint", owner_id="kim", explain=True)
+        hits = {h.id: h.explain for h in service.search("kim", request).results}
+        assert hits[waiting.id]["dense_pending"] == 1.0 and "keyword" in hits[waiting.id]
+        assert "dense" not in hits[waiting.id]
+        assert "dense_pending" not in hits[embedded.id] and "dense" in hits[embedded.id]
+
+        service.drain_embeddings()
+        hits = {h.id: h.explain for h in service.search("kim", request).results}
+        assert "dense_pending" not in hits[waiting.id] and "dense" in hits[waiting.id]
+    finally:
+        service.store.close()
+
+
+def test_a_synchronous_retriever_queues_nothing(tmp_path):
+    store = store_from_url(f"sqlite:///{tmp_path}/sync.db")
+    store.open()
+    try:
+        service = MemoryService(store=store, retriever=Retriever(embedder=GatedEmbedder()))
+        cell = service.create("kim", new("embedded in the write"))
+        assert store.embedding_queue_depth() == 0
+        assert store.vector_models([cell.id]) == {cell.id: GatedEmbedder.name}
+    finally:
+        store.close()
+
+
+def test_the_worker_queues_cells_of_another_model_on_start(tmp_path):
+    """After a model change, cells embedded by the old model (or by none) are queued again."""
+    url = f"sqlite:///{tmp_path}/switch.db"
+    store = store_from_url(url)
+    store.open()
+    old = MemoryService(store=store, retriever=Retriever(embedder=None))
+    cells = old.create_many("kim", [new("written before any model"), new("also keyword only")])
+    store.close()
+
+    embedder = GatedEmbedder()
+    service = queued_service(url, embedder)
+    worker = EmbeddingWorker(service, batch_size=8, idle_seconds=0.01)
+    try:
+        worker.start()
+        deadline = time.monotonic() + 30
+        while service.store.vector_models([c.id for c in cells]) != {c.id: embedder.name for c in cells}:
+            assert time.monotonic() < deadline, "the worker never embedded the old cells"
+            time.sleep(0.01)
+    finally:
+        worker.stop()
+        service.store.close()
+
+
+def test_health_shows_the_queue_as_one_count_the_same_for_every_caller(tmp_path):
+    """The depth is visible in GET /health while the worker is held, and drains when it is
+    not. It is a count over all owners: every caller, whatever it may read, gets the same
+    bytes, and nothing in them names a cell or an owner."""
+    from support import AppServer
+
+    embedder = GatedEmbedder()
+    server = AppServer(f"sqlite:///{tmp_path}/health.db")
+    server.service = queued_service(server.store_url, embedder)
+    server.service.store.close()  # the app opens it
+    embedder.gate.clear()
+    with server:
+        with httpx.Client(base_url=server.base_url, timeout=30) as http:
+            created = http.post("/memories/batch", headers={"X-AMP-Agent-ID": "kim"}, json={"cells": [
+                {"content": {"text": f"private note {i}"}, "identity": {"owner_id": "kim"}} for i in range(3)]})
+            assert created.status_code == 201, created.text
+            bodies = [http.get("/health", headers={"X-AMP-Agent-ID": agent}).json()["embedding"] for agent in ("kim", "lee")]
+            bodies.append(http.get("/health").json()["embedding"])
+            assert bodies[0] == bodies[1] == bodies[2] == {"model": embedder.name, "background": True, "queued": 3}
+            search = http.post("/memories/search", headers={"X-AMP-Agent-ID": "kim"},
+                               json={"query": "private note", "explain": True}).json()
+            assert {h["explain"].get("dense_pending") for h in search["results"]} == {1.0}
+
+            embedder.gate.set()
+            deadline = time.monotonic() + 30
+            while http.get("/health").json()["embedding"]["queued"]:
+                assert time.monotonic() < deadline, "the worker never drained the queue"
+                time.sleep(0.01)
