@@ -222,7 +222,7 @@ def _store(url: Optional[str]):
 def _active_keys(store) -> int:
     from .auth import key_state
 
-    return sum(1 for key in store.list_keys() if key_state(key) == "active")
+    return sum(1 for key in store.keys.list() if key_state(key) == "active")
 
 
 def _key_id(value: str) -> str:
@@ -274,7 +274,7 @@ def keys_list(agent_id: Optional[str], as_json: bool, store_url: Optional[str]) 
 
     store = _store(store_url)
     try:
-        records = store.list_keys(agent_id)
+        records = store.keys.list(agent_id)
     finally:
         store.close()
     fmt = lambda dt: dt.isoformat(timespec="seconds") if dt else "-"  # noqa: E731
@@ -512,11 +512,13 @@ def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool,
 @click.option("--agent", "agent_id", default=None, help="act as this agent [default: the owner]")
 @click.option("--playbooks", type=click.Choice(["propose", "apply"]), default="propose", show_default=True,
               help="write playbook changes (apply) or only list them (propose)")
+@click.option("--files", type=click.Choice(["off", "propose"]), default="off", show_default=True,
+              help="propose: also propose AGENTS.md edits (for `ampkit proposals` to approve)")
 @click.option("--dry-run", is_flag=True, help="decide everything, write nothing")
 @click.option("--json", "as_json", is_flag=True, help="print each session's response as one JSON line")
 @_store_option
-def consolidate(owner_id: str, session_id: Optional[str], agent_id: Optional[str], playbooks: str, dry_run: bool,
-                as_json: bool, store_url: Optional[str]) -> None:
+def consolidate(owner_id: str, session_id: Optional[str], agent_id: Optional[str], playbooks: str, files: str,
+                dry_run: bool, as_json: bool, store_url: Optional[str]) -> None:
     """Distil an owner's episodes into facts and playbooks with the configured model
     (AMPKIT_LLM_URL, AMPKIT_LLM_MODEL), printing every decision and its reason."""
     from tqdm import tqdm
@@ -540,8 +542,8 @@ def consolidate(owner_id: str, session_id: Optional[str], agent_id: Optional[str
         sys.exit(EXIT_STARTUP_FAILURE)
     try:
         sessions = [session_id] if session_id else sessions_of(service, agent, owner_id)
-        requests = [ConsolidateRequest(owner_id=owner_id, session_id=s, playbooks=playbooks, dry_run=dry_run)
-                    for s in sessions]
+        requests = [ConsolidateRequest(owner_id=owner_id, session_id=s, playbooks=playbooks, dry_run=dry_run,
+                                       files=files) for s in sessions]
         consolidator_episodes = service.consolidator().episodes
         total = sum(len(consolidator_episodes(agent, r)) for r in requests)
         with tqdm(total=total, unit="episode", desc="consolidate", file=sys.stderr) as bar:
@@ -551,8 +553,8 @@ def consolidate(owner_id: str, session_id: Optional[str], agent_id: Optional[str
                     click.echo(result.model_dump_json())
                     continue
                 for d in result.decisions:
-                    state = "written" if d.applied else "not written"
-                    click.echo(f"{req.session_id}\t{d.action}\t{state}\t{d.text}\t({d.reason})")
+                    state = "written" if d.applied else f"proposed {d.proposal_id}" if d.proposal_id else "not written"
+                    click.echo(f"{req.session_id}\t{d.action}\t{state}\t{d.path or d.text}\t({d.reason})")
     except APIError as exc:
         click.echo(f"ampkit: {exc.code}: {exc.message}", err=True)
         sys.exit(1)

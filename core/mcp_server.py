@@ -35,6 +35,7 @@ from mcp.types import CallToolResult, ErrorData, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .client import _calls as calls
+from .client import _file_calls as fcalls
 from .client._calls import Call
 from .client._local import run_call
 from .errors import (
@@ -48,6 +49,7 @@ from .errors import (
     ValidationFailed,
     validation_to_api_error,
 )
+from .files.models import FileContent, FileListResponse, FileWriteResult, GrepResponse
 from .models import ConsolidateResponse, HistoryResponse, ListResponse, MemoryCell, SearchResponse
 from .service import MemoryService
 
@@ -260,6 +262,7 @@ Importance = Annotated[Optional[float], Field(ge=0.0, le=1.0, description="0..1,
 Metadata = Annotated[Optional[dict[str, Any]], Field(description="Free-form JSON object stored with the text")]
 SessionId = Annotated[Optional[str], Field(description="The conversation or run this belongs to")]
 Patterns = Annotated[Optional[list[str]], Field(description="Agent id patterns (globs such as 'team-*')")]
+FilePathArg = Annotated[str, Field(description="A file in the memory folder, e.g. AGENTS.md or skills/release-notes/SKILL.md")]
 AsOf = Annotated[Optional[datetime], Field(description="Read the past: the memory as it was at this time (ISO 8601)")]
 
 
@@ -394,6 +397,70 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
         """Every change to a memory: who created, changed, superseded or deleted it, and when."""
         return HistoryResponse(results=await gateway.send(ctx, calls.history(id)))
 
+    # ------------------------------------------------------------ memory files (docs/files.md)
+    @mcp.tool(annotations=READ)
+    async def ls_files(
+        ctx: Context,
+        owner_id: OwnerId = None,
+        glob: Annotated[Optional[str], Field(description="Only paths matching this glob ('skills/**', '*.md')")] = None,
+    ) -> FileListResponse:
+        """List the memory folder: AGENTS.md (your instructions), skills/*/SKILL.md, subagents/,
+        tools.json, notes, and read-only sessions/*.md (past conversations) and proposals.md."""
+        owner, _ = owner_or_self(ctx, owner_id)
+        return await gateway.send(ctx, fcalls.list_files(owner, glob))
+
+    @mcp.tool(annotations=READ)
+    async def read_file(
+        ctx: Context,
+        path: FilePathArg,
+        owner_id: OwnerId = None,
+        offset: Annotated[int, Field(ge=0, description="First line to return, 0-based")] = 0,
+        limit: Annotated[int, Field(ge=1, le=10000, description="How many lines")] = 2000,
+    ) -> FileContent:
+        """Read lines of a memory file (with their numbers: start_line, end_line, total_lines)."""
+        owner, _ = owner_or_self(ctx, owner_id)
+        return await gateway.send(ctx, fcalls.read_file(path, owner, offset, limit))
+
+    @mcp.tool(annotations=READ)
+    async def grep_files(
+        ctx: Context,
+        pattern: Annotated[str, Field(description="A literal string (not a regular expression)")],
+        owner_id: OwnerId = None,
+        glob: Annotated[Optional[str], Field(description="Only files matching this glob")] = None,
+    ) -> GrepResponse:
+        """Find the lines of memory files (past sessions included) that contain a string."""
+        owner, _ = owner_or_self(ctx, owner_id)
+        return await gateway.send(ctx, fcalls.grep_files(pattern, owner, glob))
+
+    @mcp.tool(annotations=WRITE)
+    async def write_file(
+        ctx: Context,
+        path: FilePathArg,
+        content: Annotated[str, Field(description="The whole new text of the file")],
+        owner_id: OwnerId = None,
+        reason: Annotated[Optional[str], Field(description="Why, for the person who approves it")] = None,
+    ) -> FileWriteResult:
+        """Create or replace a memory file. It is validated (SKILL.md frontmatter, tools.json...);
+        unless the folder is in yolo mode it becomes a proposal a person must approve (status
+        proposed): the file does not change until then."""
+        owner, _ = owner_or_self(ctx, owner_id)
+        return await gateway.send(ctx, fcalls.write_file(path, content, owner, reason))
+
+    @mcp.tool(annotations=WRITE)
+    async def edit_file(
+        ctx: Context,
+        path: FilePathArg,
+        old: Annotated[str, Field(description="The exact text to replace (copy it from read_file, unique in the file)")],
+        new: Annotated[str, Field(description="The replacement")],
+        owner_id: OwnerId = None,
+        replace_all: Annotated[bool, Field(description="Replace every occurrence of old")] = False,
+        reason: Annotated[Optional[str], Field(description="Why, for the person who approves it")] = None,
+    ) -> FileWriteResult:
+        """Replace an exact string in a memory file (e.g. a rule in AGENTS.md the user corrected).
+        Validated, and a proposal awaiting approval unless the folder is in yolo mode."""
+        owner, _ = owner_or_self(ctx, owner_id)
+        return await gateway.send(ctx, fcalls.edit_file(path, old, new, owner, replace_all, reason))
+
     # ------------------------------------------------------------ learning (docs/consolidation.md)
     @mcp.tool(annotations=WRITE)
     async def record_outcome(
@@ -415,13 +482,14 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
         until: Annotated[Optional[datetime], Field(description="Only episodes before this time (ISO 8601)")] = None,
         playbooks: Annotated[Literal["propose", "apply"], Field(description="propose: playbook changes are returned for approval, not written")] = "propose",
         dry_run: Annotated[bool, Field(description="Decide everything, write nothing")] = False,
+        files: Annotated[Literal["off", "propose"], Field(description="propose: also propose an AGENTS.md edit, which a person approves")] = "off",
     ) -> ConsolidateResponse:
         """Distil recorded episodes (what happened in conversations) into lasting facts and
         playbooks, adding, updating or superseding memories. Needs a model configured on the
         server; returns every decision with its reason."""
         owner, _ = owner_or_self(ctx, owner_id)
         return await gateway.send(ctx, calls.consolidate(owner, session_id=session_id, since=since, until=until,
-                                                         playbooks=playbooks, dry_run=dry_run))
+                                                         playbooks=playbooks, dry_run=dry_run, files=files))
 
     # ------------------------------------------------------------ AMP's amp-mcp names
     @mcp.tool(annotations=WRITE)
@@ -531,11 +599,11 @@ def _transport_security(host: str) -> TransportSecuritySettings:
 
 TOOL_NAMES: Sequence[str] = (
     "remember", "recall", "get_memory", "update_memory", "forget", "supersede", "list_memories", "memory_history",
-    "record_outcome", "consolidate",
+    "record_outcome", "consolidate", "ls_files", "read_file", "grep_files", "write_file", "edit_file",
     "amp_remember", "amp_recall", "amp_forget", "amp_list_memories",
 )
 READ_TOOLS: Sequence[str] = ("recall", "get_memory", "list_memories", "memory_history",
-                             "amp_recall", "amp_list_memories")
+                             "amp_recall", "amp_list_memories", "ls_files", "read_file", "grep_files")
 """The tools that only read: the differential non-interference test calls these."""
 
 __all__ = [

@@ -533,6 +533,9 @@ class ConsolidateRequest(Closed):
     playbooks: Literal["propose", "apply"] = Field(
         default="propose", description="propose: playbook changes are returned, not written (they need approval)")
     dry_run: StrictBool = Field(default=False, description="decide everything, write nothing")
+    files: Literal["off", "propose"] = Field(
+        default="off", description="propose: also ask the model whether the owner's AGENTS.md should change "
+        "given these episodes; an edit is always a proposal a person approves, whatever the folder's approval mode")
 
 
 class ConsolidationDecision(Closed):
@@ -547,6 +550,8 @@ class ConsolidationDecision(Closed):
     target_id: Optional[str] = Field(default=None, description="the existing cell it updates, contradicts or duplicates")
     cell_id: Optional[str] = Field(default=None, description="the cell written")
     similarity: Optional[float] = None
+    path: Optional[str] = Field(default=None, description="the memory file an edit is proposed for")
+    proposal_id: Optional[str] = Field(default=None, description="the proposal awaiting a person's approval")
     confidence: Optional[float] = None
 
 

@@ -297,6 +297,7 @@ def validate(raw_lines: Iterable[Union[str, bytes]]) -> tuple[int, list[LineErro
     history_cell, history_n = None, 0
     history_cells: set[str] = set()
     live_keys: set[tuple[str, str]] = set()
+    live_paths: set[tuple[str, str]] = set()
     ended = False
     for number, item in parse_lines(raw_lines):
         lines += 1
@@ -323,6 +324,11 @@ def validate(raw_lines: Iterable[Union[str, bytes]]) -> tuple[int, list[LineErro
                 if key in live_keys:
                     errors.append(LineError(number, f"cell {cid}: owner {key[0]!r} has two live cells with key {key[1]!r}"))
                 live_keys.add(key)
+            path = _live_path(item.cell)
+            if path is not None:
+                if path in live_paths:
+                    errors.append(LineError(number, f"cell {cid}: owner {path[0]!r} has two live files at {path[1]!r}"))
+                live_paths.add(path)
             if item.cell.lifecycle.superseded_by:
                 superseded[cid] = item.cell.lifecycle.superseded_by
         elif isinstance(item, HistoryLine):
@@ -353,6 +359,12 @@ def _live_key(cell: MemoryCell) -> Optional[tuple[str, str]]:
     """(owner, key) when the cell holds its key (cell keys: one live cell per owner and key)."""
     live = cell.lifecycle.status in ("active", "stale") and cell.lifecycle.superseded_by is None
     return (cell.identity.owner_id, cell.identity.key) if live and cell.identity.key else None
+
+
+def _live_path(cell: MemoryCell) -> Optional[tuple[str, str]]:
+    """(owner, path) when the cell is a live memory file (one live file per owner and path)."""
+    live = cell.lifecycle.status in ("active", "stale") and cell.lifecycle.superseded_by is None
+    return (cell.identity.owner_id, cell.identity.path) if live and cell.identity.path else None
 
 
 def _comparable(cell: MemoryCell) -> dict[str, Any]:
@@ -420,9 +432,14 @@ def import_lines(
                 existing_cell = tx.get(item.cell.id)
                 key = _live_key(item.cell)
                 holder = tx.key_holder(*key) if existing_cell is None and key else None
+                file = _live_path(item.cell)
+                file_holder = tx.path_holder(*file) if existing_cell is None and file else None
                 if key is not None and holder is not None:
                     conflicts.append(LineError(number, f"cell {item.cell.id}: key {key[1]!r} of owner {key[0]!r} is held "
                                                        f"by {holder.id} in the store"))
+                elif file is not None and file_holder is not None:
+                    conflicts.append(LineError(number, f"cell {item.cell.id}: file {file[1]!r} of owner {file[0]!r} is "
+                                                       f"{file_holder.id} in the store"))
                 elif existing_cell is None:
                     pending.append(item.cell)
                     if len(pending) >= batch_size:

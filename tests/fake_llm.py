@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional, Union
 
-from ampkit.consolidation import DECIDE_SYSTEM, EXTRACT_SYSTEM
+from ampkit.consolidation import DECIDE_SYSTEM, EXTRACT_SYSTEM, REVISE_SYSTEM
 
 Reply = Union[str, dict, Callable[[str], Union[str, dict]]]
 
@@ -58,7 +58,8 @@ class FakeModel:
         return [r["user"] for r in self.requests if r["kind"] == kind]
 
     def answer(self, system: str, user: str) -> str:
-        kind = "extract" if system == EXTRACT_SYSTEM else "decide" if system == DECIDE_SYSTEM else "other"
+        kind = ("extract" if system == EXTRACT_SYSTEM else "decide" if system == DECIDE_SYSTEM
+                else "revise" if system == REVISE_SYSTEM else "other")
         with self._lock:
             self.requests.append({"kind": kind, "user": user})
             for rule in self.rules:
@@ -66,7 +67,7 @@ class FakeModel:
                     rule.used += 1
                     reply = rule.reply(user) if callable(rule.reply) else rule.reply
                     return reply if isinstance(reply, str) else json.dumps(reply)
-        return json.dumps({"candidates": []} if kind == "extract" else {"decision": "NOOP", "reason": "unscripted"})
+        return json.dumps({"candidates": []} if kind == "extract" else {"decision": "NOOP", "reason": "unscripted"})  # revise too
 
     # ------------------------------------------------------------ serving
     @property

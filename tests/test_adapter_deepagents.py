@@ -142,3 +142,18 @@ def test_the_langgraph_store_adapter_round_trips_store_backend_values(backend):
     assert set(item.value) >= {"content", "encoding", "created_at", "modified_at"}
     assert files.edit("/notes.md", "two", "2").occurrences == 1
     assert files.read("/notes.md").file_data["content"] == "line one\nline 2\n"
+
+
+def test_the_memory_files_example_runs_against_the_server(server):
+    import os
+    import subprocess
+    import sys
+
+    from support import ROOT
+
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "memory_files.py")], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "AMPKIT_URL": server.base_url})
+    assert done.returncode == 0, done.stderr
+    assert "awaits a person's approval" in done.stdout
+    assert "session 2 starts with the approved instruction: True" in done.stdout
+    assert "approved by human:ann" in done.stdout

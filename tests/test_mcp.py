@@ -27,6 +27,7 @@ from ampkit.bootstrap import build_service
 from test_time_travel import T0, _world
 from ampkit.config import Settings
 from ampkit.mcp_server import READ_TOOLS, TOOL_NAMES, ServiceGateway, build_mcp_server, fixed_caller
+from ampkit.files import ApprovalMode
 from ampkit.models import HistoryResponse, ListResponse, MemoryCell, SearchResponse
 from ampkit.server.app import create_app
 from ampkit.server.identity import Caller
@@ -217,6 +218,34 @@ async def test_bad_arguments_are_tool_errors_and_the_session_survives(service):
         cell = await mcp.ok("remember", text="still here")
         assert await mcp.code("update_memory", id=cell["id"], importance=0.2, expected_version=99) == "CONFLICT"
         assert (await mcp.ok("get_memory", id=cell["id"]))["content"]["text"] == "still here"
+
+
+async def test_file_tools_list_read_grep_and_writes_respect_approval(service):
+    """Issue 13: the memory folder over MCP. A write becomes a proposal in review mode, is
+    refused with every problem when invalid, and lands in yolo mode."""
+    agent, person = unique("agent"), unique("human")
+    async with in_process(service, agent, ("read", "write")) as mcp, in_process(service, person) as admin:
+        proposed = await mcp.ok("write_file", path="AGENTS.md", content="# Rules\n- be brief\n", reason="asked")
+        assert proposed["status"] == "proposed" and "awaits a person's approval" in proposed["message"]
+        assert await mcp.code("read_file", path="AGENTS.md") == "ACCESS_DENIED"  # unchanged until approved
+        service.files.approve(person, proposed["proposal_id"], may_approve=True)
+        read = await mcp.ok("read_file", path="/AGENTS.md")
+        assert (read["content"], read["start_line"], read["total_lines"]) == ("# Rules\n- be brief\n", 1, 2)
+        edited = await mcp.ok("edit_file", path="AGENTS.md", old="be brief", new="use bullets")
+        assert edited["status"] == "proposed"
+        assert await mcp.code("edit_file", path="AGENTS.md", old="nowhere", new="x") == "VALIDATION_ERROR"
+        bad = json.loads(await mcp.error("write_file", path="skills/x/SKILL.md", content="---\nname: y\n---\nz\n"))
+        assert {e["loc"] for e in bad["error"]["details"]["errors"]} == {"frontmatter.name", "frontmatter.description"}
+        assert await admin.ok("ls_files", owner_id=agent) == {"owner_id": agent, "results": []}  # may not read it
+        await admin.ok("write_file", path="notes.md", content="x\n", owner_id=agent)  # a proposal for a person too
+        service.files.set_approval_mode("ops", ApprovalMode(owner_id=agent, approval_mode="yolo"))
+        written = await mcp.ok("write_file", path="kb/glossary.md", content="AMP: agent memory protocol\n")
+        assert written["status"] == "written" and written["version"] == 1
+        listed = [f["path"] for f in (await mcp.ok("ls_files"))["results"]]
+        assert listed == ["AGENTS.md", "kb/glossary.md", "proposals.md"]
+        grep = await mcp.ok("grep_files", pattern="AMP")
+        assert [(m["path"], m["line"]) for m in grep["matches"]] == [("kb/glossary.md", 1)]
+        assert [f["path"] for f in (await mcp.ok("ls_files", glob="kb/**"))["results"]] == ["kb/glossary.md"]
 
 
 async def test_amp_mcp_names_work_as_aliases(service):

@@ -254,3 +254,71 @@ def test_cell_keys_are_kept_and_a_taken_key_is_a_conflict(tmp_path):
     fresh = opened(f"sqlite:///{tmp_path}/c.db")
     import_lines(fresh, lambda: iter(lines))
     assert list(export_lines(fresh)) == lines
+
+
+def test_memory_files_travel_with_their_history_and_a_taken_path_is_a_conflict(tmp_path):
+    """Issue 11: a file is a cell, so the NDJSON export carries it, every version and who
+    approved it; importing it where the owner already has a live file at that path is refused."""
+    from ampkit.files import ApprovalMode, FileEdit, FileWrite
+
+    source = opened(f"sqlite:///{tmp_path}/a.db")
+    files = MemoryService(store=source, clock=Clock()).files
+    proposed = files.write("agent-42", FileWrite(owner_id="agent-42", path="AGENTS.md", content="# Rules\n- be brief\n"))
+    files.approve("human:ann", proposed.proposal_id, may_approve=True)
+    files.set_approval_mode("ops", ApprovalMode(owner_id="agent-42", approval_mode="yolo"))
+    files.edit("agent-42", FileEdit(owner_id="agent-42", path="AGENTS.md", old="be brief", new="use bullets"))
+    lines = list(export_lines(source))
+
+    fresh = opened(f"sqlite:///{tmp_path}/b.db")
+    import_lines(fresh, lambda: iter(lines))
+    assert list(export_lines(fresh)) == lines
+    moved = MemoryService(store=fresh, clock=Clock()).files
+    assert moved.read("agent-42", "agent-42", "AGENTS.md").content == "# Rules\n- use bullets\n"
+    history = moved.history("agent-42", "agent-42", "AGENTS.md").results
+    assert [(v.version, v.actor, v.approved_by) for v in history] == [(1, "agent-42", "human:ann"), (2, "agent-42", None)]
+
+    taken = opened(f"sqlite:///{tmp_path}/c.db")
+    other = MemoryService(store=taken, clock=Clock()).files
+    other.set_approval_mode("ops", ApprovalMode(owner_id="agent-42", approval_mode="yolo"))
+    other.write("agent-42", FileWrite(owner_id="agent-42", path="AGENTS.md", content="# Mine\n"))
+    with pytest.raises(ImportConflict) as conflict:
+        import_lines(taken, lambda: iter(lines))
+    assert "file 'AGENTS.md' of owner 'agent-42' is" in conflict.value.details["errors"][0]["error"]
+
+
+def test_files_export_then_import_round_trips_a_folder_byte_for_byte(tmp_path):
+    """`ampkit files export` writes the folder as real files; `ampkit files import` brings it
+    into another store through validation; exporting that gives the same bytes."""
+    folder = tmp_path / "agent"
+    (folder / "skills" / "release-notes").mkdir(parents=True)
+    (folder / "subagents").mkdir()
+    originals = {
+        "AGENTS.md": "# Rules\r\n- bullets\r\n\nünïcødé ✓\n",
+        "skills/release-notes/SKILL.md": "---\nname: release-notes\ndescription: Notes from PRs.\n---\nSteps\n",
+        "subagents/critic.md": "---\nname: critic\ndescription: Reviews drafts.\ntools: [read_file]\n---\nBe harsh.\n",
+        "tools.json": '{"mcpServers": {"gh": {"command": "npx", "args": ["gh"], "tools": ["search"]}}}',
+        "kb/glossary.md": "no trailing newline",
+    }
+    for path, text in originals.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_bytes(text.encode("utf-8"))
+    first, second = f"sqlite:///{tmp_path}/one.db", f"sqlite:///{tmp_path}/two.db"
+    done = ampkit("files", "import", str(folder), "--owner", "agent-42", "--store", first, "--as", "human:ann")
+    assert done.returncode == 0, done.stderr
+    assert ampkit("files", "export", str(tmp_path / "out1"), "--owner", "agent-42", "--store", first).returncode == 0
+    assert ampkit("files", "import", str(tmp_path / "out1"), "--owner", "agent-42", "--store", second).returncode == 0
+    assert ampkit("files", "export", str(tmp_path / "out2"), "--owner", "agent-42", "--store", second).returncode == 0
+    for out in ("out1", "out2"):
+        got = {p.relative_to(tmp_path / out).as_posix(): p.read_bytes()
+               for p in (tmp_path / out).rglob("*") if p.is_file()}
+        assert got == {path: text.encode("utf-8") for path, text in originals.items()}
+    history = ampkit("files", "history", "AGENTS.md", "--owner", "agent-42", "--store", first)
+    assert "version 1" in history.stdout and "create by human:ann" in history.stdout
+
+    (folder / "skills" / "bad").mkdir()
+    (folder / "skills" / "bad" / "SKILL.md").write_text("---\nname: Bad\n---\n")
+    (folder / "tools.json").write_text('{"mcpServers": {"x": {}}}')
+    refused = ampkit("files", "import", str(folder), "--owner", "someone", "--store", first)
+    assert refused.returncode == 1
+    assert "skills/bad/SKILL.md frontmatter.name" in refused.stderr and "tools.json /mcpServers/x" in refused.stderr
+    assert ampkit("files", "ls", "--owner", "someone", "--store", first).stdout == ""

@@ -237,11 +237,11 @@ CONSOLIDATE_TIMEOUT = 300.0
 
 def consolidate(owner_id: str, *, session_id: Optional[str] = None, episode_ids: Optional[Iterable[str]] = None,
                 since: Optional[datetime] = None, until: Optional[datetime] = None, playbooks: str = "propose",
-                dry_run: bool = False) -> Call[ConsolidateResponse]:
+                dry_run: bool = False, files: str = "off") -> Call[ConsolidateResponse]:
     body: dict[str, Any] = {"owner_id": owner_id, "session_id": session_id, "since": since, "until": until,
                             "episode_ids": None if episode_ids is None else list(episode_ids)}
     body = {k: v for k, v in body.items() if v is not None}
-    body.update(playbooks=playbooks, dry_run=dry_run)
+    body.update(playbooks=playbooks, dry_run=dry_run, files=files)
     # Not resent: a run that timed out may still be writing (re-running it would change nothing, but wait for it).
     return call("consolidate", ConsolidateResponse.model_validate, body=to_jsonable_python(body),
                 timeout=CONSOLIDATE_TIMEOUT)

@@ -152,11 +152,12 @@ class Client(_BaseClient):
     def consolidate(self, owner_id: str, *, session_id: Optional[str] = None,
                     episode_ids: Optional[Iterable[str]] = None, since: Optional[datetime] = None,
                     until: Optional[datetime] = None, playbooks: str = "propose",
-                    dry_run: bool = False) -> ConsolidateResponse:
+                    dry_run: bool = False, files: str = "off") -> ConsolidateResponse:
         """Distil the owner's episodes (a session, a list, or a since/until window) into facts
         and playbooks; every decision comes back with its reason (docs/consolidation.md)."""
         return self._send(calls.consolidate(owner_id, session_id=session_id, episode_ids=episode_ids,
-                                              since=since, until=until, playbooks=playbooks, dry_run=dry_run))
+                                              since=since, until=until, playbooks=playbooks, dry_run=dry_run,
+                                              files=files))
 
     def remember_conversation(self, session_id: str, *, owner_id: str,
                               playbooks: str = "propose") -> ConsolidateResponse:
@@ -333,11 +334,12 @@ class AsyncClient(_BaseClient):
     async def consolidate(self, owner_id: str, *, session_id: Optional[str] = None,
                     episode_ids: Optional[Iterable[str]] = None, since: Optional[datetime] = None,
                     until: Optional[datetime] = None, playbooks: str = "propose",
-                    dry_run: bool = False) -> ConsolidateResponse:
+                    dry_run: bool = False, files: str = "off") -> ConsolidateResponse:
         """Distil the owner's episodes (a session, a list, or a since/until window) into facts
         and playbooks; every decision comes back with its reason (docs/consolidation.md)."""
         return await self._send(calls.consolidate(owner_id, session_id=session_id, episode_ids=episode_ids,
-                                              since=since, until=until, playbooks=playbooks, dry_run=dry_run))
+                                              since=since, until=until, playbooks=playbooks, dry_run=dry_run,
+                                              files=files))
 
     async def remember_conversation(self, session_id: str, *, owner_id: str,
                               playbooks: str = "propose") -> ConsolidateResponse:

@@ -325,11 +325,11 @@ class FileService:
     def _change(self, agent: str, owner_id: str, raw_path: str, action: str,
                 compute: Callable[[Optional[MemoryCell]], tuple[Optional[str], Optional[int]]],
                 *, reason: Optional[str], expected_version: Optional[int],
-                policy: Optional[AccessPolicy] = None) -> FileWriteResult:
+                policy: Optional[AccessPolicy] = None, review: bool = False) -> FileWriteResult:
         path = normalise(raw_path)
         if is_virtual(path):
             raise ValidationFailed(f"{path} is read-only (episodic sessions and proposals.md are views)", {"path": path})
-        mode = self.approval_mode(owner_id).approval_mode
+        mode = "review" if review else self.approval_mode(owner_id).approval_mode
         now = self.clock()
         with self.store.write() as tx:
             current = tx.path_holder(owner_id, path)
@@ -366,9 +366,16 @@ class FileService:
                      f"(proposal {proposal.id}); the file is unchanged until then. Do not retry; "
                      f"the outcome will appear in {PROPOSALS_FILE}."))
 
-    def write(self, agent: str, req: FileWrite) -> FileWriteResult:
+    def write(self, agent: str, req: FileWrite, *, review: bool = False) -> FileWriteResult:
+        """Write a whole file; `review=True` makes it a proposal even in a `yolo` folder (a
+        model's edit distilled from conversations, for example: consolidation)."""
         return self._change(agent, req.owner_id, req.path, "write", lambda current: (req.content, None),
-                            reason=req.reason, expected_version=req.expected_version, policy=req.access_policy)
+                            reason=req.reason, expected_version=req.expected_version, policy=req.access_policy,
+                            review=review)
+
+    def readable_file(self, agent: str, owner_id: str, path: str) -> Optional[MemoryCell]:
+        """The stored file at `path` if `agent` may read it (virtual files are not cells)."""
+        return self._files(agent, owner_id).get(normalise(path))
 
     def edit(self, agent: str, req: FileEdit) -> FileWriteResult:
         def compute(current: Optional[MemoryCell]) -> tuple[Optional[str], Optional[int]]:
