@@ -16,7 +16,6 @@ import bisect
 import builtins
 import hashlib
 import json
-import math
 import os
 import sqlite3
 import tempfile
@@ -33,6 +32,7 @@ from ..glob import upgrade_stored
 from ..models import MemoryCell
 from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms, text_key
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
+from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, int_list, top_k
 from .sql import SQLITE, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
 from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
@@ -206,7 +206,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     ),
 ]
 
-BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() constants
+# Every occurrence of one term in the window text (column 0 of cells_fts), read from the FTS
+# index itself, as one comma-separated string of rowids in rowid order (fts5vocab `instance`
+# has a row per occurrence): one string instead of a Python row per match is most of the speed.
+# Per reader connection (one per thread), until the database changes: the admitted rows of
+# recent wide filters and every row's postings of recent terms (16 bytes a row each).
+ADMITTED_CACHE_ROWS = 4_000_000
+POSTINGS_CACHE_ROWS = 4_000_000
+_TERM_ROWS = "SELECT group_concat(doc) FROM temp.ampkit_vocab WHERE term = ? AND col = 'text'"
+_UNIT_ROWS = "SELECT group_concat(rowid) FROM cells_fts WHERE cells_fts MATCH ?"
 
 # FTS5 is also the tokenizer: a contentless temporary index per connection turns texts into
 # the exact terms (porter stems) and counts the keyword index uses.
@@ -215,6 +223,7 @@ _TOKENIZER = (
     "text, content='', tokenize='porter unicode61 remove_diacritics 2')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_token_instances USING fts5vocab(temp, ampkit_tokens, instance)",
 )
+_VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
 
 
 def tokenize(conn: sqlite3.Connection, texts: Sequence[str]) -> list[dict[str, int]]:
@@ -608,38 +617,41 @@ class SQLiteStore(SQLFileReads, SQLStore):
         mean length, document frequencies) taken over the cells `flt` admits, not the whole
         index: a caller's scores then depend only on cells it may read (non-interference).
 
-        When the filter admits few cells (an owner's search), their windows' stored term
-        counts are scanned directly instead of running the FTS OR query, whose cost grows with
-        how common the words are in the whole store (27 ms at 1M cells for an owner's 100):
-        the same matches (a window holding any query term) and the same scores, at a cost
-        that depends only on the admitted cells."""
-        match = fts_match(query)
-        if match is None:
-            return []
-        match = f"text : ({match})"
-        if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
-            match += f' AND owner : "{owner_token(flt.owner_id)}"'
+        Three ways to the same matches and scores (tested against the straightforward loop):
+        a filter admitting few cells (an owner's search) scans their windows' stored term
+        counts, at a cost that depends only on the admitted cells; a wide filter (a reader
+        across owners) intersects each query term's rows from the FTS index with the admitted
+        rows, both kept in numpy arrays until the database changes (`_bm25`); a small filter
+        with a word the tokenizer splits (a phrase) runs the FTS OR query."""
         conn = self._reader()
         words = query_terms(query)
+        if not words:
+            return []
         per_word = tokenize(conn, words)
         terms = sorted({t for tf in per_word for t in tf})
         terms = [t for t in terms if '"' not in t and "\\" not in t]
         if not terms:
             return []
-        where, params = filter_sql(flt)
-        n, total_len = self._admitted_stats(flt)
+        entry = self._admitted_entry(flt)
+        n, total_len = entry[1], entry[2]
         if not n:
             return []
+        if n > self.keyword_scan_max:
+            return self._keyword_wide(flt, entry, words, per_word, terms, k)
+        where, params = filter_sql(flt)
         tf_columns = ", ".join("json_extract(x.terms, ?)" for _ in terms)
         paths = ['$."' + t + '"' for t in terms]
         # The scan matches exactly what the FTS query matches when every query word is one
         # index term (a word the tokenizer splits would be a phrase in FTS).
-        if n <= self.keyword_scan_max and all(len(tf) == 1 for tf in per_word):
+        if all(len(tf) == 1 for tf in per_word):
             rows = [row for row in self._query(
                 f"SELECT c.id, x.len, {tf_columns} FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where}",
                 [*paths, *params],
             ) if any(row[2:])]
         else:
+            match = f"text : ({fts_match(query)})"
+            if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
+                match += f' AND owner : "{owner_token(flt.owner_id)}"'
             # Every admitted match with its window length and the query terms' frequencies
             # (SQLite caches the parsed JSON across a row's calls). CROSS JOIN keeps the FTS
             # match the outer loop (the planner would otherwise run the MATCH once per cell).
@@ -650,32 +662,93 @@ class SQLiteStore(SQLFileReads, SQLStore):
             )
         if not rows:
             return []
-        matches = [(row[0], row[1], [tf or 0 for tf in row[2:]]) for row in rows]
-        idf = []
+        ids = [row[0] for row in rows]
+        lengths = np.array([row[1] for row in rows], dtype=np.int64)
+        tfs = np.array([[tf or 0 for tf in row[2:]] for row in rows], dtype=np.int64).reshape(len(rows), len(terms))
+        matched = np.arange(len(rows), dtype=np.int64)
+        hits = []
         for i in range(len(terms)):
-            df = len(rows) - [tfs[i] for _, _, tfs in matches].count(0)
-            value = math.log((n - df + 0.5) / (df + 0.5)) if df else 0.0
-            idf.append(value if value > 0 or not df else 1e-6)  # FTS5 floors a common term's IDF
-        avgdl = total_len / n
-        scored = []
-        for cid, length, tfs in matches:
-            norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl) if avgdl else BM25_K1
-            score = 0.0
-            for weight, tf in zip(idf, tfs):  # always in term order: equal inputs, equal bits
-                if tf:
-                    score += weight * tf * (BM25_K1 + 1) / (tf + norm)
-            if score > 0:
-                scored.append((-score, cid))
-        scored.sort()
-        return [Candidate(cid, -neg) for neg, cid in scored[:k]]
+            pos = np.flatnonzero(tfs[:, i])
+            hits.append((pos, tfs[pos, i]))
+        scores = bm25_scores(n, total_len, lengths, matched, hits)
+        best = sorted((-float(scores[i]), ids[i]) for i in top_k(scores, k))
+        return [Candidate(cid, -neg) for neg, cid in best[:k]]
+
+    def _keyword_wide(self, flt: CellFilter, entry: builtins.list[Any], words: builtins.list[str], per_word: builtins.list[dict[str, int]],
+                      terms: builtins.list[str], k: int) -> builtins.list[Candidate]:
+        """The keyword leg for a filter admitting many cells: every term's rows (FTS doclists,
+        with term frequencies from the FTS vocabulary) intersected with the admitted rows."""
+        admitted = self._admitted_set(flt, entry)
+        postings = self._postings_cache()
+        conn = self._reader()
+        conn.execute(_VOCAB)  # per connection; cells_fts exists once the store is open
+
+        def load_term(term: str) -> tuple[np.ndarray, np.ndarray]:
+            def load() -> tuple[np.ndarray, np.ndarray]:
+                rowids, tf = np.unique(int_list(conn.execute(_TERM_ROWS, (term,)).fetchone()[0]), return_counts=True)
+                return rowids, tf.astype(np.int64)
+            rowids, tf = postings.get("t:" + term, load)
+            return rowids, tf
+
+        def load_unit(word: str) -> np.ndarray:
+            def load() -> tuple[np.ndarray]:
+                quoted = '"' + word.replace('"', '""') + '"'
+                return (np.unique(int_list(conn.execute(_UNIT_ROWS, (f"text : {quoted}",)).fetchone()[0])),)
+            return postings.get("u:" + word, load)[0]
+
+        parts = []
+        for word, tf in zip(words, per_word):
+            if len(tf) == 1:  # one term: its rows are the word's matches
+                parts.append(admitted.term(next(iter(tf)), load_term)[0])
+            elif tf:  # a phrase: FTS decides what matches
+                parts.append(admitted.unit(word, load_unit))
+        matched = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        if not matched.size:
+            return []
+        scores = bm25_scores(admitted.n, admitted.total, admitted.lengths, matched,
+                             [admitted.term(t, load_term) for t in terms])
+        best = top_k(scores, k)
+        rowids = admitted.rowids[matched[best]]
+        ids = dict(conn.execute("SELECT rowid, id FROM cells WHERE rowid IN (SELECT value FROM json_each(?))",
+                                (json.dumps(rowids.tolist()),)).fetchall())
+        ranked = sorted((-float(scores[b]), ids[int(r)]) for b, r in zip(best, rowids))
+        return [Candidate(cid, -neg) for neg, cid in ranked[:k]]
+
+    def _postings_cache(self) -> PostingsCache:
+        """Every row's postings per term, for this connection's current database version."""
+        version = self._reader().execute("PRAGMA data_version").fetchone()[0]
+        cached = getattr(self._local, "postings", None)
+        if cached is None or cached[0] != version:
+            cached = self._local.postings = (version, PostingsCache(POSTINGS_CACHE_ROWS))
+        return cached[1]
+
+    def _admitted_set(self, flt: CellFilter, entry: builtins.list[Any]) -> AdmittedSet:
+        """The filter's admitted rows (kept with its N in `_admitted_entry`), at most
+        ADMITTED_CACHE_ROWS rows' worth per connection."""
+        if entry[3] is None:
+            where, params = filter_sql(flt)
+            admitted = AdmittedSet(*admitted_lengths(self._query(
+                f"SELECT c.rowid, x.len FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where} "
+                f"ORDER BY c.rowid", params)))
+            held = [e for e in self._local.stats[1].values() if e[3] is not None]
+            if sum(e[3].n for e in held) + admitted.n > ADMITTED_CACHE_ROWS:
+                for e in held:
+                    e[3] = None
+            entry[3] = admitted
+        return entry[3]
 
     def _admitted_stats(self, flt: CellFilter) -> tuple[int, int]:
-        """(cells, summed window length) the filter admits: BM25's N and mean length. A
+        entry = self._admitted_entry(flt)
+        return entry[1], entry[2]
+
+    def _admitted_entry(self, flt: CellFilter) -> builtins.list[Any]:
+        """[valid-from time, cells, summed window length, admitted rows or None] for the
+        filter: BM25's N and mean length (and, for a wide filter, the rows themselves). A
         reader-wide filter admits most of the store, so counting is a scan; the answer is kept
         per filter until the database changes (`PRAGMA data_version` moves when any other
         connection, in this process or another, commits) or a cell expires in between."""
         version = self._reader().execute("PRAGMA data_version").fetchone()[0]
-        cache: Optional[tuple[int, dict[tuple[str, tuple[Any, ...], bool], tuple[float, int, int]], list[list[float]]]]
+        cache: Optional[tuple[int, dict[tuple[str, tuple[Any, ...], bool], builtins.list[Any]], builtins.list[builtins.list[float]]]]
         cache = getattr(self._local, "stats", None)
         if cache is None or cache[0] != version:
             cache = (version, {}, [])
@@ -698,8 +771,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
             )[0]
             if len(cache[1]) >= 256:
                 cache[1].clear()
-            hit = cache[1][key] = (at or 0.0, int(n), int(total))
-        return hit[1], hit[2]
+            hit = cache[1][key] = [at or 0.0, int(n), int(total), None]
+        return hit
 
     def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
         """Cells whose normalised text has the same digest (`text_key`, indexed with the
