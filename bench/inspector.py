@@ -64,6 +64,17 @@ def build(service: Any, n: int, rng: random.Random) -> tuple[list[str], dict[str
     return owners, {"texts": texts, **ids}  # type: ignore[dict-item]
 
 
+def reload(service: Any) -> tuple[list[str], dict[str, list[str]]]:
+    """owners and ids of a store built by an earlier run (`--workdir`)."""
+    from ampkit.store.base import ALL_STATUSES, CellFilter
+
+    ids: dict[str, Any] = {"texts": {}}
+    for cell in service.store.scan(CellFilter(statuses=ALL_STATUSES, include_superseded=True)):
+        ids.setdefault(cell.identity.owner_id, []).append(cell.id)
+        ids["texts"][cell.id] = cell.content.text
+    return sorted(k for k in ids if k != "texts"), ids
+
+
 def percentiles(samples: list[float]) -> dict[str, float]:
     q = statistics.quantiles(samples, n=100, method="inclusive") if len(samples) > 1 else [samples[0]] * 99
     return {"p50": round(q[49], 2), "p95": round(q[94], 2), "p99": round(q[98], 2)}
@@ -74,6 +85,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--embedder", default="none", help="none (keyword search only) | default | ...")
+    parser.add_argument("--workdir", default=None,
+                        help="keep the store here; a store already there is reused (not rebuilt)")
     parser.add_argument("--json", default=str(Path(__file__).resolve().parent / "results" / "inspector.json"))
     args = parser.parse_args()
 
@@ -83,7 +96,9 @@ def main() -> None:
     from ampkit.server.app import create_app
 
     rng = random.Random(14)
-    workdir = Path(tempfile.mkdtemp(prefix="ampkit-bench-ui-"))
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ampkit-bench-ui-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    reuse = (workdir / "memory.db").exists()
     settings = load_settings(env=False, store=f"sqlite:///{workdir}/memory.db", embedder=args.embedder,
                              mcp_http=False, lifecycle_interval_seconds=0)
     service = build_service(settings)
@@ -93,11 +108,13 @@ def main() -> None:
                                            "load_before": os.getloadavg()}, "pages": {}}
     with TestClient(app) as client:
         t0 = time.perf_counter()
-        owners, built = build(service, args.n, rng)
+        owners, built = reload(service) if reuse else build(service, args.n, rng)
         texts = built.pop("texts")
-        results["build_seconds"] = round(time.perf_counter() - t0, 1)
+        args.n = len(texts)
+        results["n"] = args.n
+        results["build_seconds"] = None if reuse else round(time.perf_counter() - t0, 1)
         results["db_bytes"] = sum(p.stat().st_size for p in workdir.glob("memory.db*"))
-        print(f"built {args.n} cells for {len(owners)} owners in {results['build_seconds']} s "
+        print(f"{'reused' if reuse else 'built'} {args.n} cells for {len(owners)} owners in {time.perf_counter() - t0:.0f} s "
               f"({results['db_bytes'] / 1e6:.0f} MB)", file=sys.stderr)
 
         def sign_in(agent: str) -> TestClient:

@@ -318,3 +318,71 @@ def test_the_inspector_can_be_switched_off(store_url):
 
 def test_text_diff_marks_words():
     assert text_diff("a b c", "a x c") == [("same", "a"), ("del", "b"), ("ins", "x"), ("same", "c")]
+
+
+# ---------------------------------------------------------------- memory files and approvals
+def test_file_tree_versions_and_the_approval_queue(world):
+    from ampkit.files import FileEdit, FileWrite
+
+    alice, bob, service = world["alice"], world["bob"], world["service"]
+    files = service.files
+    proposed = files.write("helper", FileWrite(owner_id="alice", path="AGENTS.md", content="# Prefs\n- green tea\n",
+                                               reason="what alice said on Monday"))
+    assert proposed.status == "proposed"
+    alice.sign_in(world["keys"]["alice"])
+    bob.sign_in(world["keys"]["bob"])
+    queue = alice.get("/ui/proposals").text
+    assert "alice: AGENTS.md" in queue and "what alice said on Monday" in queue
+    page = alice.get(f"/ui/proposals/{proposed.proposal_id}").text
+    assert "<ins>+- green tea</ins>" in page
+    assert "# Prefs\n- green tea\n</textarea>" in page  # the text to approve, ready to edit
+    r = alice.post(f"/ui/proposals/{proposed.proposal_id}/approve",
+                   {"content": "# Prefs\r\n- green tea\r\n", "message": ""})  # a form's CRLF, unchanged text
+    assert r.status_code == 303 and r.headers["location"].endswith("?done=approved")
+    assert files.read("alice", "alice", "AGENTS.md").content == "# Prefs\n- green tea\n"
+    assert files.history("alice", "alice", "AGENTS.md").results[-1].approved_by == "alice"
+
+    # Edit then approve: the approver's text is written.
+    edit = files.edit("helper", FileEdit(owner_id="alice", path="AGENTS.md", old="green tea", new="coffee"))
+    r = alice.post(f"/ui/proposals/{edit.proposal_id}/approve", {"content": "# Prefs\n- oolong tea\n",
+                                                                  "message": "she prefers oolong"})
+    assert r.status_code == 303
+    assert files.read("alice", "alice", "AGENTS.md").content == "# Prefs\n- oolong tea\n"
+    # Reject, with a note.
+    third = files.edit("helper", FileEdit(owner_id="alice", path="AGENTS.md", old="oolong", new="no"))
+    r = alice.post(f"/ui/proposals/{third.proposal_id}/reject", {"message": "not what she said"})
+    assert r.status_code == 303
+    assert files.proposal("alice", third.proposal_id).status == "rejected"
+    # A decided proposal cannot be decided again (409 page, nothing written).
+    again = alice.post(f"/ui/proposals/{third.proposal_id}/approve", {"content": "x\n"})
+    assert again.status_code == 409
+    assert alice.post(f"/ui/proposals/{third.proposal_id}/maybe", {}).status_code == 404
+
+    tree = alice.get("/ui/files?owner=alice").text
+    assert "AGENTS.md" in tree and "review" in tree
+    view = alice.get("/ui/files/view?owner=alice&path=AGENTS.md").text
+    assert "oolong tea" in view and "approved by alice" in view and "<ins>+- oolong tea</ins>" in view
+
+    # Bob may read none of it: no file, no proposal, no decision.
+    assert "AGENTS.md" not in bob.get("/ui/files?owner=alice").text
+    assert bob.get("/ui/files/view?owner=alice&path=AGENTS.md").status_code == 403
+    assert "AGENTS.md" not in bob.get("/ui/proposals?status=").text
+    fourth = files.edit("helper", FileEdit(owner_id="alice", path="AGENTS.md", old="oolong", new="mint"))
+    assert bob.get(f"/ui/proposals/{fourth.proposal_id}").status_code == 403
+    assert bob.post(f"/ui/proposals/{fourth.proposal_id}/approve", {"content": "x\n"}).status_code == 403
+    assert files.proposal("alice", fourth.proposal_id).status == "pending"
+
+
+def test_the_proposing_agent_cannot_approve_its_own_change(store_url):
+    from ampkit.files import FileWrite
+
+    app, service = _app(store_url, auth=False)
+    with TestClient(app) as client:
+        ui = Inspector(client, service)
+        proposed = service.files.write("helper", FileWrite(owner_id="ada", path="notes/a.md", content="hi\n"))
+        ui.sign_in("helper")
+        page = ui.get(f"/ui/proposals/{proposed.proposal_id}")
+        assert page.status_code == 200
+        r = ui.post(f"/ui/proposals/{proposed.proposal_id}/approve", {"content": "hi\n"})
+        assert r.status_code == 403 and "cannot decide" in r.text
+        assert service.files.proposal("ada", proposed.proposal_id).status == "pending"

@@ -3,7 +3,7 @@ through `executable_path`, no browser download) against a real `ampkit serve --a
 with two API keys.
 
 One walk through the pages as a person would: sign in, find a memory by search, open it, read
-its history, archive it; a second key sees none of the first key's private cells on any page;
+its history, archive it, approve a pending edit of a memory file; a second key sees none of the first key's private cells on any page;
 keyboard focus and a phone-sized screen; no console error anywhere. A screenshot of each page
 goes to SCREENSHOTS (`.tmp/inspector-screenshots/`, replaced on every run).
 
@@ -64,7 +64,7 @@ def served(tmp_path_factory) -> Iterator[dict[str, Any]]:
     store = store_from_url(url)
     store.open()
     try:
-        keys = {name: create_key(store, name, "read,write").token for name in ("alice", "bob")}
+        keys = {name: create_key(store, name, "read,write").token for name in ("alice", "bob", "helper")}
     finally:
         store.close()
     with ServerProcess(url, args=["--auth"], log_path=tmp / "server.log") as server:
@@ -90,6 +90,21 @@ def served(tmp_path_factory) -> Iterator[dict[str, Any]]:
                         json={"content": {"text": "Alice's passport number is P-90113, renewed in March"}},
                         headers={"Authorization": f"Bearer {keys['alice']}"})
         r.raise_for_status()
+        # A memory file: the helper agent proposes AGENTS.md, alice approves it (over the API),
+        # then the helper proposes an edit, which waits for a person: the browser approves it.
+        def as_(agent: str, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+            r = httpx.request(method, f"{api}{path}", json=body, headers={"Authorization": f"Bearer {keys[agent]}"})
+            r.raise_for_status()
+            return r.json()
+
+        first = as_("helper", "POST", "/files/write", {
+            "owner_id": "alice", "path": "AGENTS.md", "reason": "alice's travel preferences",
+            "content": "# Alice\n\n- packs light\n- carries the blue notebook\n"})
+        as_("alice", "POST", f"/proposals/{first['proposal_id']}/approve", {})
+        edit = as_("helper", "POST", "/files/edit", {
+            "owner_id": "alice", "path": "AGENTS.md", "old": "the blue notebook", "new": "a red notebook",
+            "reason": "alice said her notebook is red now"})
+        cells["proposal"] = edit["proposal_id"]
         yield {"base": api.rsplit("/amp/v1", 1)[0], "api": api, "keys": keys, "cells": cells}
 
 
@@ -189,11 +204,32 @@ def test_a_person_finds_reads_and_archives_a_memory(chromium, served, shots):
         page.goto(f"{base}/ui/cells/{cells['diary']}/forget")
         page.screenshot(path=str(shots / "08-forget.png"), full_page=True)
 
+        # Approve a pending file edit: the queue, the proposal's diff, approve.
+        page.get_by_role("link", name="Approvals").click()
+        page.screenshot(path=str(shots / "10-approvals.png"), full_page=True)
+        page.get_by_role("link", name="alice: AGENTS.md").click()
+        assert page.locator("pre.udiff ins").filter(has_text="a red notebook").count() == 1
+        page.screenshot(path=str(shots / "11-proposal.png"), full_page=True)
+        page.get_by_label("Note to the agent (optional)").fill("thanks")
+        page.get_by_role("button", name="Approve").click()
+        page.wait_for_url(re.compile(r".*\?done=approved$"))
+        assert page.get_by_text("approved by alice", exact=False).count() >= 1
+        r = httpx.get(f"{served['api']}/files/read", params={"owner_id": "alice", "path": "AGENTS.md"},
+                      headers={"Authorization": f"Bearer {served['keys']['alice']}"})
+        assert "a red notebook" in r.json()["content"] and r.json()["version"] == 2
+        page.get_by_role("link", name="alice: AGENTS.md").click()
+        versions = page.locator("section", has=page.get_by_role("heading", name="Versions"))
+        assert versions.get_by_text("approved by alice").count() == 2
+        page.screenshot(path=str(shots / "12-file.png"), full_page=True)
+        page.get_by_role("link", name="alice's files").click()
+        assert page.get_by_role("link", name="AGENTS.md").count() == 1
+        page.screenshot(path=str(shots / "13-files.png"), full_page=True)
+
         # A phone: readable without sideways scrolling.
         page.set_viewport_size({"width": 390, "height": 844})
         page.goto(f"{base}/ui/cells/{cells['seat']}")
         assert page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth + 1")
-        page.screenshot(path=str(shots / "09-cell-phone.png"), full_page=True)
+        page.screenshot(path=str(shots / "14-cell-phone.png"), full_page=True)
 
         page.set_viewport_size({"width": 1280, "height": 860})
         page.get_by_role("button", name="Sign out").click()
@@ -209,16 +245,18 @@ def test_a_second_key_sees_none_of_the_first_keys_private_cells(chromium, served
     base, cells = served["base"], served["cells"]
     bob = Watched(chromium, viewport={"width": 1280, "height": 860})
     page = bob.page
-    private = ["P-77821", "P-90113", "renewed in March", "water the ferns"]  # none of them is in a URL
+    private = ["P-77821", "P-90113", "renewed in March", "water the ferns", "notebook"]  # none of them is in a URL
     try:
         _sign_in(page, base, served["keys"]["bob"])
         visited = [f"{base}/ui/owners", f"{base}/ui/cells", f"{base}/ui/cells?owner=alice&status=active&status=archived",
                    f"{base}/ui/search?q=passport+number", f"{base}/ui/search?q=ferns",
                    f"{base}/ui/search?q=alice&owner=alice&stale=1",
                    f"{base}/ui/cells/{cells['passport']}", f"{base}/ui/cells/{cells['passport']}/edit",
-                   f"{base}/ui/cells/{cells['diary']}", f"{base}/ui/cells/{cells['diary']}/forget"]
+                   f"{base}/ui/cells/{cells['diary']}", f"{base}/ui/cells/{cells['diary']}/forget",
+                   f"{base}/ui/files?owner=alice", f"{base}/ui/files/view?owner=alice&path=AGENTS.md",
+                   f"{base}/ui/proposals?status=", f"{base}/ui/proposals/{cells['proposal']}"]
         for url in visited:
-            bob.goto(url, 403 if "/ui/cells/" in url else 200)
+            bob.goto(url, 403 if "/ui/cells/" in url or "/view" in url or "/proposals/" in url else 200)
             text = page.content()
             for word in private:
                 assert word not in text, (url, word)
@@ -227,7 +265,7 @@ def test_a_second_key_sees_none_of_the_first_keys_private_cells(chromium, served
         assert page.get_by_role("link", name=re.compile("aisle seat")).count() == 1
         bob.goto(f"{base}/ui/cells/{cells['passport']}", 403)
         assert page.get_by_role("heading", name=re.compile("403")).count() == 1
-        page.screenshot(path=str(shots / "10-denied.png"), full_page=True)
+        page.screenshot(path=str(shots / "15-denied.png"), full_page=True)
         assert bob.errors() == []
     finally:
         bob.close()

@@ -35,6 +35,7 @@ from ampkit.models import CellCreate, CellPatch, SearchRequest
 from ampkit.retrieval import RetrievalConfig, Retriever
 from ampkit.service import MemoryService
 from ampkit.store import store_from_url
+from support import examples
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 AGENTS = ["alice", "bob", "carol", "team-1"]
@@ -423,19 +424,26 @@ READ_PATHS += [
 
 
 # The inspector (issue 14): its pages, rendered for the caller by the /ui app over the same
-# service (auth off: signed in as the caller). The CSRF token is random per session and says
-# nothing about cells, so it is blanked before comparing.
+# service, signed in with a read,write key of the caller's (auth on: an approve key or auth
+# off would make the caller an approver, who sees every proposal by design). The key id and
+# the CSRF token are the same in both stores or blanked: neither says anything about cells.
 def _inspector_client(service: MemoryService, caller: str) -> Any:
     from starlette.applications import Starlette
     from starlette.routing import Mount
     from starlette.testclient import TestClient
 
+    from ampkit.auth import hash_secret
     from ampkit.inspector import create_inspector_app
+    from ampkit.store.base import ApiKeyRecord
 
-    client = TestClient(Starlette(routes=[Mount("/ui", create_inspector_app(service, auth_required=False))]))
+    key_id, secret = f"{AGENTS.index(caller):016x}", "s" * 43
+    if service.store.get_key(key_id) is None:
+        service.store.put_key(ApiKeyRecord(key_id, caller, ("read", "write"), hash_secret(secret), NOW))
+    app = create_inspector_app(service, auth_required=True)
+    client = TestClient(Starlette(routes=[Mount("/ui", app)]))
     token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/signin").text)
     assert token is not None
-    assert client.post("/ui/signin", data={"csrf": token.group(1), "credential": caller},
+    assert client.post("/ui/signin", data={"csrf": token.group(1), "credential": f"ampk_{key_id}_{secret}"},
                        follow_redirects=False).status_code == 303
     return client
 
@@ -475,9 +483,27 @@ def _inspector_search(service: MemoryService, caller: str, world: World) -> Iter
             yield _page(client, f"/ui/search?q={word}&stale=1" + ("" if owner is None else f"&owner={owner}"))[0]
 
 
+def _inspector_files(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    from urllib.parse import urlencode
+
+    from ampkit.files import PROPOSALS_FILE
+
+    client = _inspector_client(service, caller)
+    for owner in world.owners:
+        folder = {} if owner is None else {"owner": owner}
+        yield _page(client, "/ui/files?" + urlencode(folder))[0]
+        for path in world.file_paths + [PROPOSALS_FILE, "sessions/chat-1.md"]:
+            yield _page(client, "/ui/files/view?" + urlencode({**folder, "path": path}))[0]
+        for status in ("pending", ""):
+            yield _page(client, "/ui/proposals?" + urlencode({**folder, "status": status}))[0]
+    for pid in world.proposal_ids:
+        yield _page(client, f"/ui/proposals/{pid}")[0]
+
+
 READ_PATHS += [
     ReadPath("inspector_pages", _inspector_pages),
     ReadPath("inspector_search", _inspector_search),
+    ReadPath("inspector_files", _inspector_files),
 ]
 
 
@@ -631,13 +657,19 @@ READ_PATHS += [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "sqlite-wide", "postgres"])
 def store_urls(request) -> Callable[[], tuple[str, str]]:
-    """A factory of two fresh, empty stores of this backend."""
-    if request.param == "sqlite":
+    """A factory of two fresh, empty stores of this backend ("sqlite-wide": the keyword leg
+    takes its path for filters admitting many cells, cached admitted rows and term rows, on
+    every search; `store_options` says how to build such a store)."""
+    if request.param.startswith("sqlite"):
         tmp = Path(tempfile.mkdtemp(prefix="ampkit-ni-"))
         counter = iter(range(10**6))
-        return lambda: tuple(f"sqlite:///{tmp}/{next(counter)}.db" for _ in range(2))  # type: ignore[return-value]
+
+        def fresh_files() -> tuple[str, str]:
+            return tuple(f"sqlite:///{tmp}/{next(counter)}.db" for _ in range(2))  # type: ignore[return-value]
+        fresh_files.store_options = {"keyword_scan_max": 0} if request.param == "sqlite-wide" else {}  # type: ignore[attr-defined]
+        return fresh_files
     pg_server = request.getfixturevalue("pg_server")
     counter = iter(range(10**6))
 
@@ -647,7 +679,7 @@ def store_urls(request) -> Callable[[], tuple[str, str]]:
     return fresh
 
 
-@settings(max_examples=12, deadline=None,
+@settings(max_examples=examples(12), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(caller=st.sampled_from(AGENTS), specs=st.lists(cell_specs, min_size=1, max_size=5),
        noise=st.lists(noise_specs, min_size=1, max_size=4))
@@ -655,7 +687,7 @@ def test_no_read_path_depends_on_cells_the_caller_cannot_read(store_urls, monkey
     plain_url, noisy_url = store_urls()
     worlds, outputs = {}, {}
     for label, url, with_noise in (("plain", plain_url, False), ("noisy", noisy_url, True)):
-        store = store_from_url(url)
+        store = store_from_url(url, **getattr(store_urls, "store_options", {}))
         store.open()
         try:
             service = MemoryService(store=store, clock=lambda: NOW)

@@ -30,7 +30,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..access import can_write
-from ..errors import APIError, ValidationFailed, validation_to_api_error
+from ..errors import APIError, NotFound, ValidationFailed, validation_to_api_error
+from ..files import ApproveRequest, FileInfo, RejectRequest
 from ..models import CellCreate, CellPatch, HistoryEntry, MemoryCell, MemoryType, SearchRequest, Status
 from ..operations import metadata_filter, split_values
 from ..service import MemoryService
@@ -43,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 25
 SEARCH_LIMIT = 20
 CHAIN_LIMIT = 20  # supersession links followed each way
+FILE_LINES = 2000  # lines of a file shown on its page (the files API's default read)
 # Pages need no script and no third-party anything: the CSP says so.
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
@@ -58,6 +60,8 @@ DONE_MESSAGES = {
     "archived": "Archived: the cell no longer appears in searches.",
     "forgotten": "Forgotten: the cell is deleted (purged after the retention window).",
     "superseded": "Superseded: this cell replaces the old one, which stays readable with its history.",
+    "approved": "Approved: the file has a new version, written by the proposer and approved by you.",
+    "rejected": "Rejected: nothing was written; the agent sees your note in its proposals.md.",
     "signed-out": "Signed out.",
 }
 
@@ -160,9 +164,11 @@ def _version(form: FormData) -> Optional[int]:
     return int(raw) if raw.isdigit() else None
 
 
+NAV = (("/files", "Files"), ("/proposals", "Approvals"))
+
+
 def create_inspector_app(service: MemoryService, *, auth_required: bool, secret: Optional[str] = None,
-                         rate_check: Optional[Callable[[str], None]] = None,
-                         extra_nav: tuple[tuple[str, str], ...] = ()) -> ASGIApp:
+                         rate_check: Optional[Callable[[str], None]] = None) -> ASGIApp:
     """The inspector for `service`. `auth_required`: sign in with an API key (else with an
     agent id, marked unverified). `secret` signs the cookies (random per process when None).
     `rate_check(agent)` applies the server's per-agent rate limit to pages too."""
@@ -182,7 +188,7 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
         now = service.clock()
         html = env.get_template(template).render(
             ui=base(request), session=session, auth_required=auth_required, now=now,
-            ago=lambda value: _ago(value, now), nav=extra_nav, done=DONE_MESSAGES.get(request.query_params.get("done", "")),
+            ago=lambda value: _ago(value, now), nav=NAV, done=DONE_MESSAGES.get(request.query_params.get("done", "")),
             qs=lambda **params: urlencode({k: v for k, v in params.items() if v not in (None, "", False)}, doseq=True),
             **context,
         )
@@ -381,7 +387,8 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
         raw_metadata = str(form.get("metadata") or "").strip() or "{}"
         metadata = metadata_filter(raw_metadata)
         body: dict[str, Any] = {
-            "content": {"text": str(form.get("text") or ""), "metadata": metadata},
+            # A form sends a textarea's lines with CRLF; a memory's text keeps plain newlines.
+            "content": {"text": str(form.get("text") or "").replace("\r\n", "\n"), "metadata": metadata},
             "scoring": {k: v for k in ("importance", "confidence") if (v := _unit(form, k)) is not None},
             "access_policy": {"readable_by": _lines(str(form.get("readable_by") or "")),
                               "writable_by": _lines(str(form.get("writable_by") or "")),
@@ -482,11 +489,104 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
                           mode="supersede")
         return redirect(request, f"/cells/{quote(new.id)}", "superseded")
 
+
+    # ------------------------------------------------------------ memory files (docs/files.md)
+    def _tree(infos: list[FileInfo]) -> dict[str, Any]:
+        root: dict[str, Any] = {"dirs": {}, "files": []}
+        for info in infos:
+            node = root
+            for part in info.path.split("/")[:-1]:
+                node = node["dirs"].setdefault(part, {"dirs": {}, "files": []})
+            node["files"].append(info)
+        return root
+
+    @page
+    async def files(request: Request, session: UiSession) -> Response:
+        agent = session.need("read")
+        owner = (request.query_params.get("owner") or "").strip() or agent
+
+        def load() -> dict[str, Any]:
+            listing = service.files.list(agent, owner)
+            pending: dict[str, int] = {}
+            for p in service.files.proposals(agent, owner, "pending", may_approve=session.may_approve).results:
+                pending[p.path] = pending.get(p.path, 0) + 1
+            return {"root": _tree(listing.results), "count": len(listing.results), "pending": pending,
+                    "mode": service.files.approval_mode(owner).approval_mode}
+        return render(request, "files.html", session, owner=owner, **await run_in_threadpool(load))
+
+    @page
+    async def file_view(request: Request, session: UiSession) -> Response:
+        agent = session.need("read")
+        owner = (request.query_params.get("owner") or "").strip() or agent
+        path = request.query_params.get("path") or ""
+        if not path:
+            raise ValidationFailed("the query parameter path is required", {"param": "path"})
+
+        def load() -> dict[str, Any]:
+            content = service.files.read(agent, owner, path, 0, FILE_LINES)
+            versions = [] if content.read_only else service.files.history(agent, owner, path).results
+            pending = [p for p in service.files.proposals(agent, owner, "pending", may_approve=session.may_approve).results
+                       if p.path == content.path]
+            cell_id = next((f.id for f in service.files.list(agent, owner).results if f.path == content.path), None)
+            return {"content": content, "versions": versions, "pending": pending, "cell_id": cell_id}
+        return render(request, "file.html", session, owner=owner, **await run_in_threadpool(load))
+
+    @page
+    async def proposals(request: Request, session: UiSession) -> Response:
+        agent = session.need("read")
+        owner = (request.query_params.get("owner") or "").strip() or None
+        status = request.query_params.get("status", "pending")
+        if status not in ("", "pending", "approved", "rejected"):
+            raise ValidationFailed("status must be pending, approved or rejected", {"param": "status"})
+        found = await run_in_threadpool(lambda: service.files.proposals(
+            agent, owner, status or None, may_approve=session.may_approve).results)
+        return render(request, "proposals.html", session, proposals=list(reversed(found)), owner=owner,
+                      status_filter=status)
+
+    @page
+    async def proposal(request: Request, session: UiSession) -> Response:
+        agent = session.need("read")
+        found = await run_in_threadpool(service.files.proposal, agent, request.path_params["proposal_id"],
+                                        may_approve=session.may_approve)
+        return render(request, "proposal.html", session, p=found)
+
+    @page
+    async def decide(request: Request, session: UiSession) -> Response:
+        agent = session.need("read")
+        proposal_id, decision = request.path_params["proposal_id"], request.path_params["decision"]
+        if decision not in ("approve", "reject"):
+            raise NotFound("no such page")
+        form = await _form(request)
+        message = str(form.get("message") or "").strip() or None
+        content: Optional[str] = None
+        current = await run_in_threadpool(service.files.proposal, agent, proposal_id, may_approve=session.may_approve)
+        if decision == "approve" and "content" in form:
+            content = str(form.get("content"))
+            if "\r" not in (current.content or ""):
+                content = content.replace("\r\n", "\n")  # a form sends a textarea's lines with CRLF
+            if content == current.content:
+                content = None  # approved as proposed
+        try:
+            if decision == "approve":
+                try:
+                    approval = ApproveRequest(content=content, message=message)
+                except ValidationError as exc:
+                    raise validation_to_api_error(
+                        [{**e, "loc": ("form", *e.get("loc", ()))} for e in exc.errors()]) from None
+                await run_in_threadpool(lambda: service.files.approve(
+                    agent, proposal_id, approval, may_approve=session.may_approve, may_write=session.may("write")))
+            else:
+                await run_in_threadpool(lambda: service.files.reject(
+                    agent, proposal_id, RejectRequest(message=message), may_approve=session.may_approve,
+                    may_write=session.may("write")))
+        except APIError as exc:  # the proposal again, with what was typed
+            return render(request, "proposal.html", session, status=exc.status, p=current, error=exc,
+                          content=content, message=message)
+        return redirect(request, f"/proposals/{quote(proposal_id)}", "approved" if decision == "approve" else "rejected")
+
     async def not_found(request: Request, exc: Exception) -> Response:
         session = await run_in_threadpool(signer.session, request.cookies.get(SESSION_COOKIE))
-        error = APIError("no such page", code="NOT_FOUND")
-        error.status = 404
-        return error_page(request, session, error)
+        return error_page(request, session, NotFound("no such page"))
 
     routes = [
         Route("/", home),
@@ -500,6 +600,11 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
         Route("/cells/{cell_id}/archive", archive, methods=["POST"]),
         Route("/cells/{cell_id}/forget", forget, methods=["GET", "POST"]),
         Route("/cells/{cell_id}/supersede", supersede, methods=["GET", "POST"]),
+        Route("/files", files),
+        Route("/files/view", file_view),
+        Route("/proposals", proposals),
+        Route("/proposals/{proposal_id}", proposal),
+        Route("/proposals/{proposal_id}/{decision:str}", decide, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found})

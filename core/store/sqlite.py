@@ -16,7 +16,6 @@ import bisect
 import builtins
 import hashlib
 import json
-import math
 import re
 import os
 import sqlite3
@@ -24,22 +23,22 @@ import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Iterator, Optional, Sequence, cast
 
 import numpy as np
 
 from ..errors import Unavailable
 from ..glob import upgrade_stored
-from ..models import HistoryEntry, MemoryCell
+from ..models import MemoryCell
 from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
+from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, int_list, top_k
 from .sql import SQLITE, compile_filter
+from .sql.store import SQLStore, SQLWriteTx
 from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
-from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
-    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
-    cell_columns, window_class,
+    CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns, window_class,
 )
 
 MIGRATIONS: list[tuple[int, str, str]] = [
@@ -197,7 +196,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     ),
 ]
 
-BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() constants
+# Every occurrence of one term in the window text (column 0 of cells_fts), read from the FTS
+# index itself, as one comma-separated string of rowids in rowid order (fts5vocab `instance`
+# has a row per occurrence): one string instead of a Python row per match is most of the speed.
+# Per reader connection (one per thread), until the database changes: the admitted rows of
+# recent wide filters and every row's postings of recent terms (16 bytes a row each).
+ADMITTED_CACHE_ROWS = 4_000_000
+POSTINGS_CACHE_ROWS = 4_000_000
+_TERM_ROWS = "SELECT group_concat(doc) FROM temp.ampkit_vocab WHERE term = ? AND col = 'text'"
+_UNIT_ROWS = "SELECT group_concat(rowid) FROM cells_fts WHERE cells_fts MATCH ?"
 
 # FTS5 is also the tokenizer: a contentless temporary index per connection turns texts into
 # the exact terms (porter stems) and counts the keyword index uses.
@@ -206,6 +213,7 @@ _TOKENIZER = (
     "text, content='', tokenize='porter unicode61 remove_diacritics 2')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_token_instances USING fts5vocab(temp, ampkit_tokens, instance)",
 )
+_VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
 
 
 def tokenize(conn: sqlite3.Connection, texts: Sequence[str]) -> list[dict[str, int]]:
@@ -236,35 +244,19 @@ def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
     }
 
 
-def row_to_cell(text: str, body: str) -> MemoryCell:
-    data = json.loads(body)
-    data["content"]["text"] = text
-    return MemoryCell.model_validate(data)
-
-
 def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[str, list[Any]]:
     """WHERE clause (without the keyword) for a CellFilter (the one compiler, SQLite's spelling)."""
     return compile_filter(flt, SQLITE, alias)
 
 
-class _SQLiteWriteTx(SQLFileTx, WriteTx):
+class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
+    dialect = SQLITE
+
     def __init__(self, conn: sqlite3.Connection, embed_queue: bool = False):
-        self.conn = conn
+        super().__init__(conn)
         self.embed_queue = embed_queue
         self._dirty_windows: set[int] = set()
         self._vec_seq: Optional[int] = None  # last vec_seq given out in this transaction
-
-    def get(self, cell_id: str) -> Optional[MemoryCell]:
-        row = self.conn.execute("SELECT text, body FROM cells WHERE id = ?", (cell_id,)).fetchone()
-        return None if row is None else row_to_cell(*row)
-
-    def key_holder(self, owner_id: str, key: str) -> Optional[MemoryCell]:
-        # Writers are serialised (BEGIN IMMEDIATE): this read and the insert after it are atomic.
-        row = self.conn.execute(
-            "SELECT text, body FROM cells WHERE owner_id = ? AND cell_key = ? AND status IN ('active', 'stale') "
-            "AND superseded_by IS NULL", (owner_id, key),
-        ).fetchone()
-        return None if row is None else row_to_cell(*row)
 
     def _vector_columns(self, vector: StoredVector) -> dict[str, Any]:
         """A vector as stored: float16 (half the bytes; cosine ranking is unchanged to ~1e-3)
@@ -370,31 +362,18 @@ class _SQLiteWriteTx(SQLFileTx, WriteTx):
         if vector is None and self.embed_queue and old is not None and old[1] != row["text"]:
             self._queue(cell.id)
 
-    def add_history(self, record: HistoryRecord) -> None:
-        self.conn.execute(
-            "INSERT INTO history(cell_id, at, actor, action, changes) VALUES (?, ?, ?, ?, ?)",
-            (
-                record.cell_id,
-                record.at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
-                record.actor,
-                record.action,
-                json.dumps(record.changes, default=str, ensure_ascii=False),
-            ),
-        )
-
-    def purge(self, cell_id: str) -> None:
+    def _forget(self, cell_id: str) -> None:
         rowid = self._rowid(cell_id)
         if rowid is not None:  # erasure: its text leaves its own and its neighbours' windows
             self._touch(rowid)
-        self.conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,))
         self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell_id,))
         self.conn.execute("DELETE FROM embed_queue WHERE cell_id = ?", (cell_id,))
-        # Erasure: the history keeps who did what and when, never the old values.
-        self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = ?", (cell_id,))
 
 
-class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
+class SQLiteStore(SQLFileReads, SQLStore):
     backend = "sqlite"
+    dialect = SQLITE
+    MIGRATIONS = MIGRATIONS
 
     def __init__(
         self,
@@ -465,51 +444,38 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
         for thread in list(self._index_threads):
             thread.join(timeout)
 
-    def pending_migrations(self) -> builtins.list[tuple[int, str]]:
-        """(version, name) of the migrations `open()` would apply; reads only (the file is
-        opened read-only, and not created), needs no `open()`."""
-        applied: set[int] = set()
-        if self.path not in ("", ":memory:") and os.path.exists(self.path):
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-            try:
-                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_migrations'").fetchone() is not None:
-                    applied = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
-            finally:
-                conn.close()
-        return [(version, name) for version, name, _ in MIGRATIONS if version not in applied]
+    # ------------------------------------------------------------ migrations (the loop: SQLStore)
+    def _applied_versions(self) -> Optional[set[int]]:
+        # Read-only, and never creates the file: `ampkit migrate --check` changes nothing.
+        if self.path in ("", ":memory:") or not os.path.exists(self.path):
+            return None
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        try:
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_migrations'").fetchone() is None:
+                return None
+            return {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+        finally:
+            conn.close()
 
-    def migrate(self) -> list[int]:
-        """Apply pending numbered migrations; returns the versions applied."""
+    @contextmanager
+    def _migration_connection(self) -> Iterator[sqlite3.Connection]:
         conn = self._require_writer()
-        applied: list[int] = []
         with self._write_lock:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-            )
-            done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
-            for version, name, sql in MIGRATIONS:
-                if version in done:
-                    continue
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for statement in _split_sql(sql):
-                        conn.execute(statement)
-                    if version in MIGRATION_STEPS:
-                        MIGRATION_STEPS[version](conn)
-                    conn.execute(
-                        "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
-                        (version, name, datetime.now(timezone.utc).isoformat()),
-                    )
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                applied.append(version)
-        return applied
+            yield conn
 
-    def schema_version(self) -> int:
-        row = self._reader().execute("SELECT MAX(version) FROM schema_migrations").fetchone()
-        return int(row[0] or 0)
+    @contextmanager
+    def _migration_transaction(self, conn: sqlite3.Connection, version: int, name: str) -> Iterator[None]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _run_script(self, conn: sqlite3.Connection, script: str) -> None:
+        for statement in _split_sql(script):
+            conn.execute(statement)
 
     def close(self) -> None:
         for model, index in list(self._vectors.items()):
@@ -547,7 +513,7 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
 
     # ------------------------------------------------------------ writes
     @contextmanager
-    def write(self) -> Iterator[WriteTx]:
+    def _write_transaction(self) -> Iterator[_SQLiteWriteTx]:
         conn = self._require_writer()
         with self._write_lock:
             try:
@@ -555,9 +521,7 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
             except sqlite3.OperationalError as exc:
                 raise Unavailable(f"store is busy or unwritable: {exc}") from exc
             try:
-                tx = _SQLiteWriteTx(conn, self.embed_queue)
-                yield tx
-                tx.flush()
+                yield _SQLiteWriteTx(conn, self.embed_queue)
                 conn.execute("COMMIT")
             except sqlite3.OperationalError as exc:
                 _rollback(conn)
@@ -574,92 +538,46 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
         except sqlite3.OperationalError as exc:
             raise Unavailable(f"store cannot read: {exc}") from exc
 
-    def get(self, cell_id: str) -> Optional[MemoryCell]:
-        rows = self._query("SELECT text, body FROM cells WHERE id = ?", (cell_id,))
-        return row_to_cell(*rows[0]) if rows else None
-
-    def get_many(self, cell_ids: Sequence[str]) -> dict[str, MemoryCell]:
-        out: dict[str, MemoryCell] = {}
-        ids = list(dict.fromkeys(cell_ids))
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            for cid, text, body in self._query(
-                f"SELECT id, text, body FROM cells WHERE id IN ({','.join('?' * len(chunk))})", chunk
-            ):
-                out[cid] = row_to_cell(text, body)
-        return out
-
-    def list(self, flt: CellFilter, limit: int, after_id: Optional[str] = None) -> list[MemoryCell]:
-        where, params = filter_sql(flt)
-        if after_id is not None:
-            where += " AND c.id > ?"
-            params.append(after_id)
-        rows = self._query(f"SELECT c.text, c.body FROM cells c WHERE {where} ORDER BY c.id LIMIT ?", [*params, limit])
-        return [row_to_cell(*r) for r in rows]
-
-    def count(self, flt: CellFilter) -> int:
-        where, params = filter_sql(flt)
-        return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
-
-    def facets(self, flt: CellFilter, limit: int, after_owner: Optional[str] = None) -> builtins.list[FacetRow]:
-        where, params = filter_sql(flt)
-        after = "" if after_owner is None else " AND c.owner_id > ?"
-        owners = f"SELECT DISTINCT c.owner_id FROM cells c WHERE {where}{after} ORDER BY c.owner_id LIMIT ?"
-        rows = self._query(
-            f"SELECT c.owner_id, c.type, c.status, COUNT(*) FROM cells c WHERE {where} AND c.owner_id IN ({owners}) "
-            "GROUP BY c.owner_id, c.type, c.status ORDER BY c.owner_id, c.type, c.status",
-            [*params, *params, *([after_owner] if after_owner is not None else []), limit],
-        )
-        return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
-
-    def metadata_values(self, flt: CellFilter, key: str, limit: int,
-                        after: Optional[str] = None) -> builtins.list[tuple[str, int]]:
-        where, params = filter_sql(flt)
-        value, value_params = SQLITE.metadata_text("c", key)
-        rows = self._query(
-            f"SELECT v, COUNT(*) FROM (SELECT {value} AS v FROM cells c WHERE {where}) "
-            f"WHERE v IS NOT NULL{'' if after is None else ' AND v > ?'} GROUP BY v ORDER BY v LIMIT ?",
-            [*value_params, *params, *([] if after is None else [after]), limit],
-        )
-        return [(v, int(n)) for v, n in rows]
-
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Okapi BM25 (FTS5's formula and constants) with its statistics (number of documents,
         mean length, document frequencies) taken over the cells `flt` admits, not the whole
         index: a caller's scores then depend only on cells it may read (non-interference).
 
-        When the filter admits few cells (an owner's search), their windows' stored term
-        counts are scanned directly instead of running the FTS OR query, whose cost grows with
-        how common the words are in the whole store (27 ms at 1M cells for an owner's 100):
-        the same matches (a window holding any query term) and the same scores, at a cost
-        that depends only on the admitted cells."""
-        match = fts_match(query)
-        if match is None:
-            return []
-        match = f"text : ({match})"
-        if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
-            match += f' AND owner : "{owner_token(flt.owner_id)}"'
+        Three ways to the same matches and scores (tested against the straightforward loop):
+        a filter admitting few cells (an owner's search) scans their windows' stored term
+        counts, at a cost that depends only on the admitted cells; a wide filter (a reader
+        across owners) intersects each query term's rows from the FTS index with the admitted
+        rows, both kept in numpy arrays until the database changes (`_bm25`); a small filter
+        with a word the tokenizer splits (a phrase) runs the FTS OR query."""
         conn = self._reader()
         words = query_terms(query)
+        if not words:
+            return []
         per_word = tokenize(conn, words)
         terms = sorted({t for tf in per_word for t in tf})
         terms = [t for t in terms if '"' not in t and "\\" not in t]
         if not terms:
             return []
-        where, params = filter_sql(flt)
-        n, total_len = self._admitted_stats(flt)
+        entry = self._admitted_entry(flt)
+        n, total_len = entry[1], entry[2]
         if not n:
             return []
+        if n > self.keyword_scan_max:
+            return self._keyword_wide(flt, entry, words, per_word, terms, k)
+        where, params = filter_sql(flt)
         tf_columns = ", ".join("json_extract(x.terms, ?)" for _ in terms)
         paths = ['$."' + t + '"' for t in terms]
         # The scan matches exactly what the FTS query matches when every query word is one
         # index term (a word the tokenizer splits would be a phrase in FTS).
-        if n <= self.keyword_scan_max and all(len(tf) == 1 for tf in per_word):
+        if all(len(tf) == 1 for tf in per_word):
             rows = [row for row in self._query(
                 f"SELECT c.id, x.len, {tf_columns} FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where}",
                 [*paths, *params],
             ) if any(row[2:])]
         else:
+            match = f"text : ({fts_match(query)})"
+            if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
+                match += f' AND owner : "{owner_token(flt.owner_id)}"'
             # Every admitted match with its window length and the query terms' frequencies
             # (SQLite caches the parsed JSON across a row's calls). CROSS JOIN keeps the FTS
             # match the outer loop (the planner would otherwise run the MATCH once per cell).
@@ -670,32 +588,93 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
             )
         if not rows:
             return []
-        matches = [(row[0], row[1], [tf or 0 for tf in row[2:]]) for row in rows]
-        idf = []
+        ids = [row[0] for row in rows]
+        lengths = np.array([row[1] for row in rows], dtype=np.int64)
+        tfs = np.array([[tf or 0 for tf in row[2:]] for row in rows], dtype=np.int64).reshape(len(rows), len(terms))
+        matched = np.arange(len(rows), dtype=np.int64)
+        hits = []
         for i in range(len(terms)):
-            df = len(rows) - [tfs[i] for _, _, tfs in matches].count(0)
-            value = math.log((n - df + 0.5) / (df + 0.5)) if df else 0.0
-            idf.append(value if value > 0 or not df else 1e-6)  # FTS5 floors a common term's IDF
-        avgdl = total_len / n
-        scored = []
-        for cid, length, tfs in matches:
-            norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl) if avgdl else BM25_K1
-            score = 0.0
-            for weight, tf in zip(idf, tfs):  # always in term order: equal inputs, equal bits
-                if tf:
-                    score += weight * tf * (BM25_K1 + 1) / (tf + norm)
-            if score > 0:
-                scored.append((-score, cid))
-        scored.sort()
-        return [Candidate(cid, -neg) for neg, cid in scored[:k]]
+            pos = np.flatnonzero(tfs[:, i])
+            hits.append((pos, tfs[pos, i]))
+        scores = bm25_scores(n, total_len, lengths, matched, hits)
+        best = sorted((-float(scores[i]), ids[i]) for i in top_k(scores, k))
+        return [Candidate(cid, -neg) for neg, cid in best[:k]]
+
+    def _keyword_wide(self, flt: CellFilter, entry: builtins.list[Any], words: builtins.list[str], per_word: builtins.list[dict[str, int]],
+                      terms: builtins.list[str], k: int) -> builtins.list[Candidate]:
+        """The keyword leg for a filter admitting many cells: every term's rows (FTS doclists,
+        with term frequencies from the FTS vocabulary) intersected with the admitted rows."""
+        admitted = self._admitted_set(flt, entry)
+        postings = self._postings_cache()
+        conn = self._reader()
+        conn.execute(_VOCAB)  # per connection; cells_fts exists once the store is open
+
+        def load_term(term: str) -> tuple[np.ndarray, np.ndarray]:
+            def load() -> tuple[np.ndarray, np.ndarray]:
+                rowids, tf = np.unique(int_list(conn.execute(_TERM_ROWS, (term,)).fetchone()[0]), return_counts=True)
+                return rowids, tf.astype(np.int64)
+            rowids, tf = postings.get("t:" + term, load)
+            return rowids, tf
+
+        def load_unit(word: str) -> np.ndarray:
+            def load() -> tuple[np.ndarray]:
+                quoted = '"' + word.replace('"', '""') + '"'
+                return (np.unique(int_list(conn.execute(_UNIT_ROWS, (f"text : {quoted}",)).fetchone()[0])),)
+            return postings.get("u:" + word, load)[0]
+
+        parts = []
+        for word, tf in zip(words, per_word):
+            if len(tf) == 1:  # one term: its rows are the word's matches
+                parts.append(admitted.term(next(iter(tf)), load_term)[0])
+            elif tf:  # a phrase: FTS decides what matches
+                parts.append(admitted.unit(word, load_unit))
+        matched = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        if not matched.size:
+            return []
+        scores = bm25_scores(admitted.n, admitted.total, admitted.lengths, matched,
+                             [admitted.term(t, load_term) for t in terms])
+        best = top_k(scores, k)
+        rowids = admitted.rowids[matched[best]]
+        ids = dict(conn.execute("SELECT rowid, id FROM cells WHERE rowid IN (SELECT value FROM json_each(?))",
+                                (json.dumps(rowids.tolist()),)).fetchall())
+        ranked = sorted((-float(scores[b]), ids[int(r)]) for b, r in zip(best, rowids))
+        return [Candidate(cid, -neg) for neg, cid in ranked[:k]]
+
+    def _postings_cache(self) -> PostingsCache:
+        """Every row's postings per term, for this connection's current database version."""
+        version = self._reader().execute("PRAGMA data_version").fetchone()[0]
+        cached = getattr(self._local, "postings", None)
+        if cached is None or cached[0] != version:
+            cached = self._local.postings = (version, PostingsCache(POSTINGS_CACHE_ROWS))
+        return cached[1]
+
+    def _admitted_set(self, flt: CellFilter, entry: builtins.list[Any]) -> AdmittedSet:
+        """The filter's admitted rows (kept with its N in `_admitted_entry`), at most
+        ADMITTED_CACHE_ROWS rows' worth per connection."""
+        if entry[3] is None:
+            where, params = filter_sql(flt)
+            admitted = AdmittedSet(*admitted_lengths(self._query(
+                f"SELECT c.rowid, x.len FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where} "
+                f"ORDER BY c.rowid", params)))
+            held = [e for e in self._local.stats[1].values() if e[3] is not None]
+            if sum(e[3].n for e in held) + admitted.n > ADMITTED_CACHE_ROWS:
+                for e in held:
+                    e[3] = None
+            entry[3] = admitted
+        return entry[3]
 
     def _admitted_stats(self, flt: CellFilter) -> tuple[int, int]:
-        """(cells, summed window length) the filter admits: BM25's N and mean length. A
+        entry = self._admitted_entry(flt)
+        return entry[1], entry[2]
+
+    def _admitted_entry(self, flt: CellFilter) -> builtins.list[Any]:
+        """[valid-from time, cells, summed window length, admitted rows or None] for the
+        filter: BM25's N and mean length (and, for a wide filter, the rows themselves). A
         reader-wide filter admits most of the store, so counting is a scan; the answer is kept
         per filter until the database changes (`PRAGMA data_version` moves when any other
         connection, in this process or another, commits) or a cell expires in between."""
         version = self._reader().execute("PRAGMA data_version").fetchone()[0]
-        cache: Optional[tuple[int, dict[tuple[str, tuple[Any, ...], bool], tuple[float, int, int]], list[list[float]]]]
+        cache: Optional[tuple[int, dict[tuple[str, tuple[Any, ...], bool], builtins.list[Any]], builtins.list[builtins.list[float]]]]
         cache = getattr(self._local, "stats", None)
         if cache is None or cache[0] != version:
             cache = (version, {}, [])
@@ -718,8 +697,8 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
             )[0]
             if len(cache[1]) >= 256:
                 cache[1].clear()
-            hit = cache[1][key] = (at or 0.0, int(n), int(total))
-        return hit[1], hit[2]
+            hit = cache[1][key] = [at or 0.0, int(n), int(total), None]
+        return hit
 
     def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
         """An FTS phrase query: cells whose indexed text contains all of `text`'s words in
@@ -874,26 +853,6 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
         ))
         return [Candidate(ids[r], score) for r, score in hits if r in ids]
 
-    def history(self, cell_id: str) -> HistoryPage:
-        rows = self._query(
-            "SELECT seq, cell_id, at, actor, action, changes FROM history WHERE cell_id = ? ORDER BY seq", (cell_id,)
-        )
-        return [
-            HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=json.loads(ch))
-            for s, c, a, ac, act, ch in rows
-        ]
-
-    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> HistoryPage:
-        where, params = ("", []) if after is None else ("WHERE cell_id > ? OR (cell_id = ? AND seq > ?)", [after[0], *after])
-        rows = self._query(
-            f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT ?",
-            [*params, limit],
-        )
-        return [
-            HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=json.loads(ch))
-            for s, c, a, ac, act, ch in rows
-        ]
-
     @contextmanager
     def try_lifecycle_lock(self) -> Iterator[bool]:
         got = self._lifecycle_lock.acquire(blocking=False)
@@ -903,24 +862,9 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
             if got:
                 self._lifecycle_lock.release()
 
-    # ------------------------------------------------------------ API keys
-    def put_key(self, key: ApiKeyRecord) -> None:
+    def _execute(self, statement: str, params: Sequence[Any] = ()) -> int:
         with self.write() as tx:
-            try:
-                tx.conn.execute(  # type: ignore[attr-defined]
-                    f"INSERT INTO api_keys({KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", key_to_row(key, _iso),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise ValueError(f"key {key.key_id} already exists") from exc
-
-    def update_key(self, key: ApiKeyRecord) -> None:
-        with self.write() as tx:
-            cur = tx.conn.execute(  # type: ignore[attr-defined]
-                "UPDATE api_keys SET expires_at = ?, revoked_at = ?, replaced_by = ? WHERE key_id = ?",
-                (_iso(key.expires_at), _iso(key.revoked_at), key.replaced_by, key.key_id),
-            )
-            if cur.rowcount == 0:
-                raise KeyError(key.key_id)
+            return tx.conn.execute(statement, params).rowcount  # type: ignore[attr-defined]
 
     def stats(self) -> dict[str, Any]:
         cells = self._query("SELECT COUNT(*) FROM cells")[0][0]
@@ -952,10 +896,6 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
                     "WHERE rowid > ? AND rowid <= ? AND embed_model IS NOT ? ORDER BY rowid", (after, last, model),
                 ).rowcount
                 after = last
-
-
-def _iso(value: Optional[datetime]) -> Optional[str]:
-    return None if value is None else value.astimezone(timezone.utc).isoformat()
 
 
 def decode_vector(blob: bytes, dim: Optional[int]) -> np.ndarray:
@@ -1024,3 +964,4 @@ def _rewrite_hangul_windows(conn: sqlite3.Connection) -> None:
 
 # Python steps that run inside a migration's transaction, after its SQL.
 MIGRATION_STEPS = {5: _rebuild_access_and_windows, 7: _rewrite_hangul_windows}
+SQLiteStore.MIGRATION_STEPS = MIGRATION_STEPS
