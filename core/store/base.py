@@ -372,6 +372,10 @@ class Store(ABC):
         """The owner's live cells that have a path, ordered by path (no access filter)."""
         raise NotImplementedError
 
+    def file_cell(self, owner_id: str, path: str) -> Optional[MemoryCell]:
+        """The owner's live cell at `path`, or None (no access filter)."""
+        raise NotImplementedError
+
     def get_proposal(self, proposal_id: str) -> Optional[ProposalRecord]:
         raise NotImplementedError
 
