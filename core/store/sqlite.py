@@ -16,7 +16,6 @@ import bisect
 import builtins
 import hashlib
 import json
-import re
 import os
 import sqlite3
 import tempfile
@@ -31,7 +30,7 @@ import numpy as np
 from ..errors import Unavailable
 from ..glob import upgrade_stored
 from ..models import MemoryCell
-from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms
+from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms, text_key
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
 from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, int_list, top_k
 from .sql import SQLITE, compile_filter
@@ -194,6 +193,17 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE TABLE embed_queue (seq INTEGER PRIMARY KEY AUTOINCREMENT, cell_id TEXT NOT NULL UNIQUE);
         """,
     ),
+    (
+        9,
+        "normalised-text digest for exact dedup",
+        # Dedup on write looks an exact duplicate up by this digest (ampkit.textindex.text_key)
+        # in one index probe, instead of an FTS phrase query whose cost grows with the store.
+        """
+        ALTER TABLE cells ADD COLUMN text_key TEXT;
+        UPDATE cells SET text_key = ampkit_text_key(text);
+        CREATE INDEX cells_text_key ON cells(owner_id, text_key);
+        """,
+    ),
 ]
 
 # Every occurrence of one term in the window text (column 0 of cells_fts), read from the FTS
@@ -241,6 +251,7 @@ def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
         "public": int(columns["public"]),
         "expires_at": _ts(columns["expires_at"]),
         "body": json.dumps(body, separators=(",", ":"), ensure_ascii=False),
+        "text_key": text_key(columns["text"]),
     }
 
 
@@ -256,6 +267,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         super().__init__(conn)
         self.embed_queue = embed_queue
         self._dirty_windows: set[int] = set()
+        self._inserted: list[int] = []  # new rows, whose windows `flush` marks in one pass
         self._vec_seq: Optional[int] = None  # last vec_seq given out in this transaction
 
     def _vector_columns(self, vector: StoredVector) -> dict[str, Any]:
@@ -276,8 +288,9 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
             sets = ", ".join(f"{k} = ?" for k in cols)
             self.conn.execute(f"UPDATE cells SET {sets} WHERE id = ?", [*cols.values(), cell_id])
 
-    def _write_readers(self, cell: MemoryCell) -> None:
-        self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell.id,))
+    def _write_readers(self, cell: MemoryCell, new: bool = False) -> None:
+        if not new:
+            self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell.id,))
         self.conn.executemany(
             "INSERT OR IGNORE INTO cell_readers(cell_id, pattern) VALUES (?, ?)",
             [(cell.id, SQLITE.reader_pattern(p)) for p in cell.access_policy.readable_by],
@@ -302,17 +315,77 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         before, _, after = self._window(rowid)
         self._dirty_windows.update([rowid, *(r for r, _ in before), *(r for r, _ in after)])
 
+    def _windows(self, rowids: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """rowid -> (owner, window text) for each existing row among `rowids`: its text joined
+        with the texts of its neighbours (as `_window`). The rows of one window class are read
+        together, so a batch of turns of one session costs three queries, not three per turn."""
+        info: dict[int, tuple[str, Optional[str], str]] = {}
+        ids = sorted(set(rowids))
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            for rowid, owner, klass, text in self.conn.execute(
+                f"SELECT rowid, owner_id, window_class, text FROM cells WHERE rowid IN ({','.join('?' * len(chunk))})", chunk,
+            ):
+                info[rowid] = (owner, klass, text)
+        out: dict[int, tuple[str, str]] = {}
+        by_class: dict[str, list[int]] = {}
+        for rowid, (owner, klass, text) in info.items():
+            if klass is None:
+                out[rowid] = (owner, text)
+            else:
+                by_class.setdefault(klass, []).append(rowid)
+        side = "SELECT rowid, text FROM cells WHERE window_class = ? AND rowid {} ? ORDER BY rowid {} LIMIT ?"
+        for klass, members in by_class.items():
+            members.sort()
+            # One span over the class's marked rows when they lie close together (a batch of
+            # turns); rows far apart in a long session are read one by one.
+            close = members[-1] - members[0] <= 64 * len(members)
+            spans = [members] if close else [[r] for r in members]
+            for span in spans:
+                lo, hi = span[0], span[-1]
+                before = self.conn.execute(side.format("<", "DESC"), (klass, lo, CONTEXT_RADIUS)).fetchall()[::-1]
+                middle = self.conn.execute(
+                    "SELECT rowid, text FROM cells WHERE window_class = ? AND rowid BETWEEN ? AND ? ORDER BY rowid",
+                    (klass, lo, hi),
+                ).fetchall() if hi > lo else [(lo, info[lo][2])]
+                after = self.conn.execute(side.format(">", "ASC"), (klass, hi, CONTEXT_RADIUS)).fetchall()
+                ordered = before + middle + after
+                at = {r: k for k, (r, _) in enumerate(ordered)}
+                for r in span:
+                    k = at[r]
+                    window = ordered[max(0, k - CONTEXT_RADIUS) : k + CONTEXT_RADIUS + 1]
+                    out[r] = (info[r][0], "\n".join(t for _, t in window))
+        return out
+
+    def _touch_inserted(self) -> None:
+        """Mark the windows new rows change: their own and, per window class, those of the
+        CONTEXT_RADIUS cells just before the first new row (a new row has the highest rowid,
+        so every cell after it is new too)."""
+        first: dict[str, int] = {}
+        ids = self._inserted
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            for rowid, klass in self.conn.execute(
+                f"SELECT rowid, window_class FROM cells WHERE rowid IN ({','.join('?' * len(chunk))})", chunk,
+            ):
+                if klass is not None and (klass not in first or rowid < first[klass]):
+                    first[klass] = rowid
+        sql = "SELECT rowid FROM cells WHERE window_class = ? AND rowid < ? ORDER BY rowid DESC LIMIT ?"
+        for klass, rowid in first.items():
+            self._dirty_windows.update(r for (r,) in self.conn.execute(sql, (klass, rowid, CONTEXT_RADIUS)))
+        self._dirty_windows.update(ids)
+        self._inserted = []
+
     def flush(self) -> None:
         """Rewrite the marked keyword windows (text, term frequencies, length); runs once
         before COMMIT, so a batch of turns in one session rewrites each window once."""
-        rows: list[tuple[int, str, str]] = []
-        for rowid in sorted(self._dirty_windows):
-            self.conn.execute("DELETE FROM cell_context WHERE rowid = ?", (rowid,))
-            before, own, after = self._window(rowid)
-            if own is not None:
-                owner, text = own
-                rows.append((rowid, index_text("\n".join([*(t for _, t in before), text, *(t for _, t in after)])),
-                             owner_token(owner)))
+        if self._inserted:
+            self._touch_inserted()
+        dirty = sorted(self._dirty_windows)
+        self.conn.executemany("DELETE FROM cell_context WHERE rowid = ?", [(r,) for r in dirty])
+        windows = self._windows(dirty)
+        rows = [(rowid, index_text(windows[rowid][1]), owner_token(windows[rowid][0]))
+                for rowid in dirty if rowid in windows]
         for i in range(0, len(rows), 500):
             chunk = rows[i : i + 500]
             counts = tokenize(self.conn, [text for _, text, _ in chunk])
@@ -333,8 +406,8 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
             row.update(self._vector_columns(vector))
         cols = ",".join(row)
         cur = self.conn.execute(f"INSERT INTO cells({cols}) VALUES ({','.join('?' * len(row))})", list(row.values()))
-        self._touch(cur.lastrowid or 0)  # an INSERT always sets lastrowid
-        self._write_readers(cell)
+        self._inserted.append(cur.lastrowid or 0)  # an INSERT always sets lastrowid
+        self._write_readers(cell, new=True)
         if vector is None and self.embed_queue:
             self._queue(cell.id)
 
@@ -413,6 +486,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         conn.create_function("ampkit_index_text", 1, index_text, deterministic=True)  # migration 2
         conn.create_function("ampkit_owner_token", 1, owner_token, deterministic=True)
+        conn.create_function("ampkit_text_key", 1, text_key, deterministic=True)  # migration 9
         for statement in _TOKENIZER:
             conn.execute(statement)
         return conn
@@ -701,21 +775,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return hit
 
     def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
-        """An FTS phrase query: cells whose indexed text contains all of `text`'s words in
-        order. No ranking, so its cost does not grow with how common the words are."""
-        words = re.sub(r"[^\w]+", " ", text).split()
-        if not words:
-            return []
-        match = f'text : "{" ".join(words)}"'
-        if flt.owner_id is not None:
-            match += f' AND owner : "{owner_token(flt.owner_id)}"'
+        """Cells whose normalised text has the same digest (`text_key`, indexed with the
+        owner): one index probe, whatever the size of the store."""
         where, params = filter_sql(flt)
-        # The phrase match runs first (a CTE, materialised), the filter on its few rows after.
-        rows = self._query(
-            "WITH m AS MATERIALIZED (SELECT rowid FROM cells_fts WHERE cells_fts MATCH ?) "
-            f"SELECT c.id FROM m JOIN cells c ON c.rowid = m.rowid WHERE {where} LIMIT ?",
-            [match, *params, k],
-        )
+        rows = self._query(f"SELECT c.id FROM cells c WHERE c.text_key = ? AND {where} LIMIT ?",
+                           [text_key(text), *params, k])
         return [cid for (cid,) in rows]
 
     def _catch_up_vectors(self) -> None:
