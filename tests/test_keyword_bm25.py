@@ -14,6 +14,7 @@ import json
 import math
 import random
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
@@ -161,3 +162,69 @@ def test_caches_follow_writes_from_another_connection(corpus, tmp_path):
     finally:
         searcher.close()
         writer.close()
+
+
+# The PostgreSQL BM25 as one statement, its statistics computed inside (before the scope was
+# kept between queries): the reference the store's answer must equal, bit for bit.
+PG_ONE_QUERY = """
+WITH weights AS (SELECT * FROM unnest(%s::text[]) AS w(lexeme)),
+matches AS MATERIALIZED (
+    SELECT s.cell_id, ts_filter(setweight(s.tsv, 'A', (SELECT array_agg(lexeme) FROM weights)), '{{a}}') AS hits, s.len
+    FROM cell_search s JOIN cells c ON c.id = s.cell_id
+    WHERE s.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM weights) AND {where}),
+terms AS (SELECT m.cell_id, m.len, u.lexeme, cardinality(u.positions) AS tf FROM matches m CROSS JOIN LATERAL unnest(m.hits) AS u),
+scope AS (SELECT COUNT(*)::float8 AS n, GREATEST(COALESCE(AVG(s.len), 1), 1)::float8 AS avgdl
+          FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE {where}),
+idf AS (SELECT t.lexeme, ln(1 + (GREATEST(scope.n, COUNT(*)) - COUNT(*) + 0.5) / (COUNT(*) + 0.5)) AS idf
+        FROM terms t CROSS JOIN scope GROUP BY t.lexeme, scope.n)
+SELECT t.cell_id,
+       SUM(i.idf * t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * t.len / scope.avgdl)) ORDER BY t.lexeme) AS score
+FROM terms t JOIN idf i ON i.lexeme = t.lexeme CROSS JOIN scope
+GROUP BY t.cell_id ORDER BY score DESC, t.cell_id LIMIT %s
+"""
+
+
+def pg_reference(store, query: str, flt: CellFilter, k: int) -> list[tuple[str, float]]:
+    from psycopg import sql
+
+    from ampkit.store.postgres import _LEXEMES, TEXT_CONFIG, filter_sql
+    where, params = filter_sql(flt)
+    with store._connection() as conn:
+        lexemes = sorted(r[0] for r in conn.execute(_LEXEMES, (TEXT_CONFIG, " ".join(query_terms(query)))))
+        if not lexemes:
+            return []
+        return [(cid, float(score)) for cid, score in conn.execute(
+            sql.SQL(PG_ONE_QUERY).format(where=where), [lexemes, *params, *params, k])]
+
+
+def test_postgres_keyword_scope_kept_between_queries_changes_nothing(pg_url):
+    """The scope (N, mean length) is kept per filter while the cluster's snapshot stays the
+    same; answers equal the one-statement query before and after writes and expiries."""
+    from datetime import datetime, timedelta, timezone
+
+    from ampkit.store import store_from_url
+    store = store_from_url(pg_url)
+    store.open()
+    try:
+        rng = random.Random(5)
+        service = MemoryService(store=store)
+        now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        for i in range(80):
+            owner = rng.choice(["ada", "bob", "cy"])
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8)))
+            policy = rng.choice([{}, {"readable_by": ["team-*"]}, {"public": True}])
+            expiry = {"expires_at": (now + timedelta(days=rng.randint(1, 3))).isoformat()} if i % 7 == 0 else {}
+            service.create(owner, CellCreate(content={"text": text}, identity={"owner_id": owner, "session_id": f"s{i % 5}"},
+                                             access_policy=policy, lifecycle=expiry))
+        filters = [CellFilter(reader="team-lead"), CellFilter(reader="ada"), CellFilter(reader="bob", owner_id="bob")]
+        for round_ in range(3):
+            for day in (0, 2, 5):  # a cell expires between two searches: the scope is recounted
+                for flt in filters:
+                    flt = replace(flt, not_expired_at=now + timedelta(days=day))
+                    for query in ("lena oslo", "coffee dark roast march", "piano"):
+                        got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 20)]
+                        assert got == pg_reference(store, query, flt, 20), (round_, day, flt, query)
+            service.create("ada", CellCreate(content={"text": f"lena oslo piano {round_}"}, identity={"owner_id": "ada"},
+                                             access_policy={"readable_by": ["team-*"]}))
+    finally:
+        store.close()
