@@ -604,7 +604,11 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
     def facets(self, flt: CellFilter, limit: int, after_owner: Optional[str] = None) -> builtins.list[FacetRow]:
         where, params = filter_sql(flt)
         after = "" if after_owner is None else " AND c.owner_id > ?"
-        owners = f"SELECT DISTINCT c.owner_id FROM cells c WHERE {where}{after} ORDER BY c.owner_id LIMIT ?"
+        # Walk the owner index in order, so that the page's owners are found after reading their
+        # cells only (left to itself the planner scans by status and sorts every readable owner:
+        # 100k readable cells, 25 ms against 270).
+        owners = (f"SELECT DISTINCT c.owner_id FROM cells c INDEXED BY cells_owner_status WHERE {where}{after} "
+                  "ORDER BY c.owner_id LIMIT ?")
         rows = self._query(
             f"SELECT c.owner_id, c.type, c.status, COUNT(*) FROM cells c WHERE {where} AND c.owner_id IN ({owners}) "
             "GROUP BY c.owner_id, c.type, c.status ORDER BY c.owner_id, c.type, c.status",
