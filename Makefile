@@ -20,8 +20,10 @@ run: $(STAMP)
 
 # --allow-root-changes: as root, the fault tests mount small file systems and the PostgreSQL
 # fixture creates the embedded_postgres system user; plain `pytest` skips those.
+# -n auto --dist loadfile: one pytest-xdist worker per core, each test file on one worker (its
+# module servers start once). docs/testing.md: profiles, markers, a single-process run.
 test: lint browser
-	$(BIN)/python -m pytest -q --allow-root-changes
+	$(BIN)/python -m pytest -q --allow-root-changes -n auto --dist loadfile
 
 # The inspector's browser test (tests/test_inspector_browser.py) drives Debian's chromium through
 # Playwright (no browser download). As root it is installed here; under CI the test fails without it.

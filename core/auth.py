@@ -100,12 +100,12 @@ def create_key(
         created_at=now,
         expires_at=now + expires_in if expires_in is not None else None,
     )
-    store.put_key(record)
+    store.keys.put(record)
     return IssuedKey(f"{KEY_PREFIX}{key_id}_{secret}", record)
 
 
 def _existing(store: Store, key_id: str) -> ApiKeyRecord:
-    key = store.get_key(key_id)
+    key = store.keys.get(key_id)
     if key is None:
         raise KeyError(f"no key {key_id!r}")
     return key
@@ -116,7 +116,7 @@ def revoke_key(store: Store, key_id: str, *, now: Optional[datetime] = None) -> 
     key = _existing(store, key_id)
     if key.revoked_at is None:
         key = replace(key, revoked_at=now or utcnow())
-        store.update_key(key)
+        store.keys.update(key)
     return key
 
 
@@ -134,7 +134,7 @@ def rotate_key(
     old_expiry = now + overlap
     if old.expires_at is not None:
         old_expiry = min(old_expiry, old.expires_at)
-    store.update_key(replace(old, expires_at=old_expiry, replaced_by=new.record.key_id))
+    store.keys.update(replace(old, expires_at=old_expiry, replaced_by=new.record.key_id))
     return new
 
 
@@ -145,7 +145,7 @@ def verify_key(store: Store, token: str, *, now: Optional[datetime] = None) -> A
     if not match:
         raise Unauthorized("invalid API key", {"reason": "malformed"})
     key_id, secret = match.groups()
-    key = store.get_key(key_id)
+    key = store.keys.get(key_id)
     # Hash even when the id is unknown, so the timing does not reveal which ids exist.
     presented = hash_secret(secret)
     expected = key.secret_hash if key is not None else "0" * 64

@@ -222,7 +222,7 @@ def _store(url: Optional[str]):
 def _active_keys(store) -> int:
     from .auth import key_state
 
-    return sum(1 for key in store.list_keys() if key_state(key) == "active")
+    return sum(1 for key in store.keys.list() if key_state(key) == "active")
 
 
 def _key_id(value: str) -> str:
@@ -274,7 +274,7 @@ def keys_list(agent_id: Optional[str], as_json: bool, store_url: Optional[str]) 
 
     store = _store(store_url)
     try:
-        records = store.list_keys(agent_id)
+        records = store.keys.list(agent_id)
     finally:
         store.close()
     fmt = lambda dt: dt.isoformat(timespec="seconds") if dt else "-"  # noqa: E731

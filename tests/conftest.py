@@ -24,6 +24,17 @@ for _var in [v for v in os.environ if v.startswith("AMPKIT_")]:
     del os.environ[_var]
 
 import pytest  # noqa: E402
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+# Hypothesis profiles. The property tests name their example counts through
+# `support.examples(n)`, which scales n by the loaded profile's max_examples / 100:
+# - default (`make test`, a developer's loop): half the counts the tests name;
+# - ci (`.ci/run`): the counts the tests name;
+# - thorough (before a release, or hunting a bug): ten times the counts.
+# Choose with `pytest --hypothesis-profile=NAME` or AMPKIT_HYPOTHESIS_PROFILE=NAME.
+for _name, _examples in (("default", 50), ("ci", 100), ("thorough", 1000)):
+    hypothesis_settings.register_profile(_name, max_examples=_examples, deadline=None)
+hypothesis_settings.load_profile(os.environ.get("AMPKIT_HYPOTHESIS_PROFILE", "default"))
 
 from support import AppServer, ServerProcess  # noqa: E402
 from pg import pg_server, pg_url  # noqa: E402,F401  (embedded PostgreSQL fixtures)

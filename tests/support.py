@@ -37,6 +37,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def examples(named: int) -> int:
+    """A property test's example count under the loaded Hypothesis profile (conftest.py):
+    `named` under `ci`, half of it under `default`, ten times under `thorough`; at least 1."""
+    from hypothesis import settings
+
+    return max(1, round(named * settings.default.max_examples / 100))
+
+
 def run_cli(*args: str, env: Optional[dict[str, str]] = None, input: Optional[str] = None,
             timeout: Optional[float] = None) -> "subprocess.CompletedProcess[str]":
     """`ampkit ARGS` in this process: click's CliRunner calls the same command the console script

@@ -26,7 +26,7 @@ from ampkit.glob import GlobError, parse as parse_glob
 from ampkit.models import CellCreate, CellPatch, MemoryCell, SearchRequest
 from ampkit.service import MemoryService
 from ampkit.store.sqlite import SQLiteStore
-from support import AppServer
+from support import AppServer, examples
 
 AGENTS = ["alice", "alex", "al", "bob", "bot-1", "bot-2", "Carol", "c4", "ev[1]", "x*y"]
 PATTERNS = AGENTS + ["*", "a*", "al?ce", "bot-*", "bot-[12]", "[!a]*", "*o*", "[A-Z]*", "?4", "ev[[]1]",
@@ -156,7 +156,7 @@ def service_reads(service: MemoryService, agent: str) -> Reads:
     )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds)
 def test_service_read_paths_agree_with_can_read(specs):
     with tempfile.TemporaryDirectory(prefix="ampkit-prop-") as tmp:
@@ -222,7 +222,7 @@ def http_reads(http: httpx.Client, agent: str) -> Reads:
     )
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(specs=worlds)
 def test_http_read_paths_agree_with_can_read(http_server, specs):
     # One server for every example: each example's agents get a unique suffix, and every
@@ -294,7 +294,7 @@ def as_of_reads(service: MemoryService, agent: str) -> Reads:
     )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds)
 def test_as_of_read_paths_agree_with_can_read(specs):
     with tempfile.TemporaryDirectory(prefix="ampkit-prop-") as tmp:

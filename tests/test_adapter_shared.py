@@ -5,9 +5,7 @@ shared-preferences example end to end against the server, as `make demo` does.""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import runpy
 
 from autogen_agentchat.agents import AssistantAgent
 from crewai import Agent, Crew, Task
@@ -73,13 +71,14 @@ async def test_a_langchain_memory_reaches_every_other_framework_but_not_an_outsi
         raise AssertionError("the outsider could read the cell")
 
 
-def test_shared_preferences_example_prints_one_line_per_framework(server):
-    env = {**os.environ, "AMPKIT_URL": server.base_url}
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / "shared_preferences.py")], env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    lines = dict(line.split(": ", 1) for line in out.stdout.strip().splitlines() if ": " in line)
+def test_shared_preferences_example_prints_one_line_per_framework(server, monkeypatch, capsys):
+    # Run as its own script (`__main__`) in this process: a child process would import the four
+    # frameworks again (seconds of CPU) and test nothing more; `make demo` runs it as a process.
+    monkeypatch.setenv("AMPKIT_URL", server.base_url)
+    runpy.run_path(str(ROOT / "examples" / "shared_preferences.py"), run_name="__main__")
+    out = capsys.readouterr()
+    lines = dict(line.split(": ", 1) for line in out.out.strip().splitlines() if ": " in line)
     for framework in ("langchain", "llamaindex", "crewai", "autogen"):
-        assert "bullet-point summaries" in lines[framework], out.stdout
+        assert "bullet-point summaries" in lines[framework], out.out
     refused = [v for k, v in lines.items() if k.startswith("refused")]
-    assert refused and "bullet-point" not in refused[0], out.stdout
+    assert refused and "bullet-point" not in refused[0], out.out

@@ -102,7 +102,7 @@ def test_verify_key_rejects_tampering_expiry_and_revocation(db):
     revoke_key(store, key_id)
     with pytest.raises(Unauthorized, match="revoked"):
         verify_key(store, issued.token)
-    assert key_state(store.get_key(key_id)) == "revoked"
+    assert key_state(store.keys.get(key_id)) == "revoked"
 
 
 def test_rotation_keeps_agent_and_scopes_and_overlaps(db):
@@ -116,7 +116,7 @@ def test_rotation_keeps_agent_and_scopes_and_overlaps(db):
     with pytest.raises(Unauthorized, match="expired"):
         verify_key(store, old.token, now=t0 + timedelta(hours=25))
     assert verify_key(store, new.token, now=t0 + timedelta(days=400)).agent_id == "alice"
-    assert store.get_key(old.record.key_id).replaced_by == new.record.key_id
+    assert store.keys.get(old.record.key_id).replaced_by == new.record.key_id
 
 
 def test_durations_and_loopback_detection():

@@ -4,7 +4,8 @@ answer 500 (nor a 5xx its operation does not document, such as consolidation's 5
 NOT_CONFIGURED on a server without a model), and every error must be the
 `{"error": {"code", "message", "details"}}` envelope.
 It runs twice: auth off (X-AMP-Agent-ID) and auth required (a Bearer key with every scope).
-`AMPKIT_FUZZ_EXAMPLES` raises the number of cases per operation for a longer run.
+Cases per operation: 10 under the `ci` Hypothesis profile, scaled like every property test
+(tests/conftest.py); `AMPKIT_FUZZ_EXAMPLES` sets the number outright.
 
 The document is `spec/openapi.json` when it exists (the one clients are told to trust);
 otherwise the app's own `/amp/v1/openapi.json`, generated in-process."""
@@ -18,9 +19,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from support import ROOT, AppServer
+from support import ROOT, AppServer, examples
 
-MAX_EXAMPLES = int(os.environ.get("AMPKIT_FUZZ_EXAMPLES", "10"))
+MAX_EXAMPLES = int(os.environ.get("AMPKIT_FUZZ_EXAMPLES") or examples(10))
 SPEC = ROOT / "spec" / "openapi.json"
 
 

@@ -35,6 +35,7 @@ from ampkit.models import CellCreate, CellPatch, SearchRequest
 from ampkit.retrieval import RetrievalConfig, Retriever
 from ampkit.service import MemoryService
 from ampkit.store import store_from_url
+from support import examples
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 AGENTS = ["alice", "bob", "carol", "team-1"]
@@ -672,7 +673,7 @@ def store_urls(request) -> Callable[[], tuple[str, str]]:
     return fresh
 
 
-@settings(max_examples=12, deadline=None,
+@settings(max_examples=examples(12), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(caller=st.sampled_from(AGENTS), specs=st.lists(cell_specs, min_size=1, max_size=5),
        noise=st.lists(noise_specs, min_size=1, max_size=4))

@@ -23,7 +23,7 @@ from ampkit.models import CellCreate, CellPatch  # noqa: E402
 from ampkit.service import MemoryService  # noqa: E402
 from ampkit.store import CellFilter, StoredVector, store_from_url  # noqa: E402
 from ampkit.store.postgres import MIGRATIONS, PostgresStore, split_url  # noqa: E402
-from pg import EmbeddedPostgres  # noqa: E402
+from pg import EmbeddedPostgres, scratch_dir  # noqa: E402
 from support import run_cli  # noqa: E402
 
 pytestmark = pytest.mark.postgres
@@ -242,7 +242,7 @@ def test_missing_right_to_create_pgvector_is_explained(pg_server):
 
 
 def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
-    root = Path(tempfile.mkdtemp(prefix="ampkit-pg-outage-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix="ampkit-pg-outage-", dir=scratch_dir()))
     pg = EmbeddedPostgres(root / "data", root / "sock").start()
     try:
         url = pg.url() + "&pool_timeout=1"
@@ -313,10 +313,10 @@ def test_copy_sqlite_to_postgres_and_back_keeps_everything(pg_url, tmp_path):
     service.delete("agent_a", gone.id)
     for i in range(7):
         service.create("agent_b", CellCreate.model_validate({"content": {"text": f"fact {i}"}, "identity": {"owner_id": "u3"}}))
-    source.put_key(ApiKeyRecord("k1", "agent_a", ("read", "write"), "ab" * 32, utcnow(), utcnow() + timedelta(days=1)))
+    source.keys.put(ApiKeyRecord("k1", "agent_a", ("read", "write"), "ab" * 32, utcnow(), utcnow() + timedelta(days=1)))
     cells = {c.id: c for c in source.iter_cells()}
     histories = {cid: source.history(cid) for cid in cells}
-    keys = source.list_keys()
+    keys = source.keys.list()
     source.close()
 
     there = ampkit("copy", "--from", source_url, "--to", pg_url, "--batch-size", "4")
@@ -337,7 +337,7 @@ def test_copy_sqlite_to_postgres_and_back_keeps_everything(pg_url, tmp_path):
                 got = copy.history(cid)
                 assert [(h.at, h.actor, h.action, h.changes) for h in got] == [
                     (h.at, h.actor, h.action, h.changes) for h in entries]
-            assert copy.list_keys() == keys
+            assert copy.keys.list() == keys
             assert [c.cell_id for c in copy.keyword_candidates("Edinburgh", CellFilter(), 5)] != []
         finally:
             copy.close()

@@ -27,7 +27,7 @@ from ampkit.access import can_read
 from ampkit.store import CellFilter, store_from_url
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import AppServer
+from support import AppServer, examples
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -207,7 +207,7 @@ def pg_conn(pg_server):
         yield conn
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pattern=grammar_patterns, agents=st.lists(agent_ids, min_size=1, max_size=8))
 def test_matcher_sqlite_glob_and_postgres_regex_agree(pg_conn, pattern, agents):
     parsed = glob.parse(pattern)

@@ -4,7 +4,7 @@ request.
 The cookie holds no secret of the caller's: `{agent, key_id, nonce, issued}` as JSON, then an
 HMAC-SHA256 over it with the server's UI secret (`AMPKIT_UI_SECRET`, else a random one per
 process, which signs everyone out at a restart). With auth on, every request looks the key up
-again (`store.get_key`): a key revoked or expired since sign-in ends the session at once, and
+again (`store.keys.get`): a key revoked or expired since sign-in ends the session at once, and
 its scopes are read fresh. With auth off the cookie names the agent the person typed, and
 every page says that identity is not verified.
 
@@ -133,7 +133,7 @@ class SessionSigner:
         if self.auth_required:
             if key_id is None:
                 return None  # a cookie from when this server ran with auth off
-            key = self.store.get_key(str(key_id))
+            key = self.store.keys.get(str(key_id))
             if key is None or key.agent_id != agent or key_state(key, now) != "active":
                 return None
             scopes = frozenset(key.scopes)

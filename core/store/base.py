@@ -17,6 +17,7 @@ import builtins
 import base64
 import hashlib
 import json
+import warnings
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -383,22 +384,55 @@ class Store(ABC):
         raise NotImplementedError
 
     # ------------------------------------------------------------ API keys (ampkit.auth)
+    @property
     @abstractmethod
+    def keys(self) -> "ApiKeyStore":
+        """The store's API keys: their own small interface, in the same database."""
+
     def put_key(self, key: ApiKeyRecord) -> None:
+        """Deprecated: `store.keys.put(key)`."""
+        _deprecated("put_key", "keys.put")
+        self.keys.put(key)
+
+    def get_key(self, key_id: str) -> Optional[ApiKeyRecord]:
+        """Deprecated: `store.keys.get(key_id)`."""
+        _deprecated("get_key", "keys.get")
+        return self.keys.get(key_id)
+
+    def list_keys(self, agent_id: Optional[str] = None) -> builtins.list[ApiKeyRecord]:
+        """Deprecated: `store.keys.list(agent_id)`."""
+        _deprecated("list_keys", "keys.list")
+        return self.keys.list(agent_id)
+
+    def update_key(self, key: ApiKeyRecord) -> None:
+        """Deprecated: `store.keys.update(key)`."""
+        _deprecated("update_key", "keys.update")
+        self.keys.update(key)
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"Store.{old} is deprecated; use Store.{new}", DeprecationWarning, stacklevel=3)
+
+
+class ApiKeyStore(ABC):
+    """Where API keys live (see `ampkit.auth`); split from the cell store's interface because
+    nothing about keys is a cell: no filter, no history, no index touches them."""
+
+    @abstractmethod
+    def put(self, key: ApiKeyRecord) -> None:
         """Insert a new key record; raise ValueError if `key.key_id` already exists.
         Must be durable when it returns (the CLI prints the key right after)."""
 
     @abstractmethod
-    def get_key(self, key_id: str) -> Optional[ApiKeyRecord]:
+    def get(self, key_id: str) -> Optional[ApiKeyRecord]:
         """The record for `key_id` (whatever its state: expired and revoked keys too), or None.
         Called once per authenticated request: make it one indexed lookup."""
 
     @abstractmethod
-    def list_keys(self, agent_id: Optional[str] = None) -> builtins.list[ApiKeyRecord]:
+    def list(self, agent_id: Optional[str] = None) -> builtins.list[ApiKeyRecord]:
         """Every key record (or only `agent_id`'s), oldest first (created_at, then key_id)."""
 
     @abstractmethod
-    def update_key(self, key: ApiKeyRecord) -> None:
+    def update(self, key: ApiKeyRecord) -> None:
         """Store the mutable fields of an existing key: `expires_at`, `revoked_at`,
         `replaced_by` (the rest never changes). Raise KeyError if `key.key_id` is unknown."""
-

@@ -40,7 +40,6 @@ import builtins
 import hashlib
 import json
 from contextlib import contextmanager, nullcontext
-from datetime import timezone
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -50,19 +49,18 @@ from psycopg.types.json import Json, Jsonb
 from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import Unavailable
-from ..models import HistoryEntry, MemoryCell
+from ..errors import Unavailable, ValidationFailed
+from ..models import MemoryCell
 from ..textindex import query_terms
 from ._pg_url import redact, split_url
 from ._pg_schema import (
     CLASS_NEIGHBOURS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
 )
 from .sql import POSTGRES, compile_filter
+from .sql.store import SQLStore, SQLWriteTx
 from ._files import PostgresFileTx, SQLFileReads
-from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
-    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
-    cell_columns,
+    CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns,
 )
 
 # Advisory lock keys (any fixed bigints; they only need to be distinct within the database).
@@ -130,6 +128,10 @@ def _unavailable_on_connection_error(what: str) -> Iterator[None]:
         yield
     except _CONNECTION_ERRORS as exc:
         raise Unavailable(f"PostgreSQL is unavailable ({what}): {_first_line(exc)}") from exc
+    except psycopg.DataError as exc:
+        if POSTGRES.is_unstorable_text(exc):  # the same 422 SQLite's store gives (ampkit.store.sql)
+            raise ValidationFailed("text must not contain NUL (\\u0000)") from exc
+        raise
 
 
 # ------------------------------------------------------------------ rows
@@ -141,11 +143,6 @@ def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
         "metadata": Jsonb(body["content"].get("metadata") or {}),
         "body": Json(body),
     }
-
-
-def row_to_cell(text: str, body: dict[str, Any]) -> MemoryCell:
-    body["content"]["text"] = text
-    return MemoryCell.model_validate(body)
 
 
 def as_vector(vector: Any) -> np.ndarray:
@@ -164,27 +161,18 @@ def _vector_index_name(model: str, dim: int) -> str:
 
 
 
-class _PostgresWriteTx(PostgresFileTx, WriteTx):
+class _PostgresWriteTx(PostgresFileTx, SQLWriteTx):
+    dialect = POSTGRES
+
     def __init__(self, conn: psycopg.Connection, store: "PostgresStore"):
-        self.conn = conn
+        super().__init__(conn)
         self.store = store
         self._dirty_windows: set[str] = set()
 
-    def get(self, cell_id: str) -> Optional[MemoryCell]:
-        # FOR UPDATE: the row stays locked until this transaction ends, so a concurrent
-        # read-modify-write of the same cell (another thread or another server) waits.
-        row = self.conn.execute("SELECT text, body FROM cells WHERE id = %s FOR UPDATE", (cell_id,)).fetchone()
-        return None if row is None else row_to_cell(*row)
-
-    def key_holder(self, owner_id: str, key: str) -> Optional[MemoryCell]:
+    def _lock_key(self, owner_id: str, key: str) -> None:
         # Concurrent writers of one (owner, key) take turns on a transaction-scoped lock, so
         # the second sees the first's cell instead of tripping the unique index.
         self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (json.dumps([owner_id, key]),))
-        row = self.conn.execute(
-            "SELECT text, body FROM cells WHERE owner_id = %s AND cell_key = %s AND status IN ('active', 'stale') "
-            "AND superseded_by IS NULL FOR UPDATE", (owner_id, key),
-        ).fetchone()
-        return None if row is None else row_to_cell(*row)
 
     def _write_vector(self, cell_id: str, vector: Optional[StoredVector]) -> None:
         if vector is None:
@@ -255,30 +243,19 @@ class _PostgresWriteTx(PostgresFileTx, WriteTx):
                 self._queue(cell.id)
         self._write_vector(cell.id, vector)
 
-    def add_history(self, record: HistoryRecord) -> None:
-        self.conn.execute(
-            "INSERT INTO history (cell_id, at, actor, action, changes) VALUES (%s, %s, %s, %s, %s)",
-            (
-                record.cell_id,
-                record.at.astimezone(timezone.utc),
-                record.actor,
-                record.action,
-                json.dumps(record.changes, default=str, ensure_ascii=False),
-            ),
-        )
-
-    def purge(self, cell_id: str) -> None:
-        # Erasure: its text leaves its neighbours' windows too (found now, while it exists).
+    def _forget(self, cell_id: str) -> None:
+        # Erasure: its text leaves its neighbours' windows too (found now, while it exists);
+        # the row's delete cascades to its keyword entry and its vector.
         neighbours = self.conn.execute(SESSION_NEIGHBOURS, (CONTEXT_RADIUS, CONTEXT_RADIUS, [cell_id])).fetchall()
         self._dirty_windows.update(r[0] for r in neighbours)
-        self.conn.execute("DELETE FROM cells WHERE id = %s", (cell_id,))  # cascades to search and vectors
-        # Erasure: the history keeps who did what and when, never the old values.
-        self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = %s", (cell_id,))
 
 
-class PostgresStore(SQLFileReads, SQLKeyReads, Store):
+class PostgresStore(SQLFileReads, SQLStore):
     backend = "postgresql"
-    PARAM = "%s"  # psycopg placeholder (SQLKeyReads)
+    dialect = POSTGRES
+    PARAM = POSTGRES.param  # _files.SQLFileReads
+    MIGRATIONS = MIGRATIONS
+    MIGRATION_STEPS = MIGRATION_STEPS
     KEYWORD_RANKERS = KEYWORD_RANKERS
 
     def __init__(self, url: str, *, pool_min: int = 1, pool_max: int = 10, pool_timeout: float = 5.0,
@@ -346,56 +323,40 @@ class PostgresStore(SQLFileReads, SQLKeyReads, Store):
             with self._pool.connection() as conn:
                 yield conn
 
-    def _query(self, query: Any, params: Sequence[Any] = ()) -> list[tuple]:
+    def _query(self, query: Any, params: Sequence[Any] = ()) -> builtins.list[tuple]:
         with self._connection() as conn:
             return conn.execute(query, params).fetchall()
 
-    # ------------------------------------------------------------ migrations
-    def pending_migrations(self) -> list[tuple[int, str]]:
-        """(version, name) of the migrations `open()` would apply; reads only, needs no `open()`."""
+    # ------------------------------------------------------------ migrations (the loop: SQLStore)
+    def _applied_versions(self) -> Optional[set[int]]:
         self._check_reachable()
         with psycopg.connect(self.conninfo) as conn:
-            exists = _one(conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL"))[0]
-            done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")} if exists else set()
-        return [(version, name) for version, name, _ in MIGRATIONS if version not in done]
+            if not _one(conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL"))[0]:
+                return None
+            return {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
 
-    def migrate(self) -> list[int]:
-        """Apply pending numbered migrations (each in its own transaction); returns those applied.
-        An advisory lock makes servers that start together take turns: the first applies, the
-        others then find nothing left to do."""
-        applied: list[int] = []
+    @contextmanager
+    def _migration_connection(self) -> Iterator[psycopg.Connection]:
+        """Its own connection (the pool's connections need the vector type, which migration 1
+        creates), under an advisory lock: servers that start together take turns, the first
+        applies, the others then find nothing left to do."""
         with _unavailable_on_connection_error("migrations"), psycopg.connect(self.conninfo, autocommit=True) as conn:
             conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
             try:
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS schema_migrations "
-                    "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)"
-                )
-                done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
-                for version, name, script in MIGRATIONS:
-                    if version in done:
-                        continue
-                    try:
-                        with conn.transaction():
-                            conn.execute(script)
-                            if version in MIGRATION_STEPS:
-                                MIGRATION_STEPS[version](conn)
-                            conn.execute(
-                                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, now())",
-                                (version, name),
-                            )
-                    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.FeatureNotSupported) as exc:
-                        raise Unavailable(
-                            f"migration {version} ({name}) failed: {_first_line(exc).rstrip('.')}. ampkit needs pgvector >= 0.8 "
-                            "and the right to CREATE EXTENSION vector once (or an administrator runs it first)"
-                        ) from exc
-                    applied.append(version)
+                yield conn
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
-        return applied
 
-    def schema_version(self) -> int:
-        return int(self._query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")[0][0])
+    @contextmanager
+    def _migration_transaction(self, conn: psycopg.Connection, version: int, name: str) -> Iterator[None]:
+        try:
+            with conn.transaction():
+                yield
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.FeatureNotSupported) as exc:
+            raise Unavailable(
+                f"migration {version} ({name}) failed: {_first_line(exc).rstrip('.')}. ampkit needs pgvector >= 0.8 "
+                "and the right to CREATE EXTENSION vector once (or an administrator runs it first)"
+            ) from exc
 
     def _ensure_vector_index(self, conn: psycopg.Connection, model: str, dim: int) -> None:
         """A partial HNSW cosine index per (model, dimension), made on the first such vector."""
@@ -414,68 +375,16 @@ class PostgresStore(SQLFileReads, SQLKeyReads, Store):
 
     # ------------------------------------------------------------ writes
     @contextmanager
-    def write(self) -> Iterator[WriteTx]:
+    def _write_transaction(self) -> Iterator[_PostgresWriteTx]:
         with self._connection("write") as conn:
             # Pipeline mode: statements whose results nobody reads (inserts, history) are sent
             # without waiting for each answer; a fetch (tx.get) syncs. Faster batch writes.
             # (It needs libpq >= 14, which psycopg[binary] bundles; older ones go one by one.)
             pipeline = conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
             with pipeline, conn.transaction():
-                tx = _PostgresWriteTx(conn, self)
-                yield tx
-                tx.flush()
+                yield _PostgresWriteTx(conn, self)
 
     # ------------------------------------------------------------ reads
-    def get(self, cell_id: str) -> Optional[MemoryCell]:
-        rows = self._query("SELECT text, body FROM cells WHERE id = %s", (cell_id,))
-        return row_to_cell(*rows[0]) if rows else None
-
-    def get_many(self, cell_ids: Sequence[str]) -> dict[str, MemoryCell]:
-        ids = list(dict.fromkeys(cell_ids))
-        if not ids:
-            return {}
-        rows = self._query("SELECT id, text, body FROM cells WHERE id = ANY(%s)", (ids,))
-        return {cid: row_to_cell(text, body) for cid, text, body in rows}
-
-    def list(self, flt: CellFilter, limit: int, after_id: Optional[str] = None) -> list[MemoryCell]:
-        where, params = filter_sql(flt)
-        if after_id is not None:
-            where = sql.SQL("{} AND c.id > %s").format(where)
-            params.append(after_id)
-        rows = self._query(
-            sql.SQL("SELECT c.text, c.body FROM cells c WHERE {} ORDER BY c.id LIMIT %s").format(where), [*params, limit]
-        )
-        return [row_to_cell(*r) for r in rows]
-
-    def count(self, flt: CellFilter) -> int:
-        where, params = filter_sql(flt)
-        return int(self._query(sql.SQL("SELECT COUNT(*) FROM cells c WHERE {}").format(where), params)[0][0])
-
-    def facets(self, flt: CellFilter, limit: int, after_owner: Optional[str] = None) -> builtins.list[FacetRow]:
-        where, params = filter_sql(flt)
-        after = sql.SQL("") if after_owner is None else sql.SQL(" AND c.owner_id > %s")
-        rows = self._query(
-            sql.SQL(
-                "SELECT c.owner_id, c.type, c.status, COUNT(*) FROM cells c WHERE {where} AND c.owner_id IN "
-                "(SELECT DISTINCT c.owner_id FROM cells c WHERE {where}{after} ORDER BY c.owner_id LIMIT %s) "
-                "GROUP BY c.owner_id, c.type, c.status ORDER BY c.owner_id, c.type, c.status"
-            ).format(where=where, after=after),
-            [*params, *params, *([after_owner] if after_owner is not None else []), limit],
-        )
-        return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
-
-    def metadata_values(self, flt: CellFilter, key: str, limit: int,
-                        after: Optional[str] = None) -> builtins.list[tuple[str, int]]:
-        where, params = filter_sql(flt)
-        value, value_params = POSTGRES.metadata_text("c", key)
-        rows = self._query(
-            sql.SQL("SELECT v, COUNT(*) FROM (SELECT " + value + " AS v FROM cells c WHERE {where}) t "
-                    "WHERE v IS NOT NULL" + ("" if after is None else " AND v COLLATE \"C\" > %s")
-                    + " GROUP BY v ORDER BY v COLLATE \"C\" LIMIT %s").format(where=where),
-            [*value_params, *params, *([] if after is None else [after]), limit],
-        )
-        return [(v, int(n)) for v, n in rows]
-
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         terms = query_terms(query)
         if not terms:
@@ -541,20 +450,6 @@ class PostgresStore(SQLFileReads, SQLKeyReads, Store):
             return {}
         return dict(self._query("SELECT cell_id, model FROM cell_vectors WHERE cell_id = ANY(%s)", (ids,)))
 
-    def history(self, cell_id: str) -> HistoryPage:
-        rows = self._query(
-            "SELECT seq, cell_id, at, actor, action, changes FROM history WHERE cell_id = %s ORDER BY seq", (cell_id,)
-        )
-        return [HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=ch) for s, c, a, ac, act, ch in rows]
-
-    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> HistoryPage:
-        where, params = ("", []) if after is None else ("WHERE cell_id > %s OR (cell_id = %s AND seq > %s)", [after[0], *after])
-        rows = self._query(
-            f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT %s",
-            [*params, limit],
-        )
-        return [HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=ch) for s, c, a, ac, act, ch in rows]
-
     @contextmanager
     def try_lifecycle_lock(self) -> Iterator[bool]:
         """A session advisory lock on one pooled connection: one run at a time across servers.
@@ -589,24 +484,9 @@ class PostgresStore(SQLFileReads, SQLKeyReads, Store):
         )
         return bool(rows)
 
-    # ------------------------------------------------------------ API keys
-    def put_key(self, key: ApiKeyRecord) -> None:
-        try:
-            with self._connection("write") as conn:
-                conn.execute(
-                    f"INSERT INTO api_keys ({KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", key_to_row(key),
-                )
-        except psycopg.errors.UniqueViolation as exc:
-            raise ValueError(f"key {key.key_id} already exists") from exc
-
-    def update_key(self, key: ApiKeyRecord) -> None:
-        with self._connection("write") as conn:
-            cur = conn.execute(
-                "UPDATE api_keys SET expires_at = %s, revoked_at = %s, replaced_by = %s WHERE key_id = %s",
-                (key.expires_at, key.revoked_at, key.replaced_by, key.key_id),
-            )
-            if cur.rowcount == 0:
-                raise KeyError(key.key_id)
+    def _execute(self, statement: str, params: Sequence[Any] = ()) -> int:
+        with self._connection("write") as conn:  # autocommit: durable when it returns
+            return conn.execute(statement, params).rowcount
 
     def stats(self) -> dict[str, Any]:
         cells, size = self._query("SELECT (SELECT COUNT(*) FROM cells), pg_database_size(current_database())")[0]

@@ -24,22 +24,21 @@ import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Iterator, Optional, Sequence, cast
 
 import numpy as np
 
 from ..errors import Unavailable
 from ..glob import upgrade_stored
-from ..models import HistoryEntry, MemoryCell
+from ..models import MemoryCell
 from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
 from .sql import SQLITE, compile_filter
+from .sql.store import SQLStore, SQLWriteTx
 from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
-from ._keys import KEY_COLUMNS, SQLKeyReads, key_to_row
 from .base import (
-    CONTEXT_RADIUS, ApiKeyRecord, Candidate, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, StoredVector, WriteTx,
-    cell_columns, window_class,
+    CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns, window_class,
 )
 
 MIGRATIONS: list[tuple[int, str, str]] = [
@@ -236,35 +235,19 @@ def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
     }
 
 
-def row_to_cell(text: str, body: str) -> MemoryCell:
-    data = json.loads(body)
-    data["content"]["text"] = text
-    return MemoryCell.model_validate(data)
-
-
 def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[str, list[Any]]:
     """WHERE clause (without the keyword) for a CellFilter (the one compiler, SQLite's spelling)."""
     return compile_filter(flt, SQLITE, alias)
 
 
-class _SQLiteWriteTx(SQLFileTx, WriteTx):
+class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
+    dialect = SQLITE
+
     def __init__(self, conn: sqlite3.Connection, embed_queue: bool = False):
-        self.conn = conn
+        super().__init__(conn)
         self.embed_queue = embed_queue
         self._dirty_windows: set[int] = set()
         self._vec_seq: Optional[int] = None  # last vec_seq given out in this transaction
-
-    def get(self, cell_id: str) -> Optional[MemoryCell]:
-        row = self.conn.execute("SELECT text, body FROM cells WHERE id = ?", (cell_id,)).fetchone()
-        return None if row is None else row_to_cell(*row)
-
-    def key_holder(self, owner_id: str, key: str) -> Optional[MemoryCell]:
-        # Writers are serialised (BEGIN IMMEDIATE): this read and the insert after it are atomic.
-        row = self.conn.execute(
-            "SELECT text, body FROM cells WHERE owner_id = ? AND cell_key = ? AND status IN ('active', 'stale') "
-            "AND superseded_by IS NULL", (owner_id, key),
-        ).fetchone()
-        return None if row is None else row_to_cell(*row)
 
     def _vector_columns(self, vector: StoredVector) -> dict[str, Any]:
         """A vector as stored: float16 (half the bytes; cosine ranking is unchanged to ~1e-3)
@@ -370,31 +353,18 @@ class _SQLiteWriteTx(SQLFileTx, WriteTx):
         if vector is None and self.embed_queue and old is not None and old[1] != row["text"]:
             self._queue(cell.id)
 
-    def add_history(self, record: HistoryRecord) -> None:
-        self.conn.execute(
-            "INSERT INTO history(cell_id, at, actor, action, changes) VALUES (?, ?, ?, ?, ?)",
-            (
-                record.cell_id,
-                record.at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
-                record.actor,
-                record.action,
-                json.dumps(record.changes, default=str, ensure_ascii=False),
-            ),
-        )
-
-    def purge(self, cell_id: str) -> None:
+    def _forget(self, cell_id: str) -> None:
         rowid = self._rowid(cell_id)
         if rowid is not None:  # erasure: its text leaves its own and its neighbours' windows
             self._touch(rowid)
-        self.conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,))
         self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell_id,))
         self.conn.execute("DELETE FROM embed_queue WHERE cell_id = ?", (cell_id,))
-        # Erasure: the history keeps who did what and when, never the old values.
-        self.conn.execute("UPDATE history SET changes = '{}' WHERE cell_id = ?", (cell_id,))
 
 
-class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
+class SQLiteStore(SQLFileReads, SQLStore):
     backend = "sqlite"
+    dialect = SQLITE
+    MIGRATIONS = MIGRATIONS
 
     def __init__(
         self,
@@ -465,51 +435,38 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
         for thread in list(self._index_threads):
             thread.join(timeout)
 
-    def pending_migrations(self) -> builtins.list[tuple[int, str]]:
-        """(version, name) of the migrations `open()` would apply; reads only (the file is
-        opened read-only, and not created), needs no `open()`."""
-        applied: set[int] = set()
-        if self.path not in ("", ":memory:") and os.path.exists(self.path):
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-            try:
-                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_migrations'").fetchone() is not None:
-                    applied = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
-            finally:
-                conn.close()
-        return [(version, name) for version, name, _ in MIGRATIONS if version not in applied]
+    # ------------------------------------------------------------ migrations (the loop: SQLStore)
+    def _applied_versions(self) -> Optional[set[int]]:
+        # Read-only, and never creates the file: `ampkit migrate --check` changes nothing.
+        if self.path in ("", ":memory:") or not os.path.exists(self.path):
+            return None
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        try:
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'schema_migrations'").fetchone() is None:
+                return None
+            return {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+        finally:
+            conn.close()
 
-    def migrate(self) -> list[int]:
-        """Apply pending numbered migrations; returns the versions applied."""
+    @contextmanager
+    def _migration_connection(self) -> Iterator[sqlite3.Connection]:
         conn = self._require_writer()
-        applied: list[int] = []
         with self._write_lock:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-            )
-            done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
-            for version, name, sql in MIGRATIONS:
-                if version in done:
-                    continue
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for statement in _split_sql(sql):
-                        conn.execute(statement)
-                    if version in MIGRATION_STEPS:
-                        MIGRATION_STEPS[version](conn)
-                    conn.execute(
-                        "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?, ?, ?)",
-                        (version, name, datetime.now(timezone.utc).isoformat()),
-                    )
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                applied.append(version)
-        return applied
+            yield conn
 
-    def schema_version(self) -> int:
-        row = self._reader().execute("SELECT MAX(version) FROM schema_migrations").fetchone()
-        return int(row[0] or 0)
+    @contextmanager
+    def _migration_transaction(self, conn: sqlite3.Connection, version: int, name: str) -> Iterator[None]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _run_script(self, conn: sqlite3.Connection, script: str) -> None:
+        for statement in _split_sql(script):
+            conn.execute(statement)
 
     def close(self) -> None:
         for model, index in list(self._vectors.items()):
@@ -547,7 +504,7 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
 
     # ------------------------------------------------------------ writes
     @contextmanager
-    def write(self) -> Iterator[WriteTx]:
+    def _write_transaction(self) -> Iterator[_SQLiteWriteTx]:
         conn = self._require_writer()
         with self._write_lock:
             try:
@@ -555,9 +512,7 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
             except sqlite3.OperationalError as exc:
                 raise Unavailable(f"store is busy or unwritable: {exc}") from exc
             try:
-                tx = _SQLiteWriteTx(conn, self.embed_queue)
-                yield tx
-                tx.flush()
+                yield _SQLiteWriteTx(conn, self.embed_queue)
                 conn.execute("COMMIT")
             except sqlite3.OperationalError as exc:
                 _rollback(conn)
@@ -573,59 +528,6 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
             return self._reader().execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
             raise Unavailable(f"store cannot read: {exc}") from exc
-
-    def get(self, cell_id: str) -> Optional[MemoryCell]:
-        rows = self._query("SELECT text, body FROM cells WHERE id = ?", (cell_id,))
-        return row_to_cell(*rows[0]) if rows else None
-
-    def get_many(self, cell_ids: Sequence[str]) -> dict[str, MemoryCell]:
-        out: dict[str, MemoryCell] = {}
-        ids = list(dict.fromkeys(cell_ids))
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            for cid, text, body in self._query(
-                f"SELECT id, text, body FROM cells WHERE id IN ({','.join('?' * len(chunk))})", chunk
-            ):
-                out[cid] = row_to_cell(text, body)
-        return out
-
-    def list(self, flt: CellFilter, limit: int, after_id: Optional[str] = None) -> list[MemoryCell]:
-        where, params = filter_sql(flt)
-        if after_id is not None:
-            where += " AND c.id > ?"
-            params.append(after_id)
-        rows = self._query(f"SELECT c.text, c.body FROM cells c WHERE {where} ORDER BY c.id LIMIT ?", [*params, limit])
-        return [row_to_cell(*r) for r in rows]
-
-    def count(self, flt: CellFilter) -> int:
-        where, params = filter_sql(flt)
-        return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
-
-    def facets(self, flt: CellFilter, limit: int, after_owner: Optional[str] = None) -> builtins.list[FacetRow]:
-        where, params = filter_sql(flt)
-        after = "" if after_owner is None else " AND c.owner_id > ?"
-        # Walk the owner index in order, so that the page's owners are found after reading their
-        # cells only (left to itself the planner scans by status and sorts every readable owner:
-        # 100k readable cells, 25 ms against 270).
-        owners = (f"SELECT DISTINCT c.owner_id FROM cells c INDEXED BY cells_owner_status WHERE {where}{after} "
-                  "ORDER BY c.owner_id LIMIT ?")
-        rows = self._query(
-            f"SELECT c.owner_id, c.type, c.status, COUNT(*) FROM cells c WHERE {where} AND c.owner_id IN ({owners}) "
-            "GROUP BY c.owner_id, c.type, c.status ORDER BY c.owner_id, c.type, c.status",
-            [*params, *params, *([after_owner] if after_owner is not None else []), limit],
-        )
-        return [FacetRow(owner, kind, status, int(n)) for owner, kind, status, n in rows]
-
-    def metadata_values(self, flt: CellFilter, key: str, limit: int,
-                        after: Optional[str] = None) -> builtins.list[tuple[str, int]]:
-        where, params = filter_sql(flt)
-        value, value_params = SQLITE.metadata_text("c", key)
-        rows = self._query(
-            f"SELECT v, COUNT(*) FROM (SELECT {value} AS v FROM cells c WHERE {where}) "
-            f"WHERE v IS NOT NULL{'' if after is None else ' AND v > ?'} GROUP BY v ORDER BY v LIMIT ?",
-            [*value_params, *params, *([] if after is None else [after]), limit],
-        )
-        return [(v, int(n)) for v, n in rows]
 
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Okapi BM25 (FTS5's formula and constants) with its statistics (number of documents,
@@ -878,26 +780,6 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
         ))
         return [Candidate(ids[r], score) for r, score in hits if r in ids]
 
-    def history(self, cell_id: str) -> HistoryPage:
-        rows = self._query(
-            "SELECT seq, cell_id, at, actor, action, changes FROM history WHERE cell_id = ? ORDER BY seq", (cell_id,)
-        )
-        return [
-            HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=json.loads(ch))
-            for s, c, a, ac, act, ch in rows
-        ]
-
-    def history_scan(self, after: Optional[tuple[str, int]], limit: int) -> HistoryPage:
-        where, params = ("", []) if after is None else ("WHERE cell_id > ? OR (cell_id = ? AND seq > ?)", [after[0], *after])
-        rows = self._query(
-            f"SELECT seq, cell_id, at, actor, action, changes FROM history {where} ORDER BY cell_id, seq LIMIT ?",
-            [*params, limit],
-        )
-        return [
-            HistoryEntry(seq=s, cell_id=c, at=a, actor=ac, action=act, changes=json.loads(ch))
-            for s, c, a, ac, act, ch in rows
-        ]
-
     @contextmanager
     def try_lifecycle_lock(self) -> Iterator[bool]:
         got = self._lifecycle_lock.acquire(blocking=False)
@@ -907,24 +789,9 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
             if got:
                 self._lifecycle_lock.release()
 
-    # ------------------------------------------------------------ API keys
-    def put_key(self, key: ApiKeyRecord) -> None:
+    def _execute(self, statement: str, params: Sequence[Any] = ()) -> int:
         with self.write() as tx:
-            try:
-                tx.conn.execute(  # type: ignore[attr-defined]
-                    f"INSERT INTO api_keys({KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", key_to_row(key, _iso),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise ValueError(f"key {key.key_id} already exists") from exc
-
-    def update_key(self, key: ApiKeyRecord) -> None:
-        with self.write() as tx:
-            cur = tx.conn.execute(  # type: ignore[attr-defined]
-                "UPDATE api_keys SET expires_at = ?, revoked_at = ?, replaced_by = ? WHERE key_id = ?",
-                (_iso(key.expires_at), _iso(key.revoked_at), key.replaced_by, key.key_id),
-            )
-            if cur.rowcount == 0:
-                raise KeyError(key.key_id)
+            return tx.conn.execute(statement, params).rowcount  # type: ignore[attr-defined]
 
     def stats(self) -> dict[str, Any]:
         cells = self._query("SELECT COUNT(*) FROM cells")[0][0]
@@ -956,10 +823,6 @@ class SQLiteStore(SQLFileReads, SQLKeyReads, Store):
                     "WHERE rowid > ? AND rowid <= ? AND embed_model IS NOT ? ORDER BY rowid", (after, last, model),
                 ).rowcount
                 after = last
-
-
-def _iso(value: Optional[datetime]) -> Optional[str]:
-    return None if value is None else value.astimezone(timezone.utc).isoformat()
 
 
 def decode_vector(blob: bytes, dim: Optional[int]) -> np.ndarray:
@@ -1028,3 +891,4 @@ def _rewrite_hangul_windows(conn: sqlite3.Connection) -> None:
 
 # Python steps that run inside a migration's transaction, after its SQL.
 MIGRATION_STEPS = {5: _rebuild_access_and_windows, 7: _rewrite_hangul_windows}
+SQLiteStore.MIGRATION_STEPS = MIGRATION_STEPS

@@ -50,7 +50,7 @@ def copy_store(
     """Copy everything from `source` into the empty `destination`, then verify the counts.
 
     Each batch of cells (with their history and vectors) is one destination transaction."""
-    if destination.count(everything()) or destination.list_keys():
+    if destination.count(everything()) or destination.keys.list():
         raise DestinationNotEmpty("the destination store already holds cells or keys; copy only fills an empty store")
     retriever = retriever or Retriever()
     report = CopyReport()
@@ -76,8 +76,8 @@ def copy_store(
             flush()
     if batch:
         flush()
-    for key in source.list_keys():
-        destination.put_key(key)
+    for key in source.keys.list():
+        destination.keys.put(key)
         report.keys += 1
     report.mismatches = verify_copy(source, destination)
     return report
@@ -94,7 +94,7 @@ def verify_copy(source: Store, destination: Store) -> list[str]:
     short = [c.id for c in source.iter_cells() if len(source.history(c.id)) != len(destination.history(c.id))]
     if short:
         problems.append(f"history differs for {len(short)} cells, e.g. {short[0]}")
-    if {k.key_id for k in source.list_keys()} != {k.key_id for k in destination.list_keys()}:
+    if {k.key_id for k in source.keys.list()} != {k.key_id for k in destination.keys.list()}:
         problems.append("API keys differ")
     return problems
 

@@ -10,7 +10,7 @@ No driver is imported at module level: the PostgreSQL dialect must load without 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Sequence
 
 from ...glob import parse_stored
@@ -25,6 +25,9 @@ class Dialect:
     param = "?"  # the driver's placeholder
     false = "0"  # a condition that is never true
     for_update = ""  # suffix of a SELECT that locks its rows until the transaction ends
+    timestamp_type = "TEXT"  # the column type of a bookkeeping time (schema_migrations.applied_at)
+    binary_collation = ""  # appended to a text expression to order it by code point
+    owner_order = ""  # after `FROM cells c`: read the cells in owner order (facets' page of owners)
 
     def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
         raise NotImplementedError
@@ -43,6 +46,18 @@ class Dialect:
 
     def expiry(self, value: datetime) -> Any:
         """A time as the `expires_at` column holds it."""
+        raise NotImplementedError
+
+    def history_time(self, value: datetime) -> Any:
+        """A history entry's time as the `history.at` column holds it."""
+        raise NotImplementedError
+
+    def timestamp(self, value: datetime) -> Any:
+        """A time in a `timestamp_type` column (api_keys, schema_migrations)."""
+        raise NotImplementedError
+
+    def now(self) -> SQLFragment:
+        """An expression for the current time, in a `timestamp_type` column."""
         raise NotImplementedError
 
     def metadata_equals(self, alias: str, key: str, value: Any) -> SQLFragment:
@@ -69,6 +84,9 @@ class SQLiteDialect(Dialect):
     param = "?"
     false = "0"
     for_update = ""  # writers are serialised (BEGIN IMMEDIATE): every row read is already ours
+    # Left to itself the planner scans by status and sorts every readable owner to find a page
+    # of 25 (100k readable cells: 270 ms); walking the owner index stops after them (25 ms).
+    owner_order = " INDEXED BY cells_owner_status"
 
     def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
         return f"{column} IN ({','.join('?' * len(values))})", list(values)
@@ -84,6 +102,15 @@ class SQLiteDialect(Dialect):
 
     def expiry(self, value: datetime) -> float:
         return value.timestamp()
+
+    def history_time(self, value: datetime) -> str:
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+    def timestamp(self, value: datetime) -> str:
+        return value.astimezone(timezone.utc).isoformat()
+
+    def now(self) -> SQLFragment:
+        return "?", [self.timestamp(datetime.now(timezone.utc))]
 
     def metadata_equals(self, alias: str, key: str, value: Any) -> SQLFragment:
         # json_each instead of a JSON path: a path cannot name every key (a '"' or a trailing
@@ -134,6 +161,8 @@ class PostgresDialect(Dialect):
     param = "%s"
     false = "FALSE"
     for_update = " FOR UPDATE"  # two servers updating one cell queue on the row lock
+    timestamp_type = "TIMESTAMPTZ"
+    binary_collation = ' COLLATE "C"'
 
     def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
         return f"{column} = ANY(%s)", [list(values)]
@@ -149,6 +178,15 @@ class PostgresDialect(Dialect):
 
     def expiry(self, value: datetime) -> datetime:
         return value
+
+    def history_time(self, value: datetime) -> datetime:
+        return value.astimezone(timezone.utc)
+
+    def timestamp(self, value: datetime) -> datetime:
+        return value
+
+    def now(self) -> SQLFragment:
+        return "now()", []
 
     def metadata_equals(self, alias: str, key: str, value: Any) -> SQLFragment:
         import json
