@@ -32,7 +32,7 @@ from scale import memory_text, percentiles, query_for
 READER = "team-lead"
 
 
-def run(n: int, store_url: str, queries: int) -> dict:
+def run(n: int, store_url: str, queries: int, reuse: bool = False) -> dict:
     rng = random.Random(7)
     owners = [f"user-{i:05d}" for i in range(max(1, n // 100))]
     store = store_from_url(store_url)
@@ -48,7 +48,8 @@ def run(n: int, store_url: str, queries: int) -> dict:
             memories[owner].append(text)
             cells.append(CellCreate(content={"text": text}, identity={"owner_id": owner, "session_id": f"{owner}-s{j // 10}"},
                                     access_policy=shared))
-        service.create_many(owner, cells)
+        if not reuse:  # --reuse: the store already holds these cells (same seed), only the texts are needed
+            service.create_many(owner, cells)
     load_s = time.perf_counter() - t0
     print(f"loaded {n} cells in {load_s:.1f} s", file=sys.stderr)
 
@@ -81,10 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", default=None, help="store URL [default: a temporary SQLite file]")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--reuse", action="store_true",
+                        help="--store already holds the cells of an earlier run with the same --n (skip loading)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ampkit-kwscale-") as tmp:
-        result = run(args.n, args.store or f"sqlite:///{tmp}/kw.db", args.queries)
-    print(f"keyword leg, {result['n']} cells, {result['store']} (k=80, ms)")
+        result = run(args.n, args.store or f"sqlite:///{tmp}/kw.db", args.queries, args.reuse)
+    print(f"keyword leg, {result['n']} cells, {result['store']} (k=80, ms; load average at end "
+          f"{result['machine']['loadavg_at_end']})")
     print("| search | p50 | p95 | p99 |\n|---|---|---|---|")
     for name in ("owner_search_ms", "reader_search_ms"):
         p = result[name]

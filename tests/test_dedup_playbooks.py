@@ -75,6 +75,31 @@ def test_dedup_never_reveals_a_cell_the_writer_cannot_read(server):
     assert [h["action"] for h in after.json()["results"]] == ["create"]  # untouched
 
 
+def test_migration_9_digests_existing_texts_so_dedup_finds_them(tmp_path):
+    """An exact duplicate is found by the normalised-text digest (SQLite migration 9); a
+    store written before the digest existed gets it filled in, so a restated memory written
+    before the upgrade is still recognised, in any case and spacing."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/old.db"
+    service = build_service(load_settings(store=url, embedder="none"))
+    service.store.open()
+    first = service.create("dd-old", CellCreate.model_validate(cell("Prefers  window seats.", owner="dd-old")))
+    service.store.close()
+    conn = sqlite3.connect(tmp_path / "old.db")  # back to a version-8 file: no digest column
+    conn.executescript("DROP INDEX cells_text_key; ALTER TABLE cells DROP COLUMN text_key; "
+                       "DELETE FROM schema_migrations WHERE version = 9;")
+    conn.close()
+    service = build_service(load_settings(store=url, embedder="none"))
+    service.store.open()
+    try:
+        again, kind = service.create_many_detailed(
+            "dd-old", [CellCreate.model_validate(cell("prefers window SEATS", owner="dd-old"))])[0]
+        assert (again.id, kind) == (first.id, "exact")
+    finally:
+        service.store.close()
+
+
 def test_identical_writes_racing_each_other_store_one_cell(tmp_path):
     """Eight threads restate one memory at once (a retried request, two agents hearing the same
     thing), in 30 rounds: one cell per round, the others are counted uses of it. Fails without

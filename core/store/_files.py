@@ -182,6 +182,13 @@ class SQLFileReads:
                            f"AND {LIVE} ORDER BY cell_path", (owner_id,))
         return [cell_from_row(*r) for r in rows]
 
+    def file_cell(self, owner_id: str, path: str) -> Optional[MemoryCell]:
+        """The owner's live file at `path` (one indexed lookup; no access filter)."""
+        q = self.PARAM
+        rows = self._query(f"SELECT text, body FROM cells WHERE owner_id = {q} AND cell_path = {q} AND {LIVE}",
+                           (owner_id, path))
+        return cell_from_row(*rows[0]) if rows else None
+
     def get_proposal(self, proposal_id: str) -> Optional[ProposalRecord]:
         rows = self._query(f"SELECT {PROPOSAL_COLUMNS} FROM file_proposals WHERE id = {self.PARAM}", (proposal_id,))
         return proposal_from_row(rows[0]) if rows else None

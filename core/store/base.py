@@ -17,6 +17,7 @@ import builtins
 import base64
 import hashlib
 import json
+import re
 import warnings
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
@@ -147,10 +148,18 @@ def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
     return columns, body
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def check_storable(body: Any) -> None:
     """Refuse a cell holding text no store can keep (NUL, a lone surrogate) with the same 422
     on every store. The models already refuse it on input; this holds the stores to one
     answer whatever builds the cell (SQLite would keep it, PostgreSQL would fail)."""
+    # Fast path: a NUL in any key or value is serialised as the escape below, and a lone
+    # surrogate passes through as itself, so a clean serialisation is a clean cell.
+    serialised = json.dumps(body, ensure_ascii=False, check_circular=False)
+    if "\\u0000" not in serialised and _SURROGATE.search(serialised) is None:
+        return
     pending = [body]
     while pending:
         item = pending.pop()
@@ -269,8 +278,9 @@ class Store(ABC):
 
     def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
         """Ids of cells that may have the same words as `text` (a superset is fine: the caller
-        compares the normalised texts), for dedup on write. Default: the keyword leg's top k."""
-        return [c.cell_id for c in self.keyword_candidates(text, flt, k)]
+        compares the normalised texts), for dedup on write. Default: the keyword leg's top k
+        for the text's first 64 words."""
+        return [c.cell_id for c in self.keyword_candidates(" ".join(text.split()[:64]), flt, k)]
 
     def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Top-k by cosine similarity among cells embedded with `model`. Default: no dense leg.
@@ -370,6 +380,10 @@ class Store(ABC):
     # ------------------------------------------------------------ memory files (store/_files.py)
     def file_cells(self, owner_id: str) -> builtins.list[MemoryCell]:
         """The owner's live cells that have a path, ordered by path (no access filter)."""
+        raise NotImplementedError
+
+    def file_cell(self, owner_id: str, path: str) -> Optional[MemoryCell]:
+        """The owner's live cell at `path`, or None (no access filter)."""
         raise NotImplementedError
 
     def get_proposal(self, proposal_id: str) -> Optional[ProposalRecord]:

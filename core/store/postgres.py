@@ -36,10 +36,13 @@ Not storable, unlike SQLite: a NUL character (U+0000) in a text (PostgreSQL reje
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import hashlib
 import json
+import threading
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -86,8 +89,10 @@ WHERE s.tsv @@ q.tsq AND {where} ORDER BY score DESC, s.cell_id LIMIT %s
 # readable scope), never the whole corpus: number of documents and mean length from `scope`,
 # document frequencies from the matches themselves. Term frequency comes from the tsvector's
 # positions, document length from cell_search.len. The per-document sum runs in lexeme order,
-# so equal inputs give bit-identical scores. Placeholders: the query's lexemes, the filter's
-# (twice), k.
+# so equal inputs give bit-identical scores. Placeholders: the query's lexemes, the filter's,
+# the scope's N and mean length (`_BM25_SCOPE`, kept per filter until the data changes), k.
+_BM25_SCOPE = """SELECT COUNT(*)::float8 AS n, GREATEST(COALESCE(AVG(s.len), 1), 1)::float8 AS avgdl
+FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE {where}"""
 _BM25 = f"""
 WITH weights AS (SELECT * FROM unnest(%s::text[]) AS w(lexeme)),
 matches AS MATERIALIZED (  -- each match's tsvector cut down to the query's lexemes (setweight marks them, ts_filter keeps them)
@@ -95,8 +100,7 @@ matches AS MATERIALIZED (  -- each match's tsvector cut down to the query's lexe
     FROM cell_search s JOIN cells c ON c.id = s.cell_id
     WHERE s.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM weights) AND {{where}}),
 terms AS (SELECT m.cell_id, m.len, u.lexeme, cardinality(u.positions) AS tf FROM matches m CROSS JOIN LATERAL unnest(m.hits) AS u),
-scope AS (SELECT COUNT(*)::float8 AS n, GREATEST(COALESCE(AVG(s.len), 1), 1)::float8 AS avgdl
-          FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE {{where}}),
+scope AS (SELECT %s::float8 AS n, %s::float8 AS avgdl),
 idf AS (SELECT t.lexeme, ln(1 + (GREATEST(scope.n, COUNT(*)) - COUNT(*) + 0.5) / (COUNT(*) + 0.5)) AS idf
         FROM terms t CROSS JOIN scope GROUP BY t.lexeme, scope.n)
 SELECT t.cell_id,
@@ -272,6 +276,9 @@ class PostgresStore(SQLFileReads, SQLStore):
             raise ValueError(f"keyword_ranker must be one of {', '.join(KEYWORD_RANKERS)}")
         self._pool: Optional[ConnectionPool] = None
         self._vector_indexes: set[str] = set()
+        # (snapshot, {filter: (valid-from time, N, mean length)}, [sorted expiry times]): `_keyword_scope`
+        self._scope_lock = threading.Lock()
+        self._scope_cache: tuple[str, dict[tuple[str, str, bool], tuple[float, float, float]], builtins.list[builtins.list[float]]] = ("", {}, [])
 
     # ------------------------------------------------------------ connections
     @staticmethod
@@ -398,8 +405,43 @@ class PostgresStore(SQLFileReads, SQLStore):
                 lexemes = [r[0] for r in conn.execute(_LEXEMES, (TEXT_CONFIG, " ".join(terms)))]
                 if not lexemes:
                     return []
-                rows = conn.execute(sql.SQL(_BM25).format(where=where), [sorted(lexemes), *params, *params, k])
+                n, avgdl = self._keyword_scope(conn, flt)
+                if not n:
+                    return []
+                rows = conn.execute(sql.SQL(_BM25).format(where=where), [sorted(lexemes), *params, n, avgdl, k])
             return [Candidate(cid, float(score)) for cid, score in rows]
+
+    def _keyword_scope(self, conn: psycopg.Connection, flt: CellFilter) -> tuple[float, float]:
+        """BM25's N and mean length over the cells `flt` admits. A reader-wide filter admits
+        most of the store, so this is a scan: it is kept per filter while the database
+        cluster's snapshot (`pg_current_snapshot()`: which transactions have committed) stays
+        the same and no cell expires in between, the way the SQLite store keys its cache on
+        `PRAGMA data_version`."""
+        snapshot = _one(conn.execute("SELECT pg_current_snapshot()::text"))[0]
+        at = flt.not_expired_at.timestamp() if flt.not_expired_at is not None else None
+        where_text, params = compile_filter(replace(flt, not_expired_at=None), POSTGRES)
+        key = (where_text, repr(params), at is None)
+        with self._scope_lock:
+            if self._scope_cache[0] != snapshot:
+                self._scope_cache = (snapshot, {}, [])
+            cache = self._scope_cache
+            hit = cache[1].get(key)
+        if hit is not None and at is not None and at != hit[0]:
+            if not cache[2]:  # the store's expiry times, sorted, once per snapshot
+                cache[2].append(sorted(t.timestamp() for (t,) in conn.execute(
+                    "SELECT expires_at FROM cells WHERE expires_at IS NOT NULL")))
+            expiries = cache[2][0]
+            if at < hit[0] or bisect.bisect_right(expiries, at) != bisect.bisect_right(expiries, hit[0]):
+                hit = None  # a cell expired in between (or the clock went back)
+        if hit is None:
+            where, params = filter_sql(flt)
+            n, avgdl = _one(conn.execute(sql.SQL(_BM25_SCOPE).format(where=where), params))
+            hit = (at or 0.0, float(n), float(avgdl))
+            with self._scope_lock:
+                if len(cache[1]) >= 256:
+                    cache[1].clear()
+                cache[1][key] = hit
+        return hit[1], hit[2]
 
     def vector_query(self, vector: Any, model: str, flt: CellFilter, k: int,
                      exact: bool = False) -> tuple[sql.Composed, builtins.list[Any]]:

@@ -16,8 +16,6 @@ import bisect
 import builtins
 import hashlib
 import json
-import math
-import re
 import os
 import sqlite3
 import tempfile
@@ -32,8 +30,9 @@ import numpy as np
 from ..errors import Unavailable
 from ..glob import upgrade_stored
 from ..models import MemoryCell
-from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms
+from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms, text_key
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
+from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, int_list, top_k
 from .sql import SQLITE, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
 from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
@@ -194,9 +193,28 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE TABLE embed_queue (seq INTEGER PRIMARY KEY AUTOINCREMENT, cell_id TEXT NOT NULL UNIQUE);
         """,
     ),
+    (
+        9,
+        "normalised-text digest for exact dedup",
+        # Dedup on write looks an exact duplicate up by this digest (ampkit.textindex.text_key)
+        # in one index probe, instead of an FTS phrase query whose cost grows with the store.
+        """
+        ALTER TABLE cells ADD COLUMN text_key TEXT;
+        UPDATE cells SET text_key = ampkit_text_key(text);
+        CREATE INDEX cells_text_key ON cells(owner_id, text_key);
+        """,
+    ),
 ]
 
-BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() constants
+# Every occurrence of one term in the window text (column 0 of cells_fts), read from the FTS
+# index itself, as one comma-separated string of rowids in rowid order (fts5vocab `instance`
+# has a row per occurrence): one string instead of a Python row per match is most of the speed.
+# Per reader connection (one per thread), until the database changes: the admitted rows of
+# recent wide filters and every row's postings of recent terms (16 bytes a row each).
+ADMITTED_CACHE_ROWS = 4_000_000
+POSTINGS_CACHE_ROWS = 4_000_000
+_TERM_ROWS = "SELECT group_concat(doc) FROM temp.ampkit_vocab WHERE term = ? AND col = 'text'"
+_UNIT_ROWS = "SELECT group_concat(rowid) FROM cells_fts WHERE cells_fts MATCH ?"
 
 # FTS5 is also the tokenizer: a contentless temporary index per connection turns texts into
 # the exact terms (porter stems) and counts the keyword index uses.
@@ -205,6 +223,7 @@ _TOKENIZER = (
     "text, content='', tokenize='porter unicode61 remove_diacritics 2')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_token_instances USING fts5vocab(temp, ampkit_tokens, instance)",
 )
+_VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
 
 
 def tokenize(conn: sqlite3.Connection, texts: Sequence[str]) -> list[dict[str, int]]:
@@ -232,6 +251,7 @@ def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
         "public": int(columns["public"]),
         "expires_at": _ts(columns["expires_at"]),
         "body": json.dumps(body, separators=(",", ":"), ensure_ascii=False),
+        "text_key": text_key(columns["text"]),
     }
 
 
@@ -247,6 +267,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         super().__init__(conn)
         self.embed_queue = embed_queue
         self._dirty_windows: set[int] = set()
+        self._inserted: list[int] = []  # new rows, whose windows `flush` marks in one pass
         self._vec_seq: Optional[int] = None  # last vec_seq given out in this transaction
 
     def _vector_columns(self, vector: StoredVector) -> dict[str, Any]:
@@ -267,8 +288,9 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
             sets = ", ".join(f"{k} = ?" for k in cols)
             self.conn.execute(f"UPDATE cells SET {sets} WHERE id = ?", [*cols.values(), cell_id])
 
-    def _write_readers(self, cell: MemoryCell) -> None:
-        self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell.id,))
+    def _write_readers(self, cell: MemoryCell, new: bool = False) -> None:
+        if not new:
+            self.conn.execute("DELETE FROM cell_readers WHERE cell_id = ?", (cell.id,))
         self.conn.executemany(
             "INSERT OR IGNORE INTO cell_readers(cell_id, pattern) VALUES (?, ?)",
             [(cell.id, SQLITE.reader_pattern(p)) for p in cell.access_policy.readable_by],
@@ -293,17 +315,77 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         before, _, after = self._window(rowid)
         self._dirty_windows.update([rowid, *(r for r, _ in before), *(r for r, _ in after)])
 
+    def _windows(self, rowids: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """rowid -> (owner, window text) for each existing row among `rowids`: its text joined
+        with the texts of its neighbours (as `_window`). The rows of one window class are read
+        together, so a batch of turns of one session costs three queries, not three per turn."""
+        info: dict[int, tuple[str, Optional[str], str]] = {}
+        ids = sorted(set(rowids))
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            for rowid, owner, klass, text in self.conn.execute(
+                f"SELECT rowid, owner_id, window_class, text FROM cells WHERE rowid IN ({','.join('?' * len(chunk))})", chunk,
+            ):
+                info[rowid] = (owner, klass, text)
+        out: dict[int, tuple[str, str]] = {}
+        by_class: dict[str, list[int]] = {}
+        for rowid, (owner, klass, text) in info.items():
+            if klass is None:
+                out[rowid] = (owner, text)
+            else:
+                by_class.setdefault(klass, []).append(rowid)
+        side = "SELECT rowid, text FROM cells WHERE window_class = ? AND rowid {} ? ORDER BY rowid {} LIMIT ?"
+        for klass, members in by_class.items():
+            members.sort()
+            # One span over the class's marked rows when they lie close together (a batch of
+            # turns); rows far apart in a long session are read one by one.
+            close = members[-1] - members[0] <= 64 * len(members)
+            spans = [members] if close else [[r] for r in members]
+            for span in spans:
+                lo, hi = span[0], span[-1]
+                before = self.conn.execute(side.format("<", "DESC"), (klass, lo, CONTEXT_RADIUS)).fetchall()[::-1]
+                middle = self.conn.execute(
+                    "SELECT rowid, text FROM cells WHERE window_class = ? AND rowid BETWEEN ? AND ? ORDER BY rowid",
+                    (klass, lo, hi),
+                ).fetchall() if hi > lo else [(lo, info[lo][2])]
+                after = self.conn.execute(side.format(">", "ASC"), (klass, hi, CONTEXT_RADIUS)).fetchall()
+                ordered = before + middle + after
+                at = {r: k for k, (r, _) in enumerate(ordered)}
+                for r in span:
+                    k = at[r]
+                    window = ordered[max(0, k - CONTEXT_RADIUS) : k + CONTEXT_RADIUS + 1]
+                    out[r] = (info[r][0], "\n".join(t for _, t in window))
+        return out
+
+    def _touch_inserted(self) -> None:
+        """Mark the windows new rows change: their own and, per window class, those of the
+        CONTEXT_RADIUS cells just before the first new row (a new row has the highest rowid,
+        so every cell after it is new too)."""
+        first: dict[str, int] = {}
+        ids = self._inserted
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            for rowid, klass in self.conn.execute(
+                f"SELECT rowid, window_class FROM cells WHERE rowid IN ({','.join('?' * len(chunk))})", chunk,
+            ):
+                if klass is not None and (klass not in first or rowid < first[klass]):
+                    first[klass] = rowid
+        sql = "SELECT rowid FROM cells WHERE window_class = ? AND rowid < ? ORDER BY rowid DESC LIMIT ?"
+        for klass, rowid in first.items():
+            self._dirty_windows.update(r for (r,) in self.conn.execute(sql, (klass, rowid, CONTEXT_RADIUS)))
+        self._dirty_windows.update(ids)
+        self._inserted = []
+
     def flush(self) -> None:
         """Rewrite the marked keyword windows (text, term frequencies, length); runs once
         before COMMIT, so a batch of turns in one session rewrites each window once."""
-        rows: list[tuple[int, str, str]] = []
-        for rowid in sorted(self._dirty_windows):
-            self.conn.execute("DELETE FROM cell_context WHERE rowid = ?", (rowid,))
-            before, own, after = self._window(rowid)
-            if own is not None:
-                owner, text = own
-                rows.append((rowid, index_text("\n".join([*(t for _, t in before), text, *(t for _, t in after)])),
-                             owner_token(owner)))
+        if self._inserted:
+            self._touch_inserted()
+        dirty = sorted(self._dirty_windows)
+        self.conn.executemany("DELETE FROM cell_context WHERE rowid = ?", [(r,) for r in dirty])
+        windows = self._windows(dirty)
+        rows = [(rowid, index_text(windows[rowid][1]), owner_token(windows[rowid][0]))
+                for rowid in dirty if rowid in windows]
         for i in range(0, len(rows), 500):
             chunk = rows[i : i + 500]
             counts = tokenize(self.conn, [text for _, text, _ in chunk])
@@ -324,8 +406,8 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
             row.update(self._vector_columns(vector))
         cols = ",".join(row)
         cur = self.conn.execute(f"INSERT INTO cells({cols}) VALUES ({','.join('?' * len(row))})", list(row.values()))
-        self._touch(cur.lastrowid or 0)  # an INSERT always sets lastrowid
-        self._write_readers(cell)
+        self._inserted.append(cur.lastrowid or 0)  # an INSERT always sets lastrowid
+        self._write_readers(cell, new=True)
         if vector is None and self.embed_queue:
             self._queue(cell.id)
 
@@ -404,6 +486,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         conn.create_function("ampkit_index_text", 1, index_text, deterministic=True)  # migration 2
         conn.create_function("ampkit_owner_token", 1, owner_token, deterministic=True)
+        conn.create_function("ampkit_text_key", 1, text_key, deterministic=True)  # migration 9
         for statement in _TOKENIZER:
             conn.execute(statement)
         return conn
@@ -475,14 +558,15 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     self._save_ann(model, index)
                 except OSError:
                     pass
-        with self._readers_lock:
-            for conn in self._readers:
-                conn.close()
-            self._readers.clear()
-        self._local = threading.local()
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        with self._vectors_lock:  # the background warm-up reads under it (_catch_up_vectors)
+            with self._readers_lock:
+                for conn in self._readers:
+                    conn.close()
+                self._readers.clear()
+            self._local = threading.local()
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
         if self._tempdir is not None:
             self._tempdir.cleanup()
             self._tempdir = None
@@ -534,38 +618,41 @@ class SQLiteStore(SQLFileReads, SQLStore):
         mean length, document frequencies) taken over the cells `flt` admits, not the whole
         index: a caller's scores then depend only on cells it may read (non-interference).
 
-        When the filter admits few cells (an owner's search), their windows' stored term
-        counts are scanned directly instead of running the FTS OR query, whose cost grows with
-        how common the words are in the whole store (27 ms at 1M cells for an owner's 100):
-        the same matches (a window holding any query term) and the same scores, at a cost
-        that depends only on the admitted cells."""
-        match = fts_match(query)
-        if match is None:
-            return []
-        match = f"text : ({match})"
-        if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
-            match += f' AND owner : "{owner_token(flt.owner_id)}"'
+        Three ways to the same matches and scores (tested against the straightforward loop):
+        a filter admitting few cells (an owner's search) scans their windows' stored term
+        counts, at a cost that depends only on the admitted cells; a wide filter (a reader
+        across owners) intersects each query term's rows from the FTS index with the admitted
+        rows, both kept in numpy arrays until the database changes (`_bm25`); a small filter
+        with a word the tokenizer splits (a phrase) runs the FTS OR query."""
         conn = self._reader()
         words = query_terms(query)
+        if not words:
+            return []
         per_word = tokenize(conn, words)
         terms = sorted({t for tf in per_word for t in tf})
         terms = [t for t in terms if '"' not in t and "\\" not in t]
         if not terms:
             return []
-        where, params = filter_sql(flt)
-        n, total_len = self._admitted_stats(flt)
+        entry = self._admitted_entry(flt)
+        n, total_len = entry[1], entry[2]
         if not n:
             return []
+        if n > self.keyword_scan_max:
+            return self._keyword_wide(flt, entry, words, per_word, terms, k)
+        where, params = filter_sql(flt)
         tf_columns = ", ".join("json_extract(x.terms, ?)" for _ in terms)
         paths = ['$."' + t + '"' for t in terms]
         # The scan matches exactly what the FTS query matches when every query word is one
         # index term (a word the tokenizer splits would be a phrase in FTS).
-        if n <= self.keyword_scan_max and all(len(tf) == 1 for tf in per_word):
+        if all(len(tf) == 1 for tf in per_word):
             rows = [row for row in self._query(
                 f"SELECT c.id, x.len, {tf_columns} FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where}",
                 [*paths, *params],
             ) if any(row[2:])]
         else:
+            match = f"text : ({fts_match(query)})"
+            if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
+                match += f' AND owner : "{owner_token(flt.owner_id)}"'
             # Every admitted match with its window length and the query terms' frequencies
             # (SQLite caches the parsed JSON across a row's calls). CROSS JOIN keeps the FTS
             # match the outer loop (the planner would otherwise run the MATCH once per cell).
@@ -576,32 +663,93 @@ class SQLiteStore(SQLFileReads, SQLStore):
             )
         if not rows:
             return []
-        matches = [(row[0], row[1], [tf or 0 for tf in row[2:]]) for row in rows]
-        idf = []
+        ids = [row[0] for row in rows]
+        lengths = np.array([row[1] for row in rows], dtype=np.int64)
+        tfs = np.array([[tf or 0 for tf in row[2:]] for row in rows], dtype=np.int64).reshape(len(rows), len(terms))
+        matched = np.arange(len(rows), dtype=np.int64)
+        hits = []
         for i in range(len(terms)):
-            df = len(rows) - [tfs[i] for _, _, tfs in matches].count(0)
-            value = math.log((n - df + 0.5) / (df + 0.5)) if df else 0.0
-            idf.append(value if value > 0 or not df else 1e-6)  # FTS5 floors a common term's IDF
-        avgdl = total_len / n
-        scored = []
-        for cid, length, tfs in matches:
-            norm = BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl) if avgdl else BM25_K1
-            score = 0.0
-            for weight, tf in zip(idf, tfs):  # always in term order: equal inputs, equal bits
-                if tf:
-                    score += weight * tf * (BM25_K1 + 1) / (tf + norm)
-            if score > 0:
-                scored.append((-score, cid))
-        scored.sort()
-        return [Candidate(cid, -neg) for neg, cid in scored[:k]]
+            pos = np.flatnonzero(tfs[:, i])
+            hits.append((pos, tfs[pos, i]))
+        scores = bm25_scores(n, total_len, lengths, matched, hits)
+        best = sorted((-float(scores[i]), ids[i]) for i in top_k(scores, k))
+        return [Candidate(cid, -neg) for neg, cid in best[:k]]
+
+    def _keyword_wide(self, flt: CellFilter, entry: builtins.list[Any], words: builtins.list[str], per_word: builtins.list[dict[str, int]],
+                      terms: builtins.list[str], k: int) -> builtins.list[Candidate]:
+        """The keyword leg for a filter admitting many cells: every term's rows (FTS doclists,
+        with term frequencies from the FTS vocabulary) intersected with the admitted rows."""
+        admitted = self._admitted_set(flt, entry)
+        postings = self._postings_cache()
+        conn = self._reader()
+        conn.execute(_VOCAB)  # per connection; cells_fts exists once the store is open
+
+        def load_term(term: str) -> tuple[np.ndarray, np.ndarray]:
+            def load() -> tuple[np.ndarray, np.ndarray]:
+                rowids, tf = np.unique(int_list(conn.execute(_TERM_ROWS, (term,)).fetchone()[0]), return_counts=True)
+                return rowids, tf.astype(np.int64)
+            rowids, tf = postings.get("t:" + term, load)
+            return rowids, tf
+
+        def load_unit(word: str) -> np.ndarray:
+            def load() -> tuple[np.ndarray]:
+                quoted = '"' + word.replace('"', '""') + '"'
+                return (np.unique(int_list(conn.execute(_UNIT_ROWS, (f"text : {quoted}",)).fetchone()[0])),)
+            return postings.get("u:" + word, load)[0]
+
+        parts = []
+        for word, tf in zip(words, per_word):
+            if len(tf) == 1:  # one term: its rows are the word's matches
+                parts.append(admitted.term(next(iter(tf)), load_term)[0])
+            elif tf:  # a phrase: FTS decides what matches
+                parts.append(admitted.unit(word, load_unit))
+        matched = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        if not matched.size:
+            return []
+        scores = bm25_scores(admitted.n, admitted.total, admitted.lengths, matched,
+                             [admitted.term(t, load_term) for t in terms])
+        best = top_k(scores, k)
+        rowids = admitted.rowids[matched[best]]
+        ids = dict(conn.execute("SELECT rowid, id FROM cells WHERE rowid IN (SELECT value FROM json_each(?))",
+                                (json.dumps(rowids.tolist()),)).fetchall())
+        ranked = sorted((-float(scores[b]), ids[int(r)]) for b, r in zip(best, rowids))
+        return [Candidate(cid, -neg) for neg, cid in ranked[:k]]
+
+    def _postings_cache(self) -> PostingsCache:
+        """Every row's postings per term, for this connection's current database version."""
+        version = self._reader().execute("PRAGMA data_version").fetchone()[0]
+        cached = getattr(self._local, "postings", None)
+        if cached is None or cached[0] != version:
+            cached = self._local.postings = (version, PostingsCache(POSTINGS_CACHE_ROWS))
+        return cached[1]
+
+    def _admitted_set(self, flt: CellFilter, entry: builtins.list[Any]) -> AdmittedSet:
+        """The filter's admitted rows (kept with its N in `_admitted_entry`), at most
+        ADMITTED_CACHE_ROWS rows' worth per connection."""
+        if entry[3] is None:
+            where, params = filter_sql(flt)
+            admitted = AdmittedSet(*admitted_lengths(self._query(
+                f"SELECT c.rowid, x.len FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where} "
+                f"ORDER BY c.rowid", params)))
+            held = [e for e in self._local.stats[1].values() if e[3] is not None]
+            if sum(e[3].n for e in held) + admitted.n > ADMITTED_CACHE_ROWS:
+                for e in held:
+                    e[3] = None
+            entry[3] = admitted
+        return entry[3]
 
     def _admitted_stats(self, flt: CellFilter) -> tuple[int, int]:
-        """(cells, summed window length) the filter admits: BM25's N and mean length. A
+        entry = self._admitted_entry(flt)
+        return entry[1], entry[2]
+
+    def _admitted_entry(self, flt: CellFilter) -> builtins.list[Any]:
+        """[valid-from time, cells, summed window length, admitted rows or None] for the
+        filter: BM25's N and mean length (and, for a wide filter, the rows themselves). A
         reader-wide filter admits most of the store, so counting is a scan; the answer is kept
         per filter until the database changes (`PRAGMA data_version` moves when any other
         connection, in this process or another, commits) or a cell expires in between."""
         version = self._reader().execute("PRAGMA data_version").fetchone()[0]
-        cache: Optional[tuple[int, dict[tuple[str, tuple[Any, ...], bool], tuple[float, int, int]], list[list[float]]]]
+        cache: Optional[tuple[int, dict[tuple[str, tuple[Any, ...], bool], builtins.list[Any]], builtins.list[builtins.list[float]]]]
         cache = getattr(self._local, "stats", None)
         if cache is None or cache[0] != version:
             cache = (version, {}, [])
@@ -624,31 +772,26 @@ class SQLiteStore(SQLFileReads, SQLStore):
             )[0]
             if len(cache[1]) >= 256:
                 cache[1].clear()
-            hit = cache[1][key] = (at or 0.0, int(n), int(total))
-        return hit[1], hit[2]
+            hit = cache[1][key] = [at or 0.0, int(n), int(total), None]
+        return hit
 
     def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
-        """An FTS phrase query: cells whose indexed text contains all of `text`'s words in
-        order. No ranking, so its cost does not grow with how common the words are."""
-        words = re.sub(r"[^\w]+", " ", text).split()
-        if not words:
-            return []
-        match = f'text : "{" ".join(words)}"'
-        if flt.owner_id is not None:
-            match += f' AND owner : "{owner_token(flt.owner_id)}"'
+        """Cells whose normalised text has the same digest (`text_key`, indexed with the
+        owner): one index probe, whatever the size of the store."""
         where, params = filter_sql(flt)
-        # The phrase match runs first (a CTE, materialised), the filter on its few rows after.
-        rows = self._query(
-            "WITH m AS MATERIALIZED (SELECT rowid FROM cells_fts WHERE cells_fts MATCH ?) "
-            f"SELECT c.id FROM m JOIN cells c ON c.rowid = m.rowid WHERE {where} LIMIT ?",
-            [match, *params, k],
-        )
+        rows = self._query(f"SELECT c.id FROM cells c WHERE c.text_key = ? AND {where} LIMIT ?",
+                           [text_key(text), *params, k])
         return [cid for (cid,) in rows]
 
     def _catch_up_vectors(self) -> None:
         """Load vectors written since the last call (by this process or any other)."""
-        with self._vectors_lock:
-            while True:
+        while True:
+            # One chunk per hold of the lock: close() takes it before closing the connections,
+            # so the background warm-up never reads from a connection being closed (a crash in
+            # the sqlite3 module), and never holds close() up for the whole load.
+            with self._vectors_lock:
+                if self._writer is None:  # closed meanwhile
+                    return
                 rows = self._query(
                     "SELECT rowid, embed_model, embedding, vec_seq, embed_dim FROM cells "
                     "WHERE vec_seq > ? AND embedding IS NOT NULL ORDER BY vec_seq LIMIT 20000",
@@ -721,8 +864,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
             meta = json.loads(open(path + ".json").read()) if os.path.exists(path + ".json") else None
             if meta and meta.get("dim") == index.dim and os.path.exists(path):
                 index.build_ann(saved=path)
-                changed = self._query("SELECT rowid FROM cells WHERE vec_seq > ? AND embed_model = ?",
-                                      (int(meta["vec_seq"]), model))
+                with self._vectors_lock:
+                    if self._writer is None:  # closed meanwhile
+                        return
+                    changed = self._query("SELECT rowid FROM cells WHERE vec_seq > ? AND embed_model = ?",
+                                          (int(meta["vec_seq"]), model))
                 index.refresh_ann_rows(np.asarray([r for (r,) in changed], dtype=np.int64))
             else:
                 index.build_ann()

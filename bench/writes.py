@@ -1,0 +1,157 @@
+"""Write rate over HTTP: single-cell writes from 1 and from N concurrent clients, and batch writes.
+
+    python bench/writes.py [--single 600] [--clients 8] [--batch-cells 20000] [--json out.json]
+                           [--store URL] [--embedder default] [--server-args "..."]
+
+Starts `ampkit serve` on a free loopback port over a fresh SQLite file (or `--store`), then:
+single-cell `POST /memories` from one client, then from `--clients` concurrent clients (each
+its own agent and owner, in sessions of 10, like bench/scale.py), and `POST /memories/batch`
+in batches of 500 cells of one owner (how an import and bench/scale.py load). Prints a table
+(writes/s, p50/p95/p99 per request) and checks that every acknowledged write reads back with
+its text (`lost_writes` must be 0; the exit status is 1 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shlex
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale import Server, cell_body, memory_text  # noqa: E402  (the same memories and server helper)
+
+
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    q = statistics.quantiles([s * 1000 for s in seconds], n=100, method="inclusive")
+    return {"p50_ms": round(q[49], 2), "p95_ms": round(q[94], 2), "p99_ms": round(q[98], 2)}
+
+
+def single_writes(base: str, clients: int, total: int, tag: str, acked: dict[str, tuple[str, str]]) -> dict:
+    """`total` single-cell writes split over `clients` threads, each with its own connection."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def worker(c: int) -> None:
+        owner = f"{tag}-owner-{c}"
+        rng = random.Random(f"{tag}{c}")
+        mine: list[float] = []
+        with httpx.Client(base_url=base, timeout=60) as http:
+            for k in range(total // clients):
+                text = f"{memory_text(rng)} ({tag} {c}.{k})"
+                t = time.perf_counter()
+                r = http.post("/memories", json=cell_body(owner, text, f"{owner}-s{k // 10}"),
+                              headers={"X-AMP-Agent-ID": owner})
+                mine.append(time.perf_counter() - t)
+                if r.status_code != 201:
+                    errors.append(f"{r.status_code}: {r.text[:200]}")
+                    continue
+                with lock:
+                    acked[r.json()["id"]] = (owner, text)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=worker, args=(c,)) for c in range(clients)]
+    started = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    elapsed = time.perf_counter() - started
+    return {"clients": clients, "writes": len(latencies), "errors": len(errors), "first_error": errors[:1],
+            "writes_per_s": round(len(latencies) / elapsed, 1), **percentiles(latencies)}
+
+
+def batch_writes(base: str, cells: int, acked: dict[str, tuple[str, str]]) -> dict:
+    """Batches of 500 cells of one owner (about 100 cells per owner, sessions of 10)."""
+    rng = random.Random(42)
+    latencies: list[float] = []
+    owners = max(1, cells // 100)
+    with httpx.Client(base_url=base, timeout=300) as http:
+        started = time.perf_counter()
+        done = 0
+        while done < cells:
+            owner = f"batch-owner-{(done // 100) % owners:05d}"
+            n = min(500, cells - done)
+            texts = [f"{memory_text(rng)} (batch {done + j})" for j in range(n)]
+            body = {"cells": [cell_body(owner, t, f"{owner}-s{(done + j) // 10}") for j, t in enumerate(texts)]}
+            t = time.perf_counter()
+            r = http.post("/memories/batch", json=body, headers={"X-AMP-Agent-ID": owner})
+            latencies.append(time.perf_counter() - t)
+            r.raise_for_status()
+            for cell, text in zip(r.json()["results"], texts):
+                acked[cell["id"]] = (owner, text)
+            done += n
+        elapsed = time.perf_counter() - started
+    return {"cells": cells, "batches": len(latencies), "cells_per_s": round(cells / elapsed, 1),
+            **(percentiles(latencies) if len(latencies) > 1 else {})}
+
+
+def lost_writes(base: str, acked: dict[str, tuple[str, str]]) -> int:
+    by_owner: dict[str, dict[str, str]] = {}
+    for cid, (owner, text) in acked.items():
+        by_owner.setdefault(owner, {})[cid] = text
+    lost = 0
+    with httpx.Client(base_url=base, timeout=300) as http:
+        for owner, cells in by_owner.items():
+            r = http.get("/export", params={"owner_id": owner}, headers={"X-AMP-Agent-ID": owner})
+            r.raise_for_status()
+            found = {c["id"]: c["content"]["text"] for c in r.json()["cells"]}
+            lost += sum(1 for cid, text in cells.items() if found.get(cid) != text)
+    return lost
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--single", type=int, default=600, help="single-cell writes per phase")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--batch-cells", type=int, default=20000)
+    parser.add_argument("--store", default=None, help="store URL [default: a temporary SQLite file]")
+    parser.add_argument("--embedder", default="default")
+    parser.add_argument("--server-args", default="", help="extra `ampkit serve` arguments")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="ampkit-writes-") as tmp:
+        store = args.store or f"sqlite:///{tmp}/writes.db"
+        server = Server(store, args.embedder, Path(tmp) / "server.log", extra=shlex.split(args.server_args))
+        acked: dict[str, tuple[str, str]] = {}
+        try:
+            single_writes(server.base, 1, 50, "warmup", acked)
+            result: dict = {
+                "store": store.split(":")[0], "embedder": args.embedder, "server_args": args.server_args,
+                "single_1_client": single_writes(server.base, 1, args.single, "one", acked),
+                f"single_{args.clients}_clients": single_writes(server.base, args.clients, args.single, "many", acked),
+                "batch": batch_writes(server.base, args.batch_cells, acked) if args.batch_cells else None,
+            }
+            result["acked_writes"] = len(acked)
+            result["lost_writes"] = lost_writes(server.base, acked)
+        finally:
+            server.stop()
+    result["machine"] = {"cpus": os.cpu_count(), "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}
+    print(f"writes over HTTP: store {result['store']}, embedder {result['embedder']} {args.server_args}")
+    print("| phase | clients | writes/s | p50 ms | p95 ms | p99 ms |\n|---|---|---|---|---|---|")
+    for name in ("single_1_client", f"single_{args.clients}_clients"):
+        p = result[name]
+        print(f"| {name} | {p['clients']} | {p['writes_per_s']} | {p['p50_ms']} | {p['p95_ms']} | {p['p99_ms']} |")
+    if result["batch"]:
+        b = result["batch"]
+        print(f"| batch of 500 (cells/s) | 1 | {b['cells_per_s']} | {b.get('p50_ms')} | {b.get('p95_ms')} | {b.get('p99_ms')} |")
+    print(f"acked {result['acked_writes']}, lost {result['lost_writes']}; machine {result['machine']}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return 1 if result["lost_writes"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

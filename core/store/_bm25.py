@@ -1,0 +1,141 @@
+"""Okapi BM25 over the cells a search may see, vectorised (numpy), for the SQLite keyword leg.
+
+The statistics (number of documents N, mean window length, document frequencies) are taken
+over an *admitted set*: the rows the search's filter admits (its caller's access rule
+included), so a score never depends on a cell the caller cannot read (non-interference).
+
+`bm25_scores` computes exactly what the straightforward loop computes (the same IEEE
+operations in the same order, term by term: equal inputs, equal bits; `tests/test_retrieval.py`
+compares them). What makes it fast is what it is fed: sorted integer arrays of the rows that
+hold each term, kept between queries until the database changes (`AdmittedSet`,
+`PostingsCache`), instead of one SQL row per match with its term counts parsed from JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() constants
+
+
+def idf(n: int, df: int) -> float:
+    """FTS5's IDF, floored at 1e-6 for a term in more than half the documents."""
+    if not df:
+        return 0.0
+    value = math.log((n - df + 0.5) / (df + 0.5))
+    return value if value > 0 else 1e-6
+
+
+@dataclass
+class AdmittedSet:
+    """The rows a filter admits (sorted rowids) with their window lengths, and the admitted
+    postings of the terms asked so far (positions into `rowids`, term frequencies)."""
+
+    rowids: np.ndarray
+    lengths: np.ndarray
+    total: int
+    postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    matches: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.rowids.size)
+
+    def positions(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in this set, mask over `rowids`) of the given sorted rowids it admits."""
+        if not self.rowids.size or not rowids.size:
+            return np.empty(0, dtype=np.int64), np.zeros(rowids.size, dtype=bool)
+        at = np.searchsorted(self.rowids, rowids)
+        clipped = np.minimum(at, self.rowids.size - 1)
+        mask = self.rowids[clipped] == rowids
+        return at[mask], mask
+
+    def term(self, term: str, load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        """Admitted (positions, tf) of the rows holding `term`; `load` gives every row's."""
+        hit = self.postings.get(term)
+        if hit is None:
+            rowids, tf = load(term)
+            pos, mask = self.positions(rowids)
+            hit = self.postings[term] = (pos, tf[mask])
+        return hit
+
+    def unit(self, unit: str, load: Callable[[str], np.ndarray]) -> np.ndarray:
+        """Admitted positions of the rows an FTS unit (a word, perhaps a phrase) matches."""
+        hit = self.matches.get(unit)
+        if hit is None:
+            hit = self.matches[unit] = self.positions(load(unit))[0]
+        return hit
+
+
+class PostingsCache:
+    """Every row's postings per term (filter-independent), for one database version, bounded
+    by the number of entries it holds."""
+
+    def __init__(self, max_entries: int):
+        self.max_entries = max_entries
+        self.size = 0
+        self.items: dict[str, tuple[np.ndarray, ...]] = {}
+
+    def get(self, key: str, load: Callable[[], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+        hit = self.items.get(key)
+        if hit is None:
+            hit = load()
+            size = int(hit[0].size)
+            if self.size + size > self.max_entries:
+                self.items.clear()
+                self.size = 0
+            self.items[key] = hit
+            self.size += size
+        return hit
+
+
+def bm25_scores(n: int, total_len: int, lengths: np.ndarray, matched: np.ndarray,
+                term_hits: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """BM25 of each matched row. `matched`: sorted positions of the rows the query matches;
+    `lengths`: every admitted row's window length (indexed by position); `term_hits`: per query
+    term, in term order, the sorted positions and frequencies of the admitted rows holding it.
+    A term's document frequency counts the matched rows holding it (as FTS5 counts over the
+    rows its query matches)."""
+    scores = np.zeros(matched.size, dtype=np.float64)
+    if not matched.size or not n:
+        return scores
+    avgdl = total_len / n
+    if avgdl:
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths[matched] / avgdl)
+    else:
+        norm = np.full(matched.size, BM25_K1)
+    for pos, tf in term_hits:  # always in term order: equal inputs, equal bits
+        at = np.searchsorted(matched, pos)
+        clipped = np.minimum(at, matched.size - 1)
+        keep = matched[clipped] == pos
+        at, tf = at[keep], tf[keep]
+        weight = idf(n, int(at.size))
+        scores[at] += weight * tf * (BM25_K1 + 1) / (tf + norm[at])
+    return scores
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the positive scores that can be among the best k once ties are broken by id:
+    the best k and every score equal to the k-th."""
+    positive = np.flatnonzero(scores > 0)
+    if positive.size <= k:
+        return positive
+    kth = -np.partition(-scores[positive], k - 1)[k - 1]
+    return positive[scores[positive] >= kth]
+
+
+def admitted_lengths(rows: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, int]:
+    """(rowids, lengths, summed length) from (rowid, length) rows sorted by rowid."""
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 2)
+    return arr[:, 0].copy(), arr[:, 1].copy(), int(arr[:, 1].sum())
+
+
+def int_list(text: Optional[str]) -> np.ndarray:
+    """A comma-separated list of integers (SQL `group_concat`) as an array."""
+    if not text:
+        return np.empty(0, dtype=np.int64)
+    return np.fromstring(text, dtype=np.int64, sep=",")  # text mode: parsed in C

@@ -1,0 +1,230 @@
+"""The SQLite keyword leg computes exactly the straightforward BM25.
+
+`SQLiteStore.keyword_candidates` has three ways to its answer (a scan of the admitted
+windows' term counts, the FTS OR query, and the vectorised intersection of cached term rows
+with the cached admitted rows for a wide filter). Each must give the same matches, the same
+ranks and the same scores, bit for bit, as the plain loop below: admitted rows from the
+filter, matches from each query word (a word the tokenizer splits is an FTS phrase), document
+frequencies over the matches, FTS5's BM25 formula term by term.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sqlite3
+from dataclasses import replace
+
+import pytest
+
+from ampkit.models import CellCreate, CellPatch
+from ampkit.service import MemoryService
+from ampkit.store.base import CellFilter
+from ampkit.store.sqlite import _TOKENIZER, SQLiteStore, filter_sql, tokenize
+from ampkit.textindex import query_terms
+
+K1, B = 1.2, 0.75
+WORDS = ("lena oslo window seats coffee dark roast rescue dog march airport bruno cold tea "
+         "travel meeting budget garden piano dentist").split()
+EXTRA = ["window-seats", "dark-roast", "서울에서 커피를 마셨다", "Oslo's", "the", "and"]
+
+
+def reference(path: str, query: str, flt: CellFilter, k: int) -> list[tuple[str, float]]:
+    """The straightforward computation, in plain Python over every admitted window."""
+    conn = sqlite3.connect(path)
+    for statement in _TOKENIZER:
+        conn.execute(statement)
+    words = query_terms(query)
+    per_word = tokenize(conn, words)
+    terms = sorted({t for tf in per_word for t in tf if '"' not in t and "\\" not in t})
+    where, params = filter_sql(flt)
+    admitted = [(rowid, cid, length, json.loads(tf)) for rowid, cid, length, tf in conn.execute(
+        f"SELECT c.rowid, c.id, x.len, x.terms FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where}",
+        params)]
+    phrase_rows = {}
+    for word, tf in zip(words, per_word):
+        if len(tf) > 1:
+            quoted = '"' + word.replace('"', '""') + '"'
+            phrase_rows[word] = {r for (r,) in conn.execute(
+                "SELECT rowid FROM cells_fts WHERE cells_fts MATCH ?", (f"text : {quoted}",))}
+    conn.close()
+    n = len(admitted)
+    if not n or not terms:
+        return []
+    avgdl = sum(length for _, _, length, _ in admitted) / n
+
+    def matches(rowid: int, counts: dict) -> bool:
+        return any((len(tf) == 1 and next(iter(tf)) in counts) or (len(tf) > 1 and rowid in phrase_rows[word])
+                   for word, tf in zip(words, per_word))
+
+    matched = [(cid, length, counts) for rowid, cid, length, counts in admitted if matches(rowid, counts)]
+    weights = []
+    for term in terms:
+        df = sum(1 for _, _, counts in matched if counts.get(term))
+        value = math.log((n - df + 0.5) / (df + 0.5)) if df else 0.0
+        weights.append(value if value > 0 or not df else 1e-6)
+    scored = []
+    for cid, length, counts in matched:
+        norm = K1 * (1 - B + B * length / avgdl)
+        score = 0.0
+        for weight, term in zip(weights, terms):
+            tf = counts.get(term, 0)
+            if tf:
+                score += weight * tf * (K1 + 1) / (tf + norm)
+        if score > 0:
+            scored.append((-score, cid))
+    scored.sort()
+    return [(cid, -neg) for neg, cid in scored[:k]]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """One store file with cells of several owners, policies, statuses and sessions."""
+    rng = random.Random(11)
+    path = str(tmp_path_factory.mktemp("bm25") / "kw.db")
+    store = SQLiteStore(path)
+    store.open()
+    service = MemoryService(store=store)
+    owners = ["ada", "bob", "cy", "dee"]
+    created = []
+    for i in range(240):
+        owner = rng.choice(owners)
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 9)))
+        if rng.random() < 0.2:
+            text += " " + rng.choice(EXTRA)
+        policy = rng.choice([{}, {"readable_by": ["team-*"]}, {"readable_by": ["eve"]}, {"public": True}])
+        session = None if rng.random() < 0.15 else f"{owner}-s{rng.randint(0, 6)}"
+        created.append(service.create(owner, CellCreate(content={"text": text}, identity={"owner_id": owner, "session_id": session},
+                                                        access_policy=policy)))
+    for c in rng.sample(created, 25):  # deleted and archived cells leave windows and statistics
+        if rng.random() < 0.5:
+            service.update(c.identity.owner_id, c.id, CellPatch(lifecycle={"status": "archived"}))
+            if rng.random() < 0.5:
+                service.delete(c.identity.owner_id, c.id)
+        else:
+            service.update(c.identity.owner_id, c.id, CellPatch(content={"text": c.content.text + " piano"}))
+    store.close()
+    return path
+
+
+FILTERS = [
+    CellFilter(reader="team-lead"), CellFilter(reader="eve"), CellFilter(reader="ada"),
+    CellFilter(reader="ada", owner_id="ada"), CellFilter(reader="team-x", owner_id="bob"),
+    CellFilter(), CellFilter(reader="nobody"), CellFilter(reader="team-lead", types=["fact"]),
+    CellFilter(reader="ada", statuses=("active", "archived")),
+]
+QUERIES = ["lena oslo", "coffee window-seats", "dark-roast march the", "서울 커피", "the", "piano dog tea budget garden",
+           "Oslo's dentist", "zzz unknown", "lena lena LENA", " ".join(WORDS)]
+
+
+@pytest.fixture(scope="module")
+def expected(corpus):
+    return {(query, i): reference(corpus, query, flt, 1000) for query in QUERIES for i, flt in enumerate(FILTERS)}
+
+
+@pytest.mark.parametrize("scan_max", [0, 40, 5000])
+def test_keyword_candidates_equal_the_straightforward_bm25(corpus, expected, scan_max):
+    """scan_max 0: every filter takes the wide path; 40: owners' searches scan; 5000: all scan
+    (or run the FTS query for a phrase)."""
+    store = SQLiteStore(corpus, keyword_scan_max=scan_max)
+    store.open()
+    try:
+        for _ in range(2):  # the second round answers from the caches
+            for query in QUERIES:
+                for i, flt in enumerate(FILTERS):
+                    for k in (1, 5, 80):
+                        got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, k)]
+                        assert got == expected[query, i][:k], (query, flt, k)
+        assert any(expected[q, 0] for q in QUERIES) and any(len(expected[q, 0]) > 80 for q in QUERIES)
+    finally:
+        store.close()
+
+
+def test_caches_follow_writes_from_another_connection(corpus, tmp_path):
+    """The admitted rows and term rows are kept per database version: a write by another
+    store on the same file (another process, say) is seen by the next search."""
+    import shutil
+    path = str(tmp_path / "copy.db")
+    shutil.copy(corpus, path)
+    searcher, writer = SQLiteStore(path, keyword_scan_max=0), SQLiteStore(path)
+    searcher.open()
+    writer.open()
+    try:
+        flt = CellFilter(reader="team-lead")
+        before = searcher.keyword_candidates("quokka piano", flt, 80)
+        MemoryService(store=writer).create("ada", CellCreate(content={"text": "a quokka plays piano"},
+                                                             identity={"owner_id": "ada"},
+                                                             access_policy={"readable_by": ["team-*"]}))
+        after = [(c.cell_id, c.score) for c in searcher.keyword_candidates("quokka piano", flt, 80)]
+        assert after != [(c.cell_id, c.score) for c in before] and after == reference(path, "quokka piano", flt, 80)
+        assert len(after) == len(reference(path, "quokka piano", flt, 1000))
+    finally:
+        searcher.close()
+        writer.close()
+
+
+# The PostgreSQL BM25 as one statement, its statistics computed inside (before the scope was
+# kept between queries): the reference the store's answer must equal, bit for bit.
+PG_ONE_QUERY = """
+WITH weights AS (SELECT * FROM unnest(%s::text[]) AS w(lexeme)),
+matches AS MATERIALIZED (
+    SELECT s.cell_id, ts_filter(setweight(s.tsv, 'A', (SELECT array_agg(lexeme) FROM weights)), '{{a}}') AS hits, s.len
+    FROM cell_search s JOIN cells c ON c.id = s.cell_id
+    WHERE s.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM weights) AND {where}),
+terms AS (SELECT m.cell_id, m.len, u.lexeme, cardinality(u.positions) AS tf FROM matches m CROSS JOIN LATERAL unnest(m.hits) AS u),
+scope AS (SELECT COUNT(*)::float8 AS n, GREATEST(COALESCE(AVG(s.len), 1), 1)::float8 AS avgdl
+          FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE {where}),
+idf AS (SELECT t.lexeme, ln(1 + (GREATEST(scope.n, COUNT(*)) - COUNT(*) + 0.5) / (COUNT(*) + 0.5)) AS idf
+        FROM terms t CROSS JOIN scope GROUP BY t.lexeme, scope.n)
+SELECT t.cell_id,
+       SUM(i.idf * t.tf * 2.2 / (t.tf + 1.2 * (0.25 + 0.75 * t.len / scope.avgdl)) ORDER BY t.lexeme) AS score
+FROM terms t JOIN idf i ON i.lexeme = t.lexeme CROSS JOIN scope
+GROUP BY t.cell_id ORDER BY score DESC, t.cell_id LIMIT %s
+"""
+
+
+def pg_reference(store, query: str, flt: CellFilter, k: int) -> list[tuple[str, float]]:
+    from psycopg import sql
+
+    from ampkit.store.postgres import _LEXEMES, TEXT_CONFIG, filter_sql
+    where, params = filter_sql(flt)
+    with store._connection() as conn:
+        lexemes = sorted(r[0] for r in conn.execute(_LEXEMES, (TEXT_CONFIG, " ".join(query_terms(query)))))
+        if not lexemes:
+            return []
+        return [(cid, float(score)) for cid, score in conn.execute(
+            sql.SQL(PG_ONE_QUERY).format(where=where), [lexemes, *params, *params, k])]
+
+
+def test_postgres_keyword_scope_kept_between_queries_changes_nothing(pg_url):
+    """The scope (N, mean length) is kept per filter while the cluster's snapshot stays the
+    same; answers equal the one-statement query before and after writes and expiries."""
+    from datetime import datetime, timedelta, timezone
+
+    from ampkit.store import store_from_url
+    store = store_from_url(pg_url)
+    store.open()
+    try:
+        rng = random.Random(5)
+        service = MemoryService(store=store)
+        now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        for i in range(80):
+            owner = rng.choice(["ada", "bob", "cy"])
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8)))
+            policy = rng.choice([{}, {"readable_by": ["team-*"]}, {"public": True}])
+            expiry = {"expires_at": (now + timedelta(days=rng.randint(1, 3))).isoformat()} if i % 7 == 0 else {}
+            service.create(owner, CellCreate(content={"text": text}, identity={"owner_id": owner, "session_id": f"s{i % 5}"},
+                                             access_policy=policy, lifecycle=expiry))
+        filters = [CellFilter(reader="team-lead"), CellFilter(reader="ada"), CellFilter(reader="bob", owner_id="bob")]
+        for round_ in range(3):
+            for day in (0, 2, 5):  # a cell expires between two searches: the scope is recounted
+                for flt in filters:
+                    flt = replace(flt, not_expired_at=now + timedelta(days=day))
+                    for query in ("lena oslo", "coffee dark roast march", "piano"):
+                        got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 20)]
+                        assert got == pg_reference(store, query, flt, 20), (round_, day, flt, query)
+            service.create("ada", CellCreate(content={"text": f"lena oslo piano {round_}"}, identity={"owner_id": "ada"},
+                                             access_policy={"readable_by": ["team-*"]}))
+    finally:
+        store.close()
