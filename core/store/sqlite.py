@@ -445,6 +445,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
 
 class SQLiteStore(SQLFileReads, SQLStore):
     backend = "sqlite"
+    serialised_writes = True
     dialect = SQLITE
     MIGRATIONS = MIGRATIONS
 

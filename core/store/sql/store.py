@@ -92,6 +92,19 @@ class SQLWriteTx(WriteTx):
     def flush(self) -> None:
         """Runs once just before COMMIT (the backend rewrites the keyword windows it marked)."""
 
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        # Windows marked inside a part that is undone are rewritten anyway, from what is
+        # committed: a wasted rewrite, never a wrong one.
+        self.conn.execute("SAVEPOINT ampkit_part")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK TO SAVEPOINT ampkit_part")
+            self.conn.execute("RELEASE SAVEPOINT ampkit_part")
+            raise
+        self.conn.execute("RELEASE SAVEPOINT ampkit_part")
+
 
 class SQLStore(Store):
     """A store over one SQL database; see the module docstring for what a backend supplies."""
