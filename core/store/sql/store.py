@@ -220,7 +220,8 @@ class SQLStore(Store):
         where, params = self._where(flt)
         p = self.dialect.param
         after = "" if after_owner is None else f" AND c.owner_id > {p}"
-        owners = f"SELECT DISTINCT c.owner_id FROM cells c WHERE {where}{after} ORDER BY c.owner_id LIMIT {p}"
+        owners = (f"SELECT DISTINCT c.owner_id FROM cells c{self.dialect.owner_order} WHERE {where}{after} "
+                  f"ORDER BY c.owner_id LIMIT {p}")
         rows = self._query(
             f"SELECT c.owner_id, c.type, c.status, COUNT(*) FROM cells c WHERE {where} AND c.owner_id IN ({owners}) "
             "GROUP BY c.owner_id, c.type, c.status ORDER BY c.owner_id, c.type, c.status",
