@@ -382,7 +382,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         if self._inserted:
             self._touch_inserted()
         dirty = sorted(self._dirty_windows)
-        if not dirty:
+        if not dirty:  # nothing to rewrite (and an old schema mid-upgrade has no cell_context yet)
             return
         self.conn.executemany("DELETE FROM cell_context WHERE rowid = ?", [(r,) for r in dirty])
         windows = self._windows(dirty)
