@@ -23,8 +23,10 @@ from ulid import ULID
 from .access import can_read, can_write
 from .consolidation import ConsolidationPolicy, Consolidator
 from .files.service import FileService
+from .groupcommit import GroupCommit, Submission
 from .dedup import DEFAULT_THRESHOLD, Duplicate, find_duplicate, normalise_text
 from .errors import (
+    APIError,
     Conflict,
     Forbidden,
     InvalidTransition,
@@ -184,6 +186,14 @@ class MemoryService:
     # `as_of` on lifecycle runs and purges moves the clock for the whole store: it would purge
     # a cell deleted a second ago. Only test servers allow it (`--allow-clock-override`).
     allow_clock_override: bool = False
+    # Concurrent creates committed together (ampkit.groupcommit) on a store with one writer.
+    group_commit: bool = True
+
+    def __post_init__(self) -> None:
+        self._creates: Optional[GroupCommit[tuple[str, list[CellCreate]]]] = (
+            GroupCommit(self._create_group, max(1, self.limits.max_batch_cells))
+            if self.group_commit and self.store.serialised_writes else None
+        )
 
     # ---------------------------------------------------------------- helpers
     def _clock_or(self, as_of: Optional[datetime]) -> datetime:
@@ -281,18 +291,22 @@ class MemoryService:
                        {"key": key})
 
     # ---------------------------------------------------------------- create
-    def _dedup_guard(self, reqs: Sequence[CellCreate], cells: list[MemoryCell]) -> contextlib.ExitStack:
+    def _dedup_stripes(self, reqs: Sequence[CellCreate]) -> frozenset[int]:
+        """The dedup locks these creates need: one per (owner, type, normalised text)."""
+        return frozenset(
+            int.from_bytes(hashlib.blake2b(
+                f"{r.identity.owner_id}\0{r.type}\0{normalise_text(r.content.text)}".encode(), digest_size=4,
+            ).digest(), "big") % len(_DEDUP_STRIPES)
+            for r in reqs if (r.dedup or self.dedup_default) != "off"
+        )
+
+    @staticmethod
+    def _dedup_guard(stripes: frozenset[int]) -> contextlib.ExitStack:
         """Holds, from the duplicate check to the commit, one lock per (owner, type, normalised
         text) among these cells: two identical writes racing each other in this process store
         one cell, not two. (Across server processes the check stays best effort.)"""
-        stripes = sorted({
-            int.from_bytes(hashlib.blake2b(
-                f"{c.identity.owner_id}\0{c.type}\0{normalise_text(c.content.text)}".encode(), digest_size=4,
-            ).digest(), "big") % len(_DEDUP_STRIPES)
-            for r, c in zip(reqs, cells) if (r.dedup or self.dedup_default) != "off"
-        })
         stack = contextlib.ExitStack()
-        for i in stripes:  # in order: no two batches wait for each other
+        for i in sorted(stripes):  # in order: no two batches wait for each other
             stack.enter_context(_DEDUP_STRIPES[i])
         return stack
 
@@ -371,59 +385,97 @@ class MemoryService:
         ("exact", "near" or "merged") or a new one stored (None)."""
         if len(reqs) > self.limits.max_batch_cells:
             raise ValidationFailed(f"at most {self.limits.max_batch_cells} cells per batch")
+        if self._creates is not None:
+            stripes = self._dedup_stripes(reqs)
+            return self._creates.submit(Submission((agent, list(reqs)), max(1, len(reqs)), stripes))
         now = self.clock()
         cells = [self._build(r, agent, now) for r in reqs]
         vectors = self.retriever.vectors_for([c.content.text for c in cells])
-        with self._dedup_guard(reqs, cells):
-            return self._create_checked(agent, reqs, cells, vectors, now)
+        with self._dedup_guard(self._dedup_stripes(reqs)):
+            dups = self._duplicates(agent, reqs, cells, vectors, now)
+            with self.store.write() as tx:
+                return self._store_created(tx, agent, reqs, cells, vectors, dups, now)
 
-    def _create_checked(self, agent: str, reqs: Sequence[CellCreate], cells: list[MemoryCell],
-                        vectors: Sequence[Any], now: datetime) -> list[tuple[MemoryCell, Optional[str]]]:
-        dups = self._duplicates(agent, reqs, cells, vectors, now)
+    def _create_group(self, group: Sequence[Submission[tuple[str, list[CellCreate]]]]) -> None:
+        """Group commit (ampkit.groupcommit): the creates of several requests, built and
+        embedded together and written in one transaction, each in its own savepoint. A
+        request's error (validation, access, conflict) is its own; the others still commit."""
+        now = self.clock()
+        built: list[tuple[Submission[tuple[str, list[CellCreate]]], list[MemoryCell]]] = []
+        for sub in group:
+            agent, reqs = sub.payload
+            try:
+                built.append((sub, [self._build(r, agent, now) for r in reqs]))
+            except APIError as exc:  # the request's own error, raised in its thread
+                sub.error = exc
+        flat = self.retriever.vectors_for([c.content.text for _, cells in built for c in cells])
+        vectors, at = [], 0
+        for _, cells in built:
+            vectors.append(flat[at : at + len(cells)])
+            at += len(cells)
+        with self._dedup_guard(frozenset().union(*(sub.stripes for sub, _ in built))):
+            checked = []
+            for (sub, cells), vecs in zip(built, vectors):
+                agent, reqs = sub.payload
+                try:
+                    checked.append((sub, cells, vecs, self._duplicates(agent, reqs, cells, vecs, now)))
+                except APIError as exc:
+                    sub.error = exc
+            with self.store.write() as tx:
+                for sub, cells, vecs, dups in checked:
+                    agent, reqs = sub.payload
+                    try:
+                        with tx.savepoint():
+                            sub.result = self._store_created(tx, agent, reqs, cells, vecs, dups, now)
+                    except APIError as exc:  # undone alone; a store failure fails the group
+                        sub.error = exc
+
+    def _store_created(self, tx: WriteTx, agent: str, reqs: Sequence[CellCreate], cells: list[MemoryCell],
+                       vectors: Sequence[Any], dups: Sequence[Optional[Duplicate]],
+                       now: datetime) -> list[tuple[MemoryCell, Optional[str]]]:
         out: list[tuple[MemoryCell, Optional[str]]] = []
         stored: set[str] = set()
-        with self.store.write() as tx:
-            for req, cell, vector, dup in zip(reqs, cells, vectors, dups):
-                if dup is not None:
-                    if dup.cell.id in stored:  # a duplicate within this batch
-                        out.append((dup.cell, "exact"))
-                        continue
-                    applied = self._apply_duplicate(tx, agent, req, cell, dup, now)
-                    if applied is not None:
-                        out.append(applied)
-                        continue
-                out.append((cell, None))
-                stored.add(cell.id)
-                old_id = cell.lifecycle.supersedes
-                if old_id is not None:
-                    old = tx.get(old_id)
-                    if old is None or not can_write(old, agent):
-                        raise access_denied()
-                    if old.lifecycle.superseded_by is not None:
-                        raise InvalidTransition(
-                            f"{old_id} is already superseded by {old.lifecycle.superseded_by}",
-                            {"superseded_by": old.lifecycle.superseded_by},
-                        )
-                    replaced = old.model_copy(
-                        update={
-                            "lifecycle": old.lifecycle.model_copy(
-                                update={
-                                    "superseded_by": cell.id,
-                                    "last_updated_at": now,
-                                    "version": old.lifecycle.version + 1,
-                                }
-                            )
-                        }
+        for req, cell, vector, dup in zip(reqs, cells, vectors, dups):
+            if dup is not None:
+                if dup.cell.id in stored:  # a duplicate within this batch
+                    out.append((dup.cell, "exact"))
+                    continue
+                applied = self._apply_duplicate(tx, agent, req, cell, dup, now)
+                if applied is not None:
+                    out.append(applied)
+                    continue
+            out.append((cell, None))
+            stored.add(cell.id)
+            old_id = cell.lifecycle.supersedes
+            if old_id is not None:
+                old = tx.get(old_id)
+                if old is None or not can_write(old, agent):
+                    raise access_denied()
+                if old.lifecycle.superseded_by is not None:
+                    raise InvalidTransition(
+                        f"{old_id} is already superseded by {old.lifecycle.superseded_by}",
+                        {"superseded_by": old.lifecycle.superseded_by},
                     )
-                    tx.update(replaced)
-                    tx.add_history(HistoryRecord(old_id, now, agent, "supersede", {"lifecycle.superseded_by": [None, cell.id]}))
-                if cell.identity.key is not None:
-                    self._claim_key(tx, cell, agent, now)
-                tx.insert(cell, vector)
-                created = {"type": cell.type, "owner_id": cell.identity.owner_id}
-                if old_id:
-                    created["supersedes"] = old_id
-                tx.add_history(HistoryRecord(cell.id, now, agent, "create", created))
+                replaced = old.model_copy(
+                    update={
+                        "lifecycle": old.lifecycle.model_copy(
+                            update={
+                                "superseded_by": cell.id,
+                                "last_updated_at": now,
+                                "version": old.lifecycle.version + 1,
+                            }
+                        )
+                    }
+                )
+                tx.update(replaced)
+                tx.add_history(HistoryRecord(old_id, now, agent, "supersede", {"lifecycle.superseded_by": [None, cell.id]}))
+            if cell.identity.key is not None:
+                self._claim_key(tx, cell, agent, now)
+            tx.insert(cell, vector)
+            created = {"type": cell.type, "owner_id": cell.identity.owner_id}
+            if old_id:
+                created["supersedes"] = old_id
+            tx.add_history(HistoryRecord(cell.id, now, agent, "create", created))
         return out
 
     # ---------------------------------------------------------------- read

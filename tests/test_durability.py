@@ -51,3 +51,56 @@ def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path):
         restarted.stop()
     assert missing == []
     assert listed >= len(acked)
+
+
+def test_sigkill_during_grouped_writes_keeps_every_acknowledged_write(tmp_path):
+    """Eight clients at once, single cells and small batches into sessions: the server commits
+    concurrent creates together (group commit, ampkit.groupcommit) and answers each only after
+    its group's commit, so a SIGKILL mid-stream still loses none it acknowledged, batch or not."""
+    store = f"sqlite:///{tmp_path}/grouped.db"
+    server = ServerProcess(store, log_path=tmp_path / "server.log").start()
+    acked: dict[str, str] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+    headers = {"X-AMP-Agent-ID": "writer"}
+
+    def write_stream(n: int) -> None:
+        with httpx.Client(base_url=server.base_url, headers=headers, timeout=5) as http:
+            i = 0
+            while not stop.is_set() and i < 5000:
+                cells = [{"content": {"text": f"grouped writer {n} fact {i} part {k}"},
+                          "identity": {"owner_id": "user_g", "session_id": f"s{n}-{i // 10}"}}
+                         for k in range(1 + (i % 3 == 0) * 4)]
+                try:
+                    if len(cells) == 1:
+                        r = http.post("/memories", json=cells[0])
+                        done = [r.json()] if r.status_code == 201 else []
+                    else:
+                        r = http.post("/memories/batch", json={"cells": cells})
+                        done = r.json()["results"] if r.status_code == 201 else []
+                except (httpx.HTTPError, ValueError):
+                    return  # the server died mid-request: that write was never acknowledged
+                with lock:
+                    acked.update({c["id"]: c["content"]["text"] for c in done})
+                i += 1
+
+    writers = [threading.Thread(target=write_stream, args=(n,)) for n in range(8)]
+    for t in writers:
+        t.start()
+    deadline = time.monotonic() + 30
+    while len(acked) < 300 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    server.kill()
+    stop.set()
+    for t in writers:
+        t.join(10)
+    assert len(acked) >= 300, "the write stream never got going"
+
+    restarted = ServerProcess(store, log_path=tmp_path / "server2.log").start()
+    try:
+        with httpx.Client(base_url=restarted.base_url, headers=headers, timeout=10) as http:
+            found = {c["id"]: c["content"]["text"]
+                     for c in http.get("/export", params={"owner_id": "user_g"}).json()["cells"]}
+    finally:
+        restarted.stop()
+    assert [cid for cid, text in acked.items() if found.get(cid) != text] == []

@@ -310,6 +310,15 @@ def test_consolidation_decision_and_episodes_on_the_cell_page(store_url):
         assert "I moved to Lyon" in page
 
 
+def test_unknown_pages_and_methods_answer_the_error_page(store_url):
+    app, _ = _app(store_url, auth=False)
+    with TestClient(app) as client:
+        for method, path, status in (("GET", "/ui/nope", 404), ("GET", "/ui/signout", 405)):
+            r = client.request(method, path)
+            assert r.status_code == status and r.headers["content-type"].startswith("text/html")
+            assert r.headers["content-security-policy"].startswith("default-src 'none'")
+
+
 def test_the_inspector_can_be_switched_off(store_url):
     app, _ = _app(store_url, auth=False, ui=False)
     with TestClient(app) as client:

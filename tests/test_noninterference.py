@@ -437,8 +437,8 @@ def _inspector_client(service: MemoryService, caller: str) -> Any:
     from ampkit.store.base import ApiKeyRecord
 
     key_id, secret = f"{AGENTS.index(caller):016x}", "s" * 43
-    if service.store.get_key(key_id) is None:
-        service.store.put_key(ApiKeyRecord(key_id, caller, ("read", "write"), hash_secret(secret), NOW))
+    if service.store.keys.get(key_id) is None:
+        service.store.keys.put(ApiKeyRecord(key_id, caller, ("read", "write"), hash_secret(secret), NOW))
     app = create_inspector_app(service, auth_required=True)
     client = TestClient(Starlette(routes=[Mount("/ui", app)]))
     token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/signin").text)

@@ -347,3 +347,24 @@ def test_keyword_leg_matches_korean_words_under_other_particles(service, store):
     make(service, text="회사에서 회의가 길어졌어요")
     hits = store.keyword_candidates("강아지를 어디에서 봤지", everything(), 10)
     assert [h.cell_id for h in hits] == [dog.id]
+
+
+def test_facets_count_by_owner_type_and_status_a_page_of_owners_at_a_time(service, store):
+    from ampkit.store.base import FacetRow
+
+    for owner in ("u1", "u2", "u3"):
+        make(service, text=f"{owner} fact", owner=owner)
+        make(service, text=f"{owner} episode", owner=owner, type="episodic")
+    archived = make(service, text="u2 old fact", owner="u2")
+    service.update("agent_a", archived.id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
+    make(service, agent="agent_b", text="private to b", owner="u0")  # agent_a may not read it
+    flt = CellFilter(reader="agent_a", statuses=("active", "stale", "archived"))
+    assert store.facets(flt, 2) == [
+        FacetRow("u1", "episodic", "active", 1), FacetRow("u1", "semantic", "active", 1),
+        FacetRow("u2", "episodic", "active", 1), FacetRow("u2", "semantic", "active", 1),
+        FacetRow("u2", "semantic", "archived", 1),
+    ]
+    assert store.facets(flt, 2, after_owner="u2") == [
+        FacetRow("u3", "episodic", "active", 1), FacetRow("u3", "semantic", "active", 1)]
+    assert [r.owner_id for r in store.facets(CellFilter(reader="agent_b"), 10)] == ["u0"]
+    assert store.facets(CellFilter(reader="agent_a", types=["episodic"]), 10, after_owner="u3") == []

@@ -30,7 +30,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..access import can_write
-from ..errors import APIError, NotFound, ValidationFailed, validation_to_api_error
+from ..errors import APIError, MethodNotAllowed, NotFound, ValidationFailed, validation_to_api_error
 from ..files import ApproveRequest, FileInfo, RejectRequest
 from ..models import CellCreate, CellPatch, HistoryEntry, MemoryCell, MemoryType, SearchRequest, Status
 from ..operations import metadata_filter, split_values
@@ -584,9 +584,13 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
                           content=content, message=message)
         return redirect(request, f"/proposals/{quote(proposal_id)}", "approved" if decision == "approve" else "rejected")
 
-    async def not_found(request: Request, exc: Exception) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
+        """Starlette's own 404 and 405, as the inspector's error page."""
         session = await run_in_threadpool(signer.session, request.cookies.get(SESSION_COOKIE))
-        return error_page(request, session, NotFound("no such page"))
+        status = getattr(exc, "status_code", 404)
+        error: APIError = NotFound("no such page") if status == 404 else MethodNotAllowed(
+            f"{request.method} is not allowed here", {"method": request.method})
+        return error_page(request, session, error)
 
     routes = [
         Route("/", home),
@@ -607,7 +611,7 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
         Route("/proposals/{proposal_id}/{decision:str}", decide, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, exception_handlers={404: not_found})
+    app = Starlette(routes=routes, exception_handlers={404: http_error, 405: http_error})
     return SecurityHeaders(app)
 
 

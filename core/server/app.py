@@ -162,6 +162,10 @@ def _serves_mcp(settings: Settings) -> bool:
 def _mount_inspector(app: FastAPI, service: MemoryService, identity: IdentityResolver, settings: Settings) -> None:
     """The memory inspector's pages at /ui (docs/inspector.md), under the same identity rules
     and rate limit as /amp/v1."""
+    missing = [name for name in ("jinja2", "multipart") if importlib.util.find_spec(name) is None]
+    if missing:
+        log.warning("the inspector at /ui is off: %s not installed (pip install 'ampkit[server]')", ", ".join(missing))
+        return
     from ..inspector import create_inspector_app
 
     limiter = identity.rate_limiter

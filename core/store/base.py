@@ -192,6 +192,11 @@ class FacetRow:
 class WriteTx(ABC):
     """One open write transaction. Rows read with `get` are locked until it ends."""
 
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A nested part of the transaction: an exception inside undoes the part alone (and
+        propagates). Needed by group commit (`Store.serialised_writes`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no savepoints")
+
     @abstractmethod
     def get(self, cell_id: str) -> Optional[MemoryCell]: ...
 
@@ -248,6 +253,9 @@ class Store(ABC):
     # without one, and `set_vector` takes it off. The composition root sets it before `open()`
     # when the retriever embeds in the background.
     embed_queue: bool = False
+    # One writer at a time (SQLite): the service then commits concurrent creates together
+    # (ampkit.groupcommit), which needs `WriteTx.savepoint`.
+    serialised_writes: bool = False
 
     @abstractmethod
     def open(self) -> None: ...

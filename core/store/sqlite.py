@@ -445,6 +445,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
 
 class SQLiteStore(SQLFileReads, SQLStore):
     backend = "sqlite"
+    serialised_writes = True
     dialect = SQLITE
     MIGRATIONS = MIGRATIONS
 
@@ -558,14 +559,15 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     self._save_ann(model, index)
                 except OSError:
                     pass
-        with self._readers_lock:
-            for conn in self._readers:
-                conn.close()
-            self._readers.clear()
-        self._local = threading.local()
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        with self._vectors_lock:  # the background warm-up reads under it (_catch_up_vectors)
+            with self._readers_lock:
+                for conn in self._readers:
+                    conn.close()
+                self._readers.clear()
+            self._local = threading.local()
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
         if self._tempdir is not None:
             self._tempdir.cleanup()
             self._tempdir = None
@@ -784,8 +786,13 @@ class SQLiteStore(SQLFileReads, SQLStore):
 
     def _catch_up_vectors(self) -> None:
         """Load vectors written since the last call (by this process or any other)."""
-        with self._vectors_lock:
-            while True:
+        while True:
+            # One chunk per hold of the lock: close() takes it before closing the connections,
+            # so the background warm-up never reads from a connection being closed (a crash in
+            # the sqlite3 module), and never holds close() up for the whole load.
+            with self._vectors_lock:
+                if self._writer is None:  # closed meanwhile
+                    return
                 rows = self._query(
                     "SELECT rowid, embed_model, embedding, vec_seq, embed_dim FROM cells "
                     "WHERE vec_seq > ? AND embedding IS NOT NULL ORDER BY vec_seq LIMIT 20000",
@@ -858,8 +865,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
             meta = json.loads(open(path + ".json").read()) if os.path.exists(path + ".json") else None
             if meta and meta.get("dim") == index.dim and os.path.exists(path):
                 index.build_ann(saved=path)
-                changed = self._query("SELECT rowid FROM cells WHERE vec_seq > ? AND embed_model = ?",
-                                      (int(meta["vec_seq"]), model))
+                with self._vectors_lock:
+                    if self._writer is None:  # closed meanwhile
+                        return
+                    changed = self._query("SELECT rowid FROM cells WHERE vec_seq > ? AND embed_model = ?",
+                                          (int(meta["vec_seq"]), model))
                 index.refresh_ann_rows(np.asarray([r for (r,) in changed], dtype=np.int64))
             else:
                 index.build_ann()

@@ -27,6 +27,7 @@ class Dialect:
     for_update = ""  # suffix of a SELECT that locks its rows until the transaction ends
     timestamp_type = "TEXT"  # the column type of a bookkeeping time (schema_migrations.applied_at)
     binary_collation = ""  # appended to a text expression to order it by code point
+    owner_order = ""  # after `FROM cells c`: read the cells in owner order (facets' page of owners)
 
     def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
         raise NotImplementedError
@@ -83,6 +84,9 @@ class SQLiteDialect(Dialect):
     param = "?"
     false = "0"
     for_update = ""  # writers are serialised (BEGIN IMMEDIATE): every row read is already ours
+    # Left to itself the planner scans by status and sorts every readable owner to find a page
+    # of 25 (100k readable cells: 270 ms); walking the owner index stops after them (25 ms).
+    owner_order = " INDEXED BY cells_owner_status"
 
     def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
         return f"{column} IN ({','.join('?' * len(values))})", list(values)

@@ -92,6 +92,19 @@ class SQLWriteTx(WriteTx):
     def flush(self) -> None:
         """Runs once just before COMMIT (the backend rewrites the keyword windows it marked)."""
 
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        # Windows marked inside a part that is undone are rewritten anyway, from what is
+        # committed: a wasted rewrite, never a wrong one.
+        self.conn.execute("SAVEPOINT ampkit_part")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK TO SAVEPOINT ampkit_part")
+            self.conn.execute("RELEASE SAVEPOINT ampkit_part")
+            raise
+        self.conn.execute("RELEASE SAVEPOINT ampkit_part")
+
 
 class SQLStore(Store):
     """A store over one SQL database; see the module docstring for what a backend supplies."""
@@ -207,7 +220,8 @@ class SQLStore(Store):
         where, params = self._where(flt)
         p = self.dialect.param
         after = "" if after_owner is None else f" AND c.owner_id > {p}"
-        owners = f"SELECT DISTINCT c.owner_id FROM cells c WHERE {where}{after} ORDER BY c.owner_id LIMIT {p}"
+        owners = (f"SELECT DISTINCT c.owner_id FROM cells c{self.dialect.owner_order} WHERE {where}{after} "
+                  f"ORDER BY c.owner_id LIMIT {p}")
         rows = self._query(
             f"SELECT c.owner_id, c.type, c.status, COUNT(*) FROM cells c WHERE {where} AND c.owner_id IN ({owners}) "
             "GROUP BY c.owner_id, c.type, c.status ORDER BY c.owner_id, c.type, c.status",
