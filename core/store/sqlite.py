@@ -382,6 +382,8 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         if self._inserted:
             self._touch_inserted()
         dirty = sorted(self._dirty_windows)
+        if not dirty:  # nothing to rewrite (and an old schema mid-upgrade has no cell_context yet)
+            return
         self.conn.executemany("DELETE FROM cell_context WHERE rowid = ?", [(r,) for r in dirty])
         windows = self._windows(dirty)
         rows = [(rowid, index_text(windows[rowid][1]), owner_token(windows[rowid][0]))
