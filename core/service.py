@@ -7,7 +7,6 @@ agent id and raise `ampkit.errors` exceptions; they never see HTTP.
 
 from __future__ import annotations
 
-import base64
 import builtins
 import contextlib
 import hashlib
@@ -78,7 +77,7 @@ from .models import (
 )
 from .playbooks import playbook_score
 from .retrieval import Retriever
-from .store.base import CellFilter, HistoryRecord, Store, WriteTx, decode_cursor, encode_cursor
+from .store.base import CellFilter, HistoryRecord, Store, WriteTx, decode_cursor, decode_text_cursor, encode_cursor
 
 if TYPE_CHECKING:
     from .llm import ChatModel
@@ -142,6 +141,19 @@ def storable_or_none(value: str) -> Optional[str]:
         return None
 
 
+def _text_cursor(cursor: Optional[str], check: Callable[[str], Any]) -> Optional[str]:
+    """Where a page keyed by text (owner ids, metadata values) starts; `check` refuses a
+    decoded value that could not be a key."""
+    if not cursor:
+        return None
+    try:
+        after = decode_text_cursor(cursor)
+        check(after)
+    except (ValueError, ValidationFailed):
+        raise ValidationFailed("invalid cursor", {"cursor": storable_or_none(cursor)}) from None
+    return after
+
+
 def _check_params(*, metadata: Optional[dict[str, Any]] = None, **ids: Optional[str]) -> None:
     """List and export parameters, checked like the same fields of a search body (HTTP query
     strings and in-process calls both come through here)."""
@@ -196,6 +208,12 @@ class MemoryService:
         )
 
     # ---------------------------------------------------------------- helpers
+    def _page_limit(self, limit: Optional[int]) -> int:
+        limit = self.limits.default_page_size if limit is None else limit
+        if not 1 <= limit <= self.limits.max_page_size:
+            raise ValidationFailed(f"limit must be between 1 and {self.limits.max_page_size}", {"limit": limit})
+        return limit
+
     def _clock_or(self, as_of: Optional[datetime]) -> datetime:
         if as_of is None:
             return self.clock()
@@ -768,9 +786,7 @@ class MemoryService:
         cursor: Optional[str] = None,
         as_of: Optional[datetime] = None,
     ) -> tuple[list[MemoryCell], int, Optional[str]]:
-        limit = self.limits.default_page_size if limit is None else limit
-        if not 1 <= limit <= self.limits.max_page_size:
-            raise ValidationFailed(f"limit must be between 1 and {self.limits.max_page_size}", {"limit": limit})
+        limit = self._page_limit(limit)
         _check_params(owner_id=owner_id, session_id=session_id, metadata=metadata)
         after = None
         if cursor:
@@ -821,16 +837,8 @@ class MemoryService:
         """A page of the owners whose cells the caller may read, each with its counts by type
         and status (the cells `list` would show, superseded ones left out). Counted in the
         store (one GROUP BY over the readable cells): no cell is loaded."""
-        limit = self.limits.default_page_size if limit is None else limit
-        if not 1 <= limit <= self.limits.max_page_size:
-            raise ValidationFailed(f"limit must be between 1 and {self.limits.max_page_size}", {"limit": limit})
-        after = None
-        if cursor:
-            try:
-                after = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-                _check_params(cursor=after)
-            except (ValueError, ValidationFailed):
-                raise ValidationFailed("invalid cursor", {"cursor": storable_or_none(cursor)}) from None
+        limit = self._page_limit(limit)
+        after = _text_cursor(cursor, lambda owner: _check_params(cursor=owner))
         wanted = status or [Status.active.value, Status.stale.value, Status.archived.value]
         flt = CellFilter(reader=agent, types=types, statuses=self._statuses(wanted, False),
                          not_expired_at=self.clock())
@@ -843,7 +851,7 @@ class MemoryService:
         owners = builtins.list(page.values())
         next_cursor = None
         if len(owners) > limit:
-            next_cursor = base64.urlsafe_b64encode(owners[limit - 1].owner_id.encode()).decode().rstrip("=")
+            next_cursor = encode_cursor(owners[limit - 1].owner_id)
         return owners[:limit], next_cursor
 
     def metadata_values(
@@ -855,9 +863,7 @@ class MemoryService:
         may read that `list` with these filters would show (superseded ones left out), each
         with its count; grouped in the store, so no cell is loaded (the LangGraph adapter
         lists namespaces with it)."""
-        limit = self.limits.default_page_size if limit is None else limit
-        if not 1 <= limit <= self.limits.max_page_size:
-            raise ValidationFailed(f"limit must be between 1 and {self.limits.max_page_size}", {"limit": limit})
+        limit = self._page_limit(limit)
         if not key or len(key) > 256:
             raise ValidationFailed("key: a metadata key of 1 to 256 characters", {"param": "key"})
         _check_params(owner_id=owner_id, session_id=session_id, metadata=metadata)
@@ -865,19 +871,13 @@ class MemoryService:
             check_json_value({key: None})
         except ValueError as exc:
             raise ValidationFailed(f"key: {exc}", {"param": "key"}) from None
-        after = None
-        if cursor:
-            try:
-                after = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-                check_json_value(after)
-            except ValueError:
-                raise ValidationFailed("invalid cursor", {"cursor": storable_or_none(cursor)}) from None
+        after = _text_cursor(cursor, check_json_value)
         flt = CellFilter(reader=agent, owner_id=owner_id, types=types, statuses=self._statuses(status, include_stale),
                          session_id=session_id, metadata=metadata, not_expired_at=self.clock())
         rows = self.store.metadata_values(flt, key, limit + 1, after)
         next_cursor = None
         if len(rows) > limit:
-            next_cursor = base64.urlsafe_b64encode(rows[limit - 1][0].encode()).decode().rstrip("=")
+            next_cursor = encode_cursor(rows[limit - 1][0])
         return MetadataValuesResponse(key=key, results=[MetadataValue(value=v, count=n) for v, n in rows[:limit]],
                                       next_cursor=next_cursor)
 

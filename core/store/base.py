@@ -96,12 +96,17 @@ def encode_cursor(cell_id: str) -> str:
     return base64.urlsafe_b64encode(cell_id.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> str:
+def decode_text_cursor(cursor: str) -> str:
+    """The text `encode_cursor` encoded (a cell id, an owner id, a metadata value)."""
     pad = "=" * (-len(cursor) % 4)
     try:
-        value = base64.urlsafe_b64decode(cursor + pad).decode()
+        return base64.urlsafe_b64decode(cursor + pad).decode()
     except Exception as exc:  # noqa: BLE001 - any decoding problem is a bad cursor
         raise ValueError("invalid cursor") from exc
+
+
+def decode_cursor(cursor: str) -> str:
+    value = decode_text_cursor(cursor)
     if not value.startswith("mem_"):
         raise ValueError("invalid cursor")
     return value
