@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
 import json
 import threading
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from .consolidation import ConsolidationPolicy, Consolidator
 from .files.service import FileService
 from .groupcommit import GroupCommit, Submission
 from .dedup import DEFAULT_THRESHOLD, Duplicate, find_duplicate, normalise_text
+from .textindex import text_key
 from .errors import (
     APIError,
     Conflict,
@@ -311,12 +311,9 @@ class MemoryService:
     # ---------------------------------------------------------------- create
     def _dedup_stripes(self, reqs: Sequence[CellCreate]) -> frozenset[int]:
         """The dedup locks these creates need: one per (owner, type, normalised text)."""
-        return frozenset(
-            int.from_bytes(hashlib.blake2b(
-                f"{r.identity.owner_id}\0{r.type}\0{normalise_text(r.content.text)}".encode(), digest_size=4,
-            ).digest(), "big") % len(_DEDUP_STRIPES)
-            for r in reqs if (r.dedup or self.dedup_default) != "off"
-        )
+        # text_key: the same digest of the normalised text that the exact-duplicate index holds
+        return frozenset(hash((r.identity.owner_id, r.type, text_key(r.content.text))) % len(_DEDUP_STRIPES)
+                         for r in reqs if (r.dedup or self.dedup_default) != "off")
 
     @staticmethod
     def _dedup_guard(stripes: frozenset[int]) -> contextlib.ExitStack:
