@@ -4,10 +4,28 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable, Sized
 
 import httpx
 
 from support import ServerProcess
+
+
+def kill_mid_stream(server: ServerProcess, write_stream: Callable[[int], None], *, clients: int, acked: Sized,
+                    enough: int, within: float, stop: threading.Event) -> None:
+    """Run `clients` write streams, SIGKILL the server once `enough` writes are acknowledged,
+    then stop and join the streams."""
+    writers = [threading.Thread(target=write_stream, args=(n,)) for n in range(clients)]
+    for t in writers:
+        t.start()
+    deadline = time.monotonic() + within
+    while len(acked) < enough and time.monotonic() < deadline:
+        time.sleep(0.02)
+    server.kill()
+    stop.set()
+    for t in writers:
+        t.join(10)
+    assert len(acked) >= enough, "the write stream never got going"
 
 
 def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path):
@@ -30,17 +48,7 @@ def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path):
                     acked.append(r.json()["id"])
                 i += 1
 
-    writers = [threading.Thread(target=write_stream, args=(n,)) for n in range(4)]
-    for t in writers:
-        t.start()
-    deadline = time.monotonic() + 20
-    while len(acked) < 150 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    server.kill()
-    stop.set()
-    for t in writers:
-        t.join(10)
-    assert len(acked) >= 150, "the write stream never got going"
+    kill_mid_stream(server, write_stream, clients=4, acked=acked, enough=150, within=20, stop=stop)
 
     restarted = ServerProcess(store, log_path=tmp_path / "server2.log").start()
     try:
@@ -84,17 +92,7 @@ def test_sigkill_during_grouped_writes_keeps_every_acknowledged_write(tmp_path):
                     acked.update({c["id"]: c["content"]["text"] for c in done})
                 i += 1
 
-    writers = [threading.Thread(target=write_stream, args=(n,)) for n in range(8)]
-    for t in writers:
-        t.start()
-    deadline = time.monotonic() + 30
-    while len(acked) < 300 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    server.kill()
-    stop.set()
-    for t in writers:
-        t.join(10)
-    assert len(acked) >= 300, "the write stream never got going"
+    kill_mid_stream(server, write_stream, clients=8, acked=acked, enough=300, within=30, stop=stop)
 
     restarted = ServerProcess(store, log_path=tmp_path / "server2.log").start()
     try:
