@@ -129,16 +129,23 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _pages(service: MemoryService, caller: str, owner: Optional[str], size: int) -> Iterator[bytes]:
+def _paged(fetch: Callable[[Optional[str]], Any]) -> Iterator[bytes]:
+    """Every page `fetch(cursor)` answers, following the next cursor (at most 50 pages). A list
+    answers (cells, total, next_cursor); other pages carry `next_cursor`."""
     cursor = None
     for _ in range(50):
-        page = answer(lambda: service.list(caller, owner_id=owner, status=["active", "archived"], limit=size,
-                                           cursor=cursor, include_superseded=True))
+        page = answer(lambda: fetch(cursor))
         yield page
         body = json.loads(page)
-        cursor = body[2] if isinstance(body, list) else None
-        if cursor is None:
+        cursor = body[2] if isinstance(body, list) else body.get("next_cursor")
+        if not cursor:
             return
+
+
+def _pages(service: MemoryService, caller: str, owner: Optional[str], size: int,
+           as_of: Optional[datetime] = None) -> Iterator[bytes]:
+    return _paged(lambda cursor: service.list(caller, owner_id=owner, status=["active", "archived"], limit=size,
+                                              cursor=cursor, include_superseded=True, as_of=as_of))
 
 
 @dataclass(frozen=True)
@@ -213,15 +220,7 @@ def _as_of_get(service: MemoryService, caller: str, world: World) -> Iterator[by
 def _as_of_list(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
     for at in AS_OF_TIMES:
         for owner in world.owners:
-            cursor = None
-            for _ in range(50):
-                page = answer(lambda: service.list(caller, owner_id=owner, status=["active", "archived"], limit=2,
-                                                   cursor=cursor, include_superseded=True, as_of=at))
-                yield page
-                body = json.loads(page)
-                cursor = body[2] if isinstance(body, list) else None
-                if cursor is None:
-                    break
+            yield from _pages(service, caller, owner, 2, as_of=at)
 
 
 def _as_of_search(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
@@ -406,14 +405,8 @@ def _consolidation(service: MemoryService, caller: str, world: World) -> Iterato
 def _metadata_values(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
     for owner in world.owners:
         for size in (1, 100):
-            cursor = None
-            for _ in range(50):
-                page = answer(lambda: service.metadata_values(caller, "topic", owner_id=owner, limit=size,
-                                                              cursor=cursor, status=["active", "archived"]))
-                yield page
-                cursor = json.loads(page).get("next_cursor")
-                if not cursor:
-                    break
+            yield from _paged(lambda cursor: service.metadata_values(caller, "topic", owner_id=owner, limit=size,
+                                                                     cursor=cursor, status=["active", "archived"]))
 
 
 READ_PATHS += [
