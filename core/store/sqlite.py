@@ -37,7 +37,7 @@ from .sql import SQLITE, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
 from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
 from .base import (
-    CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns, window_class,
+    CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns_json, window_class,
 )
 
 MIGRATIONS: list[tuple[int, str, str]] = [
@@ -245,12 +245,12 @@ def _ts(value: Optional[datetime]) -> Optional[float]:
 
 
 def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
-    columns, body = cell_columns(cell)
+    columns, _, body = cell_columns_json(cell)
     return {
         **columns,
         "public": int(columns["public"]),
         "expires_at": _ts(columns["expires_at"]),
-        "body": json.dumps(body, separators=(",", ":"), ensure_ascii=False),
+        "body": body,
         "text_key": text_key(columns["text"]),
     }
 
@@ -315,10 +315,11 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         before, _, after = self._window(rowid)
         self._dirty_windows.update([rowid, *(r for r, _ in before), *(r for r, _ in after)])
 
-    def _windows(self, rowids: Sequence[int]) -> dict[int, tuple[str, str]]:
-        """rowid -> (owner, window text) for each existing row among `rowids`: its text joined
-        with the texts of its neighbours (as `_window`). The rows of one window class are read
-        together, so a batch of turns of one session costs three queries, not three per turn."""
+    def _windows(self, rowids: Sequence[int]) -> dict[int, tuple[str, list[tuple[int, str]]]]:
+        """rowid -> (owner, window parts) for each existing row among `rowids`: its (rowid, text)
+        with those of its neighbours (as `_window`), in order; the window text is the texts
+        joined by newlines. The rows of one window class are read together, so a batch of
+        turns of one session costs three queries, not three per turn."""
         info: dict[int, tuple[str, Optional[str], str]] = {}
         ids = sorted(set(rowids))
         for i in range(0, len(ids), 500):
@@ -327,11 +328,11 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
                 f"SELECT rowid, owner_id, window_class, text FROM cells WHERE rowid IN ({','.join('?' * len(chunk))})", chunk,
             ):
                 info[rowid] = (owner, klass, text)
-        out: dict[int, tuple[str, str]] = {}
+        out: dict[int, tuple[str, list[tuple[int, str]]]] = {}
         by_class: dict[str, list[int]] = {}
         for rowid, (owner, klass, text) in info.items():
             if klass is None:
-                out[rowid] = (owner, text)
+                out[rowid] = (owner, [(rowid, text)])
             else:
                 by_class.setdefault(klass, []).append(rowid)
         side = "SELECT rowid, text FROM cells WHERE window_class = ? AND rowid {} ? ORDER BY rowid {} LIMIT ?"
@@ -354,7 +355,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
                 for r in span:
                     k = at[r]
                     window = ordered[max(0, k - CONTEXT_RADIUS) : k + CONTEXT_RADIUS + 1]
-                    out[r] = (info[r][0], "\n".join(t for _, t in window))
+                    out[r] = (info[r][0], window)
         return out
 
     def _touch_inserted(self) -> None:
@@ -386,16 +387,24 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
             return
         self.conn.executemany("DELETE FROM cell_context WHERE rowid = ?", [(r,) for r in dirty])
         windows = self._windows(dirty)
-        rows = [(rowid, index_text(windows[rowid][1]), owner_token(windows[rowid][0]))
-                for rowid in dirty if rowid in windows]
-        for i in range(0, len(rows), 500):
-            chunk = rows[i : i + 500]
-            counts = tokenize(self.conn, [text for _, text, _ in chunk])
-            self.conn.executemany(
-                "INSERT INTO cell_context(rowid, text, owner, terms, len) VALUES (?, ?, ?, ?, ?)",
-                [(rowid, text, owner, json.dumps(tf, ensure_ascii=False, separators=(",", ":")), sum(tf.values()))
-                 for (rowid, text, owner), tf in zip(chunk, counts)],
-            )
+        # A window's terms are the sum of its parts' terms: the tokenizer splits at the
+        # newlines that join them, and CJK runs never cross one (`index_text` of each part).
+        # So each text is tokenized once, not once per window it lends context to (five).
+        for i in range(0, len(dirty), 500):
+            chunk = [rowid for rowid in dirty[i : i + 500] if rowid in windows]
+            parts = {r: t for rowid in chunk for r, t in windows[rowid][1]}
+            part_tf = dict(zip(parts, tokenize(self.conn, [index_text(t) for t in parts.values()])))
+            rows = []
+            for rowid in chunk:
+                owner, window = windows[rowid]
+                tf: dict[str, int] = {}
+                for r, _ in window:
+                    for term, n in part_tf[r].items():
+                        tf[term] = tf.get(term, 0) + n
+                rows.append((rowid, index_text("\n".join(t for _, t in window)), owner_token(owner),
+                             json.dumps(dict(sorted(tf.items())), ensure_ascii=False, separators=(",", ":")),
+                             sum(tf.values())))
+            self.conn.executemany("INSERT INTO cell_context(rowid, text, owner, terms, len) VALUES (?, ?, ?, ?, ?)", rows)
         self._dirty_windows.clear()
 
     def _rowid(self, cell_id: str) -> Optional[int]:
@@ -479,6 +488,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._readers_lock = threading.Lock()
         self._lifecycle_lock = threading.Lock()
         self._tempdir: Optional[tempfile.TemporaryDirectory] = None
+        self._same_text_filter: Optional[tuple[CellFilter, str, builtins.list[Any]]] = None
 
     # ------------------------------------------------------------ connections
     def _connect(self) -> sqlite3.Connection:
@@ -781,7 +791,13 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
         """Cells whose normalised text has the same digest (`text_key`, indexed with the
         owner): one index probe, whatever the size of the store."""
-        where, params = filter_sql(flt)
+        # A batch checks each of its cells under one filter: compiled once (the last one is kept).
+        last = self._same_text_filter
+        if last is not None and last[0] == flt:
+            where, params = last[1], last[2]
+        else:
+            where, params = filter_sql(flt)
+            self._same_text_filter = (flt, where, params)
         rows = self._query(f"SELECT c.id FROM cells c WHERE c.text_key = ? AND {where} LIMIT ?",
                            [text_key(text), *params, k])
         return [cid for (cid,) in rows]
