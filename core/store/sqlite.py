@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import Unavailable
 from ..glob import upgrade_stored
 from ..models import MemoryCell
-from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms, text_key
+from ..textindex import CJK_CLASS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
 from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, int_list, top_k
 from .sql import SQLITE, compile_filter
@@ -818,6 +818,16 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     index.upsert(np.asarray(ids, dtype=np.int64), matrix)
                 self._vectors_seq = rows[-1][3]
 
+    def has_vectors(self, model: str, flt: CellFilter) -> bool:
+        # Shortcut: no vector of this model anywhere (an English store) answers without SQL.
+        if not self.vectors_warming:
+            self._catch_up_vectors()
+            index = self._vectors.get(model)
+            if index is None or not len(index):
+                return False
+        where, params = filter_sql(flt)
+        return bool(self._query(f"SELECT 1 FROM cells c WHERE {where} AND c.embed_model = ? LIMIT 1", [*params, model]))
+
     def vector_models(self, cell_ids: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
         ids = list(cell_ids)
@@ -957,8 +967,13 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return [(cid, text) for cid, text in self._query(
             "SELECT q.cell_id, c.text FROM embed_queue q JOIN cells c ON c.id = q.cell_id ORDER BY q.seq LIMIT ?", (limit,))]
 
-    def queue_stale_embeddings(self, model: str, batch_size: int = 10000) -> int:
+    def queue_stale_embeddings(self, model: str, batch_size: int = 10000, cjk_model: Optional[str] = None) -> int:
         # In batches of rowids, so writers wait for one batch at a time, not the whole store.
+        if cjk_model is None:
+            stale, params = "embed_model IS NOT ?", [model]
+        else:  # GLOB runs in C: an English store costs a scan, no Python per row
+            stale = "embed_model IS NOT (CASE WHEN text GLOB ? THEN ? ELSE ? END)"
+            params = [f"*{CJK_CLASS}*", cjk_model, model]
         queued, after = 0, 0
         while True:
             with self.write() as tx:
@@ -969,7 +984,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     return queued
                 queued += conn.execute(
                     "INSERT OR IGNORE INTO embed_queue(cell_id) SELECT id FROM cells "
-                    "WHERE rowid > ? AND rowid <= ? AND embed_model IS NOT ? ORDER BY rowid", (after, last, model),
+                    f"WHERE rowid > ? AND rowid <= ? AND {stale} ORDER BY rowid", (after, last, *params),
                 ).rowcount
                 after = last
 
