@@ -497,3 +497,16 @@ def test_restart_loads_the_saved_graph_and_answers_while_the_index_loads(tmp_pat
     assert hits and all(h.explain["dense_warming"] == 1.0 for h in hits)
     again._vectors_ready.set()
     again.close()
+
+
+def test_static_embedder_direct_path_gives_model2vec_encode_vectors_bit_for_bit():
+    """StaticEmbedder.embed calls model2vec's batch step directly for small batches; the vectors
+    must be exactly `encode`'s (empty, long past max_length, CJK, several at once)."""
+    from ampkit.embeddings import StaticEmbedder, _normalise
+
+    embedder = StaticEmbedder()
+    texts = ["", "Kim moved to Lisbon in March.", "word " * 3000, "서울에서 강아지를 키워요", "東京で働いています",
+             "The user prefers dark roast coffee when travelling to Osaka for work."]
+    for batch in ([t] for t in texts):
+        assert np.array_equal(embedder.embed(batch), _normalise(embedder.model.encode(batch)))
+    assert np.array_equal(embedder.embed(texts), _normalise(embedder.model.encode(texts)))
