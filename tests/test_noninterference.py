@@ -658,7 +658,7 @@ READ_PATHS += [
 ]
 
 
-@pytest.fixture(params=["sqlite", "sqlite-wide", "postgres"])
+@pytest.fixture(params=[pytest.param(backend, marks=pytest.mark.slow) for backend in ("sqlite", "sqlite-wide", "postgres")])
 def store_urls(request) -> Callable[[], tuple[str, str]]:
     """A factory of two fresh, empty stores of this backend ("sqlite-wide": the keyword leg
     takes its path for filters admitting many cells, cached admitted rows and term rows, on
