@@ -13,9 +13,9 @@ Adding a surface (files, MCP, as-of reads, consolidation...): append a `ReadPath
 caller can get from that surface for this world (use `answer()` to turn a result or an
 APIError into bytes, and `world.owners` / `world.visible_ids` / `world.noise_ids` to choose
 what to ask). Nothing else changes: the property then covers it on both stores. A path that
-searches (reaches the store's `keyword_candidates`) says `keyword=True`: the `sqlite-wide` run,
-whose store differs from `sqlite` only in that leg, renders just those paths (the test fails
-when an unmarked path reaches the leg).
+searches (reaches the store's `keyword_candidates`) says `keyword=True`: the `sqlite` run, which
+differs from `sqlite-wide` in the keyword leg's scan and the retriever's legs, renders just
+those paths (the test fails when an unmarked path reaches the keyword leg).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ AGENTS = ["alice", "bob", "carol", "team-1"]
 NOISE_AGENT = "mallory"  # never the caller, never named by a visible cell's policy
 OWNERS = ["alice", "bob", "ada"]
 SESSIONS = [None, "chat-1", "chat-2"]
-WORDS = ["vault", "code", "tea", "river", "4812", "green", "blue", "oak"]
+WORDS = ["vault", "code", "tea", "river", "4812", "green", "blue", "oak", "강아지를"]
 PATTERNS = ["alice", "bob", "carol", "team-*", "*", "b?b", "[ab]*"]
 
 
@@ -156,7 +156,7 @@ def _pages(service: MemoryService, caller: str, owner: Optional[str], size: int,
 class ReadPath:
     name: str
     render: Callable[[MemoryService, str, World], Iterator[bytes]]
-    keyword: bool = False  # reaches the store's keyword leg (searches): see `sqlite-wide` below
+    keyword: bool = False  # reaches the store's keyword leg (searches): see `store_urls`
 
 
 def _get(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
@@ -658,12 +658,46 @@ READ_PATHS += [
 ]
 
 
+class HashedWords:
+    """A fake embedder: words hashed into 16 dimensions (`seed` makes another model)."""
+
+    dim = 16
+
+    def __init__(self, name: str, seed: int = 0):
+        self.name, self.seed = name, seed
+
+    def embed(self, texts):
+        import zlib
+
+        import numpy as np
+
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.split():
+                out[row, zlib.crc32(word.encode(), self.seed) % self.dim] += 1.0
+            out[row, self.seed % self.dim] += 0.5  # no zero vector
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+class ScriptRouted(HashedWords):
+    """Routes like the default embedder: CJK text to `cjk_embedder` (a second fake model), so
+    the multilingual leg and its gate (a readable cell with such a vector) are exercised."""
+
+    cjk_model = "fake-cjk-16"
+
+    def __init__(self):
+        super().__init__("fake-latin-16")
+        self.cjk_embedder = HashedWords(self.cjk_model, seed=7)
+
+
 @pytest.fixture(params=[pytest.param(backend, marks=pytest.mark.slow) for backend in ("sqlite", "sqlite-wide", "postgres")])
 def store_urls(request) -> Callable[[], tuple[str, str]]:
     """A factory of two fresh, empty stores of this backend ("sqlite-wide": the keyword leg
     takes its path for filters admitting many cells, cached admitted rows and term rows, on
-    every search; `store_options` says how to build such a store; the other read paths take
-    the same code as on "sqlite", so only the `keyword` ones are rendered there)."""
+    every search, and the retriever has a script-routed fake embedder, so the dense and the
+    multilingual legs run too; `store_options` and `retriever` say how to build these). The
+    read paths that never search take the same code on "sqlite" as on "sqlite-wide", so
+    "sqlite" renders only the `keyword` ones)."""
     if request.param.startswith("sqlite"):
         tmp = Path(tempfile.mkdtemp(prefix="ampkit-ni-"))
         counter = iter(range(10**6))
@@ -671,7 +705,9 @@ def store_urls(request) -> Callable[[], tuple[str, str]]:
         def fresh_files() -> tuple[str, str]:
             return tuple(f"sqlite:///{tmp}/{next(counter)}.db" for _ in range(2))  # type: ignore[return-value]
         fresh_files.store_options = {"keyword_scan_max": 0} if request.param == "sqlite-wide" else {}  # type: ignore[attr-defined]
-        fresh_files.keyword_only = request.param == "sqlite-wide"  # type: ignore[attr-defined]
+        fresh_files.retriever = (  # type: ignore[attr-defined]
+            (lambda: Retriever(embedder=ScriptRouted())) if request.param == "sqlite-wide" else Retriever)
+        fresh_files.keyword_only = request.param == "sqlite"  # type: ignore[attr-defined]
         return fresh_files
     pg_server = request.getfixturevalue("pg_server")
     counter = iter(range(10**6))
@@ -695,7 +731,7 @@ def test_no_read_path_depends_on_cells_the_caller_cannot_read(store_urls, monkey
         store = store_from_url(url, **getattr(store_urls, "store_options", {}))
         store.open()
         try:
-            service = MemoryService(store=store, clock=lambda: NOW)
+            service = MemoryService(store=store, clock=lambda: NOW, retriever=getattr(store_urls, "retriever", Retriever)())
             world = World(caller=caller)
             build(service, monkeypatch_ids, caller, specs, noise, world, with_noise)
             worlds[label] = world
@@ -712,7 +748,7 @@ def test_no_read_path_depends_on_cells_the_caller_cannot_read(store_urls, monkey
         finally:
             store.close()
     unmarked = sorted(searched - {p.name for p in READ_PATHS if p.keyword})
-    assert not unmarked, f"read paths that search without keyword=True (the sqlite-wide run skips them): {unmarked}"
+    assert not unmarked, f"read paths that search without keyword=True (the sqlite run skips them): {unmarked}"
     failures = []
     for path in paths:
         if outputs["plain"][path.name] != outputs["noisy"][path.name]:
