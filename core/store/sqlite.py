@@ -20,6 +20,7 @@ import os
 import sqlite3
 import tempfile
 import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -226,18 +227,54 @@ _TOKENIZER = (
 _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
 
 
+class _TermCache:
+    """text -> term frequencies, for the texts tokenized most recently (least recently used
+    out first). A single-cell create rewrites the windows of the cell and of the turns just
+    before it, whose texts were tokenized by the creates before; the result depends on the
+    text alone (one tokenizer for every connection), so it is shared, under a lock."""
+
+    def __init__(self, max_entries: int = 4096, max_text_chars: int = 4096):
+        self.max_entries, self.max_text_chars = max_entries, max_text_chars
+        self._tf: OrderedDict[str, dict[str, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> Optional[dict[str, int]]:
+        with self._lock:
+            tf = self._tf.get(text)
+            if tf is not None:
+                self._tf.move_to_end(text)
+            return tf
+
+    def put(self, text: str, tf: dict[str, int]) -> None:
+        if len(text) > self.max_text_chars:
+            return
+        with self._lock:
+            self._tf[text] = tf
+            if len(self._tf) > self.max_entries:
+                self._tf.popitem(last=False)
+
+
+_TERMS = _TermCache()
+
+
 def tokenize(conn: sqlite3.Connection, texts: Sequence[str]) -> list[dict[str, int]]:
-    """Each text's term frequencies, as the keyword index counts them."""
-    out: list[dict[str, int]] = [{} for _ in texts]
-    if not texts:
-        return out
-    conn.executemany("INSERT INTO temp.ampkit_tokens(rowid, text) VALUES (?, ?)", list(enumerate(texts)))
-    for doc, term, count in conn.execute(
-        "SELECT doc, term, COUNT(*) FROM temp.ampkit_token_instances GROUP BY doc, term ORDER BY doc, term"
-    ):
-        out[doc][term] = count
-    conn.execute("INSERT INTO temp.ampkit_tokens(ampkit_tokens) VALUES ('delete-all')")
-    return out
+    """Each text's term frequencies, as the keyword index counts them. The returned dicts
+    may be shared (`_TermCache`): read them, never change them."""
+    out: list[Optional[dict[str, int]]] = [_TERMS.get(t) for t in texts]
+    missing = [i for i, tf in enumerate(out) if tf is None]
+    if missing:
+        fresh: list[dict[str, int]] = [{} for _ in missing]
+        conn.executemany("INSERT INTO temp.ampkit_tokens(rowid, text) VALUES (?, ?)",
+                         [(j, texts[i]) for j, i in enumerate(missing)])
+        for doc, term, count in conn.execute(
+            "SELECT doc, term, COUNT(*) FROM temp.ampkit_token_instances GROUP BY doc, term ORDER BY doc, term"
+        ):
+            fresh[doc][term] = count
+        conn.execute("INSERT INTO temp.ampkit_tokens(ampkit_tokens) VALUES ('delete-all')")
+        for j, i in enumerate(missing):
+            out[i] = fresh[j]
+            _TERMS.put(texts[i], fresh[j])
+    return [tf if tf is not None else {} for tf in out]
 
 
 def _ts(value: Optional[datetime]) -> Optional[float]:
