@@ -20,12 +20,14 @@ import hashlib
 import importlib.util
 import os
 import warnings
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import numpy as np
 
+from .related_words import RelatedWords, related_words_of_static_model
 from .retrieval import Retriever, embed_query
 from .textindex import cjk_bigrams
 
@@ -70,12 +72,18 @@ class StaticEmbedder:
     def __init__(self, path: Path = DEFAULT_MODEL_DIR, name: Optional[str] = None):
         from model2vec import StaticModel
 
+        self.path = Path(path)
         self.model = StaticModel.from_pretrained(str(path))
         self.dim = int(self.model.dim)
         self.name = name or f"m2v:{Path(path).name}"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return _normalise(self.model.encode(list(texts), show_progress_bar=False))
+
+    @cached_property
+    def related_words(self) -> RelatedWords:
+        """Nearest vocabulary words of a word (the retriever's `related` leg)."""
+        return related_words_of_static_model(self.model, self.path)
 
 
 class CompositeEmbedder:
@@ -94,6 +102,11 @@ class CompositeEmbedder:
 
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
         return _normalise(np.hstack([embed_query(p, texts) for p in self.parts]))
+
+    @property
+    def related_words(self) -> Optional[RelatedWords]:
+        """The first part's that has a vocabulary (the static model's), if any."""
+        return next((p.related_words for p in self.parts if getattr(p, "related_words", None) is not None), None)
 
 
 class DefaultEmbedder(CompositeEmbedder):
