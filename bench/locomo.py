@@ -113,7 +113,21 @@ def load(service: MemoryService, samples: list[dict]) -> tuple[dict[str, str], l
     return dia_of, workload, skipped
 
 
-def run(data: Path, embedder_name: str) -> dict:
+def mix_in_multilingual(service: MemoryService, owners: list[str]) -> int:
+    """A bilingual user's store: each owner also holds the Korean, Japanese and Chinese
+    memories of bench/data/multilingual_ko.tsv (English questions must still find English
+    turns). Returns the cells added."""
+    from multilingual import read_dataset
+
+    memories, _ = read_dataset()
+    texts = [m["text"] for m in memories.values()]
+    for owner in owners:
+        service.create_many(owner, [CellCreate(type="semantic", content={"text": t}, identity={"owner_id": owner},
+                                               dedup="off") for t in texts])
+    return len(texts) * len(owners)
+
+
+def run(data: Path, embedder_name: str, mix_multilingual: bool = False) -> dict:
     samples = json.loads(data.read_text())
     tmp = tempfile.TemporaryDirectory(prefix="ampkit-locomo-")
     store = SQLiteStore(str(Path(tmp.name) / "locomo.db"), synchronous="OFF")
@@ -125,6 +139,7 @@ def run(data: Path, embedder_name: str) -> dict:
     t0 = time.perf_counter()
     dia_of, workload, skipped = load(service, samples)
     index_s = time.perf_counter() - t0
+    mixed = mix_in_multilingual(service, [s["sample_id"] for s in samples]) if mix_multilingual else 0
 
     full, bm25, latencies, cpu = [], [], [], []
     owners = []
@@ -151,6 +166,7 @@ def run(data: Path, embedder_name: str) -> dict:
         "embedder": retriever.embedder.name if retriever.embedder else "none",
         "cells": len(dia_of),
         "skipped_questions": skipped,
+        "multilingual_cells_mixed_in": mixed,
         "index_s": round(index_s, 2),
         "query_ms": {"p50": round(latencies[len(latencies) // 2], 2), "p95": round(latencies[int(len(latencies) * 0.95)], 2)},
         "query_cpu_ms": {"p50": round(cpu[len(cpu) // 2], 2), "p95": round(cpu[int(len(cpu) * 0.95)], 2)},
@@ -161,7 +177,8 @@ def run(data: Path, embedder_name: str) -> dict:
 
 def print_table(result: dict) -> None:
     print(f"LoCoMo: {result['cells']} turns, {result['questions']} questions "
-          f"({result['skipped_questions']} skipped: no resolvable evidence); embedder {result['embedder']}")
+          f"({result['skipped_questions']} skipped: no resolvable evidence); embedder {result['embedder']}"
+          + (f"; {result['multilingual_cells_mixed_in']} CJK memories mixed in" if result.get("multilingual_cells_mixed_in") else ""))
     print(f"index {result['index_s']} s; query p50 {result['query_ms']['p50']} ms, p95 {result['query_ms']['p95']} ms "
           f"(CPU p50 {result['query_cpu_ms']['p50']} ms, p95 {result['query_cpu_ms']['p95']} ms)\n")
     print(f"| {'category':<12} | {'n':>4} | BM25 r@5 | BM25 r@10 | full r@5 | full r@10 |")
@@ -186,8 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, type=Path, help="LoCoMo JSON (a list of conversations)")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--embedder", default="default", help="none | default | sentence-transformers:... | openai:...")
+    parser.add_argument("--mix-multilingual", action="store_true",
+                        help="also give every owner the Korean/Japanese/Chinese memories of bench/multilingual.py")
     args = parser.parse_args(argv)
-    result = run(args.data, args.embedder)
+    result = run(args.data, args.embedder, args.mix_multilingual)
     print_table(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

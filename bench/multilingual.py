@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ampkit.embeddings import embedder_from_name
+from ampkit.bootstrap import retriever_from_settings
+from ampkit.config import Settings
 from ampkit.models import CellCreate, SearchRequest
-from ampkit.retrieval import Retriever
 from ampkit.service import MemoryService
 from ampkit.store.sqlite import SQLiteStore
 
@@ -80,11 +80,16 @@ def settle(service: MemoryService) -> None:
 def run(embedder_name: str, memories: dict[str, dict], questions: list[dict]) -> dict:
     tmp = tempfile.TemporaryDirectory(prefix="ampkit-multilingual-")
     store = SQLiteStore(str(Path(tmp.name) / "ml.db"), synchronous="OFF")
-    store.open()
     t_load = time.perf_counter()
-    embedder = embedder_from_name(embedder_name)
+    # As the server builds it: a slow model (or the default's CJK part) embeds after the
+    # write, from the store's queue, which `settle` drains before the questions.
+    retriever = retriever_from_settings(Settings(embedder=embedder_name), background=True)
+    embedder = retriever.embedder
+    if embedder is not None and retriever.cjk_model is not None:
+        embedder.cjk_embedder  # loaded here, so model_load_s counts it  # type: ignore[attr-defined]
     load_s = time.perf_counter() - t_load
-    retriever = Retriever(embedder=embedder)
+    store.embed_queue = retriever.background
+    store.open()
     service = MemoryService(store=store, retriever=retriever)
     ids = list(memories)
     t0 = time.perf_counter()
@@ -92,8 +97,9 @@ def run(embedder_name: str, memories: dict[str, dict], questions: list[dict]) ->
         CellCreate(type="semantic", content={"text": memories[m]["text"]}, identity={"owner_id": OWNER}, dedup="off")
         for m in ids
     ])
+    ack_s = time.perf_counter() - t0  # the writes acknowledged (background vectors still queued)
     settle(service)
-    write_s = time.perf_counter() - t0
+    write_s = time.perf_counter() - t0  # with the queue drained: every vector is in
     memory_of = {cell.id: mid for cell, mid in zip(cells, ids)}
 
     by_group: dict[str, list[int | None]] = {}
@@ -115,6 +121,7 @@ def run(embedder_name: str, memories: dict[str, dict], questions: list[dict]) ->
         "groups": {g: summarise(r) for g, r in sorted(by_group.items(), key=lambda kv: (kv[0] != "ko", kv[0] != "en>ko", kv[0]))},
         "model_load_s": round(load_s, 2),
         "write_ms_per_memory": round(write_s * 1000 / len(ids), 2),
+        "acknowledged_ms_per_memory": round(ack_s * 1000 / len(ids), 2),
         "query_ms": {"p50": round(latencies[len(latencies) // 2], 2), "p95": round(latencies[int(len(latencies) * 0.95)], 2)},
         "misses_at_3": misses,
     }
@@ -124,7 +131,8 @@ def print_table(result: dict, before: dict | None) -> None:
     print(f"memories {result['memories']}, questions {result['questions']}; load average {result['load_average']}")
     for config, res in result["configs"].items():
         old = (before or {}).get("configs", {}).get(config)
-        print(f"\n{config} ({res['embedder']}): write {res['write_ms_per_memory']} ms/memory (embedding included), "
+        print(f"\n{config} ({res['embedder']}): write {res.get('acknowledged_ms_per_memory', '-')} ms/memory acknowledged, "
+              f"{res['write_ms_per_memory']} ms/memory with every vector in, model load {res['model_load_s']} s, "
               f"query p50 {res['query_ms']['p50']} ms, p95 {res['query_ms']['p95']} ms")
         if old:
             print(f"| {'group':<6} | {'n':>3} | hit@1 before | hit@1 after | hit@3 before | hit@3 after | MRR before | MRR after |")

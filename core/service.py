@@ -700,6 +700,7 @@ class MemoryService:
         embedder = self.retriever.embedder
         return {
             "model": embedder.name if embedder is not None else None,
+            "multilingual_model": self.retriever.cjk_model,
             "background": self.retriever.background,
             "queued": self.store.embedding_queue_depth() if self.retriever.background else 0,
         }

@@ -26,9 +26,10 @@ import unicodedata
 from typing import Optional
 
 # Hangul (syllables, jamo, compatibility jamo), kana, CJK ideographs (+ extension A, compat).
-_CJK_RUN = re.compile(
-    "[\u1100-\u11ff\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+"
-)
+# One character class, also understood by SQLite's GLOB and PostgreSQL's `~` (the stores
+# find CJK text with it: Store.queue_stale_embeddings).
+CJK_CLASS = "[\u1100-\u11ff\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
+_CJK_RUN = re.compile(CJK_CLASS + "+")
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 _SPACE = re.compile(r"\s+")

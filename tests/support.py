@@ -203,10 +203,11 @@ class AppServer:
         import uvicorn
 
         from ampkit.server.app import create_app
+        from ampkit.server.http import uvicorn_options
 
         app = create_app(self.settings, self.service, monotonic=self.clock or time.monotonic)
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                http="h11", h11_max_incomplete_event_size=self.settings.max_header_bytes)
+                                **uvicorn_options(self.settings.max_header_bytes))
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name=f"AppServer {self.store_url}", daemon=True)
         self._thread.start()

@@ -59,7 +59,7 @@ def test_serve_defaults_to_sqlite_in_user_data_dir(tmp_path):
         proc.terminate()
         proc.wait(10)
     assert health["status"] == "ok" and health["amp_version"] == "0.1.0"
-    assert set(health["embedding"]) == {"model", "background", "queued"}
+    assert set(health["embedding"]) == {"model", "multilingual_model", "background", "queued"}
     printed = "".join(lines)
     assert f"store sqlite:///{tmp_path}/xdg/ampkit/memory.db" in printed
     assert f"listening on http://127.0.0.1:{port}/amp/v1" in printed

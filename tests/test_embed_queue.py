@@ -208,7 +208,7 @@ def test_health_shows_the_queue_as_one_count_the_same_for_every_caller(tmp_path)
             assert created.status_code == 201, created.text
             bodies = [http.get("/health", headers={"X-AMP-Agent-ID": agent}).json()["embedding"] for agent in ("kim", "lee")]
             bodies.append(http.get("/health").json()["embedding"])
-            assert bodies[0] == bodies[1] == bodies[2] == {"model": embedder.name, "background": True, "queued": 3}
+            assert bodies[0] == bodies[1] == bodies[2] == {"model": embedder.name, "multilingual_model": None, "background": True, "queued": 3}
             search = http.post("/memories/search", headers={"X-AMP-Agent-ID": "kim"},
                                json={"query": "private note", "explain": True}).json()
             assert {h["explain"].get("dense_pending") for h in search["results"]} == {1.0}
@@ -219,3 +219,43 @@ def test_health_shows_the_queue_as_one_count_the_same_for_every_caller(tmp_path)
             search = http.post("/memories/search", headers={"X-AMP-Agent-ID": "kim"},
                                json={"query": "private note", "explain": True}).json()
             assert all("dense_pending" not in h["explain"] and "dense" in h["explain"] for h in search["results"])
+
+
+class ScriptRouted(GatedEmbedder):
+    """Like the default embedder: Latin text inline (this fake), CJK text by `cjk_embedder`
+    (another fake, named `cjk_model`) from the queue."""
+
+    cjk_model = "fake-cjk-32"  # Latin text keeps GatedEmbedder's name: the old default's vectors stay current
+
+    def __init__(self):
+        super().__init__()
+        self.cjk_embedder = GatedEmbedder()
+        self.cjk_embedder.name = self.cjk_model
+
+
+def test_script_routing_queues_only_cjk_cells_and_backfills_only_them(store_url):
+    """With the script-routed default, an English cell is embedded in the write and never
+    queued; a Korean one is. A store written before (every cell with the Latin model's
+    vector, as the old default did) gets only its CJK cells queued when the worker starts."""
+    before = store_from_url(store_url)
+    before.open()
+    old = MemoryService(store=before, retriever=Retriever(embedder=GatedEmbedder()))  # one model for every text
+    old_cells = old.create_many("kim", [new("tea with oat milk"), new("우리 집 강아지는 세 살이에요"), new("東京で寿司")])
+    before.close()
+
+    embedder = ScriptRouted()
+    service = queued_service(store_url, embedder)
+    try:
+        assert service.store.embedding_queue_depth() == 0
+        assert EmbeddingWorker(service).backfill() == 2  # the Korean and the Japanese cell, not the English one
+        english, korean = service.create_many("kim", [new("we fly to Oslo in May"), new("내일 부산으로 출장을 가요")])
+        assert service.store.embedding_queue_depth() == 3
+        assert service.store.vector_models([english.id]) == {english.id: embedder.name}
+        assert service.drain_embeddings() == 3
+        ids = [c.id for c in [*old_cells, english, korean]]
+        assert service.store.vector_models(ids) == dict(zip(ids, [
+            embedder.name, "fake-cjk-32", "fake-cjk-32", embedder.name, "fake-cjk-32"]))
+        assert [len(b) for b in embedder.cjk_embedder.batches] == [3]  # one batch, only CJK texts
+        assert EmbeddingWorker(service).backfill() == 0
+    finally:
+        service.store.close()

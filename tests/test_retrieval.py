@@ -581,3 +581,42 @@ def test_shipped_related_words_table_matches_the_model():
     assert [tuple(shipped.words[int(i)] for i in shipped.table[0][shipped.index[w]]) for w in words] == computed
     assert {"dogs", "cats"} <= set(shipped.related("pets"))
     assert shipped.related("Nate") == () and len(shipped.expand(["pets", "books", "instruments", "sports"])) <= shipped.max_terms
+    # the server's default retriever has the leg (whatever routes its embedder puts in front)
+    from ampkit.bootstrap import retriever_from_settings
+    from ampkit.config import Settings
+
+    assert "dogs" in retriever_from_settings(Settings(embedder="default")).related_terms("What pets does Nate have?")
+
+
+def test_static_embedder_direct_path_gives_model2vec_encode_vectors_bit_for_bit():
+    """StaticEmbedder.embed calls model2vec's batch step directly for small batches; the vectors
+    must be exactly `encode`'s (empty, long past max_length, CJK, several at once)."""
+    from ampkit.embeddings import StaticEmbedder, _normalise
+
+    embedder = StaticEmbedder()
+    texts = ["", "Kim moved to Lisbon in March.", "word " * 3000, "서울에서 강아지를 키워요", "東京で働いています",
+             "The user prefers dark roast coffee when travelling to Osaka for work."]
+    for batch in ([t] for t in texts):
+        assert np.array_equal(embedder.embed(batch), _normalise(embedder.model.encode(batch)))
+    assert np.array_equal(embedder.embed(texts), _normalise(embedder.model.encode(texts)))
+
+
+def test_term_cache_returns_the_tokenizer_counts_and_stays_bounded(tmp_path, monkeypatch):
+    """tokenize() serves repeated texts from a shared cache: the counts must be the
+    tokenizer's own, and the cache must drop the least recently used texts past its size."""
+    import sqlite3
+
+    from ampkit.store import sqlite as sqlite_store
+
+    conn = sqlite3.connect(tmp_path / "t.db")
+    for stmt in sqlite_store._TOKENIZER:
+        conn.execute(stmt)
+    texts = ["Running runners ran", "서울에서 강아지", "Running runners ran", "unique words here"]
+    cache = sqlite_store._TermCache(max_entries=2)
+    monkeypatch.setattr(sqlite_store, "_TERMS", cache)
+    first = sqlite_store.tokenize(conn, texts)
+    assert first[0] == first[2] == {"ran": 1, "run": 1, "runner": 1}
+    monkeypatch.setattr(sqlite_store, "_TERMS", sqlite_store._TermCache(max_entries=0))  # the tokenizer alone
+    assert sqlite_store.tokenize(conn, texts) == first
+    assert cache.get("Running runners ran") is None  # two newer texts pushed it out
+    assert cache.get("unique words here") == {"uniqu": 1, "word": 1, "here": 1}

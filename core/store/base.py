@@ -307,6 +307,11 @@ class Store(ABC):
         is taken among the cells the filter admits, never filtered after the cut."""
         return []
 
+    def has_vectors(self, model: str, flt: CellFilter) -> bool:
+        """Whether a cell `flt` admits has a vector of `model` (the multilingual leg runs only
+        then). Decided on the admitted rows; a store-wide shortcut may only make it faster."""
+        return False
+
     def vector_models(self, cell_ids: Sequence[str]) -> dict[str, str]:
         """cell id -> name of the model its stored vector came from (cells without a vector
         are absent). `ampkit reindex` uses it to skip cells already embedded with the current
@@ -390,9 +395,11 @@ class Store(ABC):
         """(cell id, text) of up to `limit` queued cells, oldest first."""
         return []
 
-    def queue_stale_embeddings(self, model: str, batch_size: int = 10000) -> int:
+    def queue_stale_embeddings(self, model: str, batch_size: int = 10000, cjk_model: Optional[str] = None) -> int:
         """Queue every cell whose vector is missing or from another model (after the model
-        changed); returns how many were queued."""
+        changed); with `cjk_model`, a cell whose text has Korean, Japanese or Chinese script
+        (textindex.CJK_CLASS) should have that model's vector instead. Returns how many were
+        queued."""
         return 0
 
     # ------------------------------------------------------------ memory files (store/_files.py)

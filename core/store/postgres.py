@@ -54,7 +54,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import Unavailable, ValidationFailed
 from ..models import MemoryCell
-from ..textindex import query_terms
+from ..textindex import CJK_CLASS, query_terms
 from ._pg_url import redact, split_url
 from ._pg_schema import (
     CLASS_NEIGHBOURS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
@@ -157,6 +157,11 @@ def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[sql.Composable, list[
     """WHERE clause (without the keyword) for a CellFilter (the one compiler, PostgreSQL's spelling)."""
     where, params = compile_filter(flt, POSTGRES, alias)
     return sql.SQL(where), params  # compiled from our own fragments: values are parameters
+
+
+def sql_quote(text: str) -> str:
+    """`text` as PostgreSQL prints a string literal (in pg_indexes.indexdef)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _vector_index_name(model: str, dim: int) -> str:
@@ -486,6 +491,19 @@ class PostgresStore(SQLFileReads, SQLStore):
             (str(min(1000, max(self.ef_search, k))),),  # pgvector caps ef_search at 1000
         )
 
+    def has_vectors(self, model: str, flt: CellFilter) -> bool:
+        # Shortcut: the model's HNSW index is made with its first vector; without one (an
+        # English store) no vector of it exists anywhere.
+        indexed = self._query("SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'cell_vectors' "
+                              "AND position(%s in indexdef) > 0",
+                              ("model = " + sql_quote(model),))
+        if not indexed:
+            return False
+        where, params = filter_sql(flt)
+        return bool(self._query(sql.SQL(
+            "SELECT 1 FROM cells c JOIN cell_vectors v ON v.cell_id = c.id WHERE {where} AND v.model = %s LIMIT 1"
+        ).format(where=where), [*params, model]))
+
     def vector_models(self, cell_ids: Sequence[str]) -> dict[str, str]:
         ids = list(dict.fromkeys(cell_ids))
         if not ids:
@@ -542,17 +560,20 @@ class PostgresStore(SQLFileReads, SQLStore):
         return [(cid, text) for cid, text in self._query(
             "SELECT q.cell_id, c.text FROM embed_queue q JOIN cells c ON c.id = q.cell_id ORDER BY q.seq LIMIT %s", (limit,))]
 
-    def queue_stale_embeddings(self, model: str, batch_size: int = 10000) -> int:
+    def queue_stale_embeddings(self, model: str, batch_size: int = 10000, cjk_model: Optional[str] = None) -> int:
+        if cjk_model is None:
+            wanted, params = sql.SQL("%s"), [model]
+        else:
+            wanted, params = sql.SQL("(CASE WHEN c.text ~ %s THEN %s ELSE %s END)"), [CJK_CLASS, cjk_model, model]
         queued, after = 0, ""
         while True:
             with self._connection("write") as conn, conn.transaction():
                 ids = [r[0] for r in conn.execute("SELECT id FROM cells WHERE id > %s ORDER BY id LIMIT %s", (after, batch_size))]
                 if not ids:
                     return queued
-                queued += conn.execute(
+                queued += conn.execute(sql.SQL(
                     "INSERT INTO embed_queue (cell_id) SELECT c.id FROM cells c LEFT JOIN cell_vectors v ON v.cell_id = c.id "
-                    "WHERE c.id = ANY(%s) AND v.model IS DISTINCT FROM %s ORDER BY c.seq ON CONFLICT (cell_id) DO NOTHING",
-                    (ids, model),
-                ).rowcount
+                    "WHERE c.id = ANY(%s) AND v.model IS DISTINCT FROM {wanted} ORDER BY c.seq ON CONFLICT (cell_id) DO NOTHING"
+                ).format(wanted=wanted), (ids, *params)).rowcount
                 after = ids[-1]
 

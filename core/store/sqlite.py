@@ -20,6 +20,7 @@ import os
 import sqlite3
 import tempfile
 import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -30,7 +31,7 @@ import numpy as np
 from ..errors import Unavailable
 from ..glob import upgrade_stored
 from ..models import MemoryCell
-from ..textindex import fts_match, has_hangul, index_text, owner_token, query_terms, text_key
+from ..textindex import CJK_CLASS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
 from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, int_list, top_k
 from .sql import SQLITE, compile_filter
@@ -226,18 +227,54 @@ _TOKENIZER = (
 _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
 
 
+class _TermCache:
+    """text -> term frequencies, for the texts tokenized most recently (least recently used
+    out first). A single-cell create rewrites the windows of the cell and of the turns just
+    before it, whose texts were tokenized by the creates before; the result depends on the
+    text alone (one tokenizer for every connection), so it is shared, under a lock."""
+
+    def __init__(self, max_entries: int = 4096, max_text_chars: int = 4096):
+        self.max_entries, self.max_text_chars = max_entries, max_text_chars
+        self._tf: OrderedDict[str, dict[str, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> Optional[dict[str, int]]:
+        with self._lock:
+            tf = self._tf.get(text)
+            if tf is not None:
+                self._tf.move_to_end(text)
+            return tf
+
+    def put(self, text: str, tf: dict[str, int]) -> None:
+        if len(text) > self.max_text_chars:
+            return
+        with self._lock:
+            self._tf[text] = tf
+            if len(self._tf) > self.max_entries:
+                self._tf.popitem(last=False)
+
+
+_TERMS = _TermCache()
+
+
 def tokenize(conn: sqlite3.Connection, texts: Sequence[str]) -> list[dict[str, int]]:
-    """Each text's term frequencies, as the keyword index counts them."""
-    out: list[dict[str, int]] = [{} for _ in texts]
-    if not texts:
-        return out
-    conn.executemany("INSERT INTO temp.ampkit_tokens(rowid, text) VALUES (?, ?)", list(enumerate(texts)))
-    for doc, term, count in conn.execute(
-        "SELECT doc, term, COUNT(*) FROM temp.ampkit_token_instances GROUP BY doc, term ORDER BY doc, term"
-    ):
-        out[doc][term] = count
-    conn.execute("INSERT INTO temp.ampkit_tokens(ampkit_tokens) VALUES ('delete-all')")
-    return out
+    """Each text's term frequencies, as the keyword index counts them. The returned dicts
+    may be shared (`_TermCache`): read them, never change them."""
+    out: list[Optional[dict[str, int]]] = [_TERMS.get(t) for t in texts]
+    missing = [i for i, tf in enumerate(out) if tf is None]
+    if missing:
+        fresh: list[dict[str, int]] = [{} for _ in missing]
+        conn.executemany("INSERT INTO temp.ampkit_tokens(rowid, text) VALUES (?, ?)",
+                         [(j, texts[i]) for j, i in enumerate(missing)])
+        for doc, term, count in conn.execute(
+            "SELECT doc, term, COUNT(*) FROM temp.ampkit_token_instances GROUP BY doc, term ORDER BY doc, term"
+        ):
+            fresh[doc][term] = count
+        conn.execute("INSERT INTO temp.ampkit_tokens(ampkit_tokens) VALUES ('delete-all')")
+        for j, i in enumerate(missing):
+            out[i] = fresh[j]
+            _TERMS.put(texts[i], fresh[j])
+    return [tf if tf is not None else {} for tf in out]
 
 
 def _rank_rows(rows: Sequence[tuple], n_terms: int, n: int, total_len: int, k: int) -> list[Candidate]:
@@ -850,6 +887,16 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     index.upsert(np.asarray(ids, dtype=np.int64), matrix)
                 self._vectors_seq = rows[-1][3]
 
+    def has_vectors(self, model: str, flt: CellFilter) -> bool:
+        # Shortcut: no vector of this model anywhere (an English store) answers without SQL.
+        if not self.vectors_warming:
+            self._catch_up_vectors()
+            index = self._vectors.get(model)
+            if index is None or not len(index):
+                return False
+        where, params = filter_sql(flt)
+        return bool(self._query(f"SELECT 1 FROM cells c WHERE {where} AND c.embed_model = ? LIMIT 1", [*params, model]))
+
     def vector_models(self, cell_ids: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
         ids = list(cell_ids)
@@ -989,8 +1036,13 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return [(cid, text) for cid, text in self._query(
             "SELECT q.cell_id, c.text FROM embed_queue q JOIN cells c ON c.id = q.cell_id ORDER BY q.seq LIMIT ?", (limit,))]
 
-    def queue_stale_embeddings(self, model: str, batch_size: int = 10000) -> int:
+    def queue_stale_embeddings(self, model: str, batch_size: int = 10000, cjk_model: Optional[str] = None) -> int:
         # In batches of rowids, so writers wait for one batch at a time, not the whole store.
+        if cjk_model is None:
+            stale, params = "embed_model IS NOT ?", [model]
+        else:  # GLOB runs in C: an English store costs a scan, no Python per row
+            stale = "embed_model IS NOT (CASE WHEN text GLOB ? THEN ? ELSE ? END)"
+            params = [f"*{CJK_CLASS}*", cjk_model, model]
         queued, after = 0, 0
         while True:
             with self.write() as tx:
@@ -1001,7 +1053,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     return queued
                 queued += conn.execute(
                     "INSERT OR IGNORE INTO embed_queue(cell_id) SELECT id FROM cells "
-                    "WHERE rowid > ? AND rowid <= ? AND embed_model IS NOT ? ORDER BY rowid", (after, last, model),
+                    f"WHERE rowid > ? AND rowid <= ? AND {stale} ORDER BY rowid", (after, last, *params),
                 ).rowcount
                 after = last
 
