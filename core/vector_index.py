@@ -23,6 +23,7 @@ from typing import Any, Optional
 import numpy as np
 
 DEFAULT_ANN_THRESHOLD = 200_000
+MAX_ANN_FETCH = 5_000  # neighbours one approximate query may ask the graph for
 
 
 class VectorIndex:
@@ -172,7 +173,12 @@ class VectorIndex:
             return [(int(self._rowids[slots[i]]), float(scores[i])) for i in top]
 
     def _search_ann(self, query: np.ndarray, slots: np.ndarray, k: int) -> Optional[list[tuple[int, float]]]:
-        fetch = min(self._count, max(10 * k, 200))
+        # A selective filter (a team's tenth of the store) keeps about its share of the graph's
+        # neighbours: ask for enough that k survive, rather than fall back to an exact scan
+        # of a hundred thousand gathered rows; past MAX_ANN_FETCH the exact scan is cheaper.
+        fetch = min(self._count, max(10 * k, 200, int(3 * k * self._count / len(slots))))
+        if fetch > MAX_ANN_FETCH:
+            return None
         labels, distances = self._ann.knn_query(query, k=fetch)
         # Membership by slot (a mark per slot, not a set of up to a million Python ints):
         # a label counts when its row's current slot is among the allowed ones.

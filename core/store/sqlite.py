@@ -33,7 +33,7 @@ from ..glob import upgrade_stored
 from ..models import MemoryCell
 from ..textindex import CJK_CLASS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
-from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, int_list, top_k
+from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, int_list, top_k, union_positions
 from .sql import SQLITE, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
 from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
@@ -796,7 +796,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 parts.append(admitted.term(next(iter(tf)), load_term)[0])
             elif tf:  # a phrase: FTS decides what matches
                 parts.append(admitted.unit(word, load_unit))
-        matched = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        matched = union_positions(parts, admitted.n)
         if not matched.size:
             return []
         scores = bm25_scores(admitted.n, admitted.total, admitted.lengths, matched,
