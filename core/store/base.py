@@ -289,6 +289,11 @@ class Store(ABC):
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Top-k by the backend's keyword ranker (BM25 for SQLite), best first."""
 
+    def keyword_candidates_many(self, queries: Sequence[str], flt: CellFilter, k: int) -> builtins.list[builtins.list[Candidate]]:
+        """`keyword_candidates` of each query, in order (a backend may share work between
+        them, never scores: each list equals the query's own)."""
+        return [self.keyword_candidates(query, flt, k) for query in queries]
+
     def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
         """Ids of cells that may have the same words as `text` (a superset is fine: the caller
         compares the normalised texts), for dedup on write. Default: the keyword leg's top k

@@ -277,6 +277,23 @@ def tokenize(conn: sqlite3.Connection, texts: Sequence[str]) -> list[dict[str, i
     return [tf if tf is not None else {} for tf in out]
 
 
+def _rank_rows(rows: Sequence[tuple], n_terms: int, n: int, total_len: int, k: int) -> list[Candidate]:
+    """BM25 top-k of matched rows `(id, window length, tf of each query term in term order...)`."""
+    if not rows:
+        return []
+    ids = [row[0] for row in rows]
+    lengths = np.array([row[1] for row in rows], dtype=np.int64)
+    tfs = np.array([[tf or 0 for tf in row[2:]] for row in rows], dtype=np.int64).reshape(len(rows), n_terms)
+    matched = np.arange(len(rows), dtype=np.int64)
+    hits = []
+    for i in range(n_terms):
+        pos = np.flatnonzero(tfs[:, i])
+        hits.append((pos, tfs[pos, i]))
+    scores = bm25_scores(n, total_len, lengths, matched, hits)
+    best = sorted((-float(scores[i]), ids[i]) for i in top_k(scores, k))
+    return [Candidate(cid, -neg) for neg, cid in best[:k]]
+
+
 def _ts(value: Optional[datetime]) -> Optional[float]:
     return None if value is None else value.timestamp()
 
@@ -664,56 +681,71 @@ class SQLiteStore(SQLFileReads, SQLStore):
         across owners) intersects each query term's rows from the FTS index with the admitted
         rows, both kept in numpy arrays until the database changes (`_bm25`); a small filter
         with a word the tokenizer splits (a phrase) runs the FTS OR query."""
+        return self.keyword_candidates_many([query], flt, k)[0]
+
+    def keyword_candidates_many(self, queries: Sequence[str], flt: CellFilter, k: int) -> builtins.list[builtins.list[Candidate]]:
+        """`keyword_candidates` of each query over one filter. An owner-sized filter reads its
+        windows' term counts once for all the queries (the scan, not the scoring, is what a
+        keyword query costs there); each query's matches and scores are its own, bit for bit."""
         conn = self._reader()
-        words = query_terms(query)
-        if not words:
-            return []
-        per_word = tokenize(conn, words)
-        terms = sorted({t for tf in per_word for t in tf})
-        terms = [t for t in terms if '"' not in t and "\\" not in t]
-        if not terms:
-            return []
+        parsed = []
+        for query in queries:
+            words = query_terms(query)
+            per_word = tokenize(conn, words) if words else []
+            terms = sorted({t for tf in per_word for t in tf if '"' not in t and "\\" not in t})
+            parsed.append((query, words, per_word, terms))
+        out: builtins.list[builtins.list[Candidate]] = [[] for _ in queries]
+        todo = [i for i, (_, words, _, terms) in enumerate(parsed) if words and terms]
+        if not todo:
+            return out
         entry = self._admitted_entry(flt)
         n, total_len = entry[1], entry[2]
         if not n:
-            return []
+            return out
         if n > self.keyword_scan_max:
-            return self._keyword_wide(flt, entry, words, per_word, terms, k)
+            for i in todo:
+                _, words, per_word, terms = parsed[i]
+                out[i] = self._keyword_wide(flt, entry, words, per_word, terms, k)
+            return out
+        # The scan matches exactly what the FTS query matches when every query word is one
+        # index term (a word the tokenizer splits would be a phrase in FTS).
+        scanned = [i for i in todo if all(len(tf) == 1 for tf in parsed[i][2])]
+        for i in todo:
+            if i not in scanned:
+                out[i] = self._keyword_fts(parsed[i][0], flt, parsed[i][3], n, total_len, k)
+        if scanned:
+            union = sorted({t for i in scanned for t in parsed[i][3]})
+            where, params = filter_sql(flt)
+            tf_columns = ", ".join("json_extract(x.terms, ?)" for _ in union)
+            paths = ['$."' + t + '"' for t in union]
+            rows = self._query(
+                f"SELECT c.id, x.len, {tf_columns} FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where}",
+                [*paths, *params],
+            )
+            column = {t: 2 + j for j, t in enumerate(union)}
+            for i in scanned:
+                cols = [column[t] for t in parsed[i][3]]
+                mine = [(row[0], row[1], *(row[c] for c in cols)) for row in rows if any(row[c] for c in cols)]
+                out[i] = _rank_rows(mine, len(cols), n, total_len, k)
+        return out
+
+    def _keyword_fts(self, query: str, flt: CellFilter, terms: builtins.list[str], n: int, total_len: int, k: int) -> builtins.list[Candidate]:
+        """The keyword leg through the FTS OR query (a small filter, a word FTS reads as a phrase)."""
         where, params = filter_sql(flt)
         tf_columns = ", ".join("json_extract(x.terms, ?)" for _ in terms)
         paths = ['$."' + t + '"' for t in terms]
-        # The scan matches exactly what the FTS query matches when every query word is one
-        # index term (a word the tokenizer splits would be a phrase in FTS).
-        if all(len(tf) == 1 for tf in per_word):
-            rows = [row for row in self._query(
-                f"SELECT c.id, x.len, {tf_columns} FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where}",
-                [*paths, *params],
-            ) if any(row[2:])]
-        else:
-            match = f"text : ({fts_match(query)})"
-            if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
-                match += f' AND owner : "{owner_token(flt.owner_id)}"'
-            # Every admitted match with its window length and the query terms' frequencies
-            # (SQLite caches the parsed JSON across a row's calls). CROSS JOIN keeps the FTS
-            # match the outer loop (the planner would otherwise run the MATCH once per cell).
-            rows = self._query(
-                f"SELECT c.id, x.len, {tf_columns} FROM cells_fts CROSS JOIN cells c ON c.rowid = cells_fts.rowid "
-                f"CROSS JOIN cell_context x ON x.rowid = c.rowid WHERE cells_fts MATCH ? AND {where}",
-                [*paths, match, *params],
-            )
-        if not rows:
-            return []
-        ids = [row[0] for row in rows]
-        lengths = np.array([row[1] for row in rows], dtype=np.int64)
-        tfs = np.array([[tf or 0 for tf in row[2:]] for row in rows], dtype=np.int64).reshape(len(rows), len(terms))
-        matched = np.arange(len(rows), dtype=np.int64)
-        hits = []
-        for i in range(len(terms)):
-            pos = np.flatnonzero(tfs[:, i])
-            hits.append((pos, tfs[pos, i]))
-        scores = bm25_scores(n, total_len, lengths, matched, hits)
-        best = sorted((-float(scores[i]), ids[i]) for i in top_k(scores, k))
-        return [Candidate(cid, -neg) for neg, cid in best[:k]]
+        match = f"text : ({fts_match(query)})"
+        if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
+            match += f' AND owner : "{owner_token(flt.owner_id)}"'
+        # Every admitted match with its window length and the query terms' frequencies
+        # (SQLite caches the parsed JSON across a row's calls). CROSS JOIN keeps the FTS
+        # match the outer loop (the planner would otherwise run the MATCH once per cell).
+        rows = self._query(
+            f"SELECT c.id, x.len, {tf_columns} FROM cells_fts CROSS JOIN cells c ON c.rowid = cells_fts.rowid "
+            f"CROSS JOIN cell_context x ON x.rowid = c.rowid WHERE cells_fts MATCH ? AND {where}",
+            [*paths, match, *params],
+        )
+        return _rank_rows(rows, len(terms), n, total_len, k)
 
     def _keyword_wide(self, flt: CellFilter, entry: builtins.list[Any], words: builtins.list[str], per_word: builtins.list[dict[str, int]],
                       terms: builtins.list[str], k: int) -> builtins.list[Candidate]:
