@@ -21,9 +21,14 @@ run: $(STAMP)
 # --allow-root-changes: as root, the fault tests mount small file systems and the PostgreSQL
 # fixture creates the embedded_postgres system user; plain `pytest` skips those.
 # -n auto --dist loadfile: one pytest-xdist worker per core, each test file on one worker (its
-# module servers start once). docs/testing.md: profiles, markers, a single-process run.
+# module servers start once; tests/conftest.py orders the files, slow ones first, and splits a few
+# long tests by case). docs/testing.md: profiles, markers, a single-process run.
+# PYTHONDONTWRITEBYTECODE is cleared for the run: with it set, every worker and every `ampkit`
+# child process compiles ampkit, and pytest rewrites the asserts of its plugins' packages, anew.
+# langsmith's pytest plugin (installed with langchain) serves no test here and costs ~1 s a process.
+test: export PYTHONDONTWRITEBYTECODE =
 test: lint browser
-	$(BIN)/python -m pytest -q --allow-root-changes -n auto --dist loadfile
+	$(BIN)/python -m pytest -q --allow-root-changes -n auto --dist loadfile -p no:langsmith_plugin
 
 # The inspector's browser test (tests/test_inspector_browser.py) drives Debian's chromium through
 # Playwright (no browser download). As root it is installed here; under CI the test fails without it.

@@ -126,12 +126,14 @@ def run(data: Path, embedder_name: str, mix_multilingual: bool = False) -> dict:
     index_s = time.perf_counter() - t0
     mixed = mix_in_multilingual(service, [s["sample_id"] for s in samples]) if mix_multilingual else 0
 
-    full, bm25, latencies = [], [], []
+    full, bm25, latencies, intruders = [], [], [], []
     for owner, q in workload:
         t = time.perf_counter()
         hits = service.search(owner, SearchRequest(query=q["question"], owner_id=owner, limit=max(KS))).results
         latencies.append((time.perf_counter() - t) * 1000)
-        full.append((q["category"], [dia_of[h.id] for h in hits], q["evidence"]))
+        ranked = [dia_of.get(h.id, "") for h in hits]  # "": a mixed-in CJK memory (never evidence)
+        intruders.append(sum(r == "" for r in ranked))
+        full.append((q["category"], ranked, q["evidence"]))
         flt = CellFilter(reader=owner, owner_id=owner)
         kw = store.keyword_candidates(q["question"], flt, max(KS))
         bm25.append((q["category"], [dia_of[c.cell_id] for c in kw], q["evidence"]))
@@ -145,6 +147,7 @@ def run(data: Path, embedder_name: str, mix_multilingual: bool = False) -> dict:
         "cells": len(dia_of),
         "skipped_questions": skipped,
         "multilingual_cells_mixed_in": mixed,
+        "mixed_in_per_top10": round(statistics.fmean(intruders), 3),
         "index_s": round(index_s, 2),
         "query_ms": {"p50": round(latencies[len(latencies) // 2], 2), "p95": round(latencies[int(len(latencies) * 0.95)], 2)},
         "bm25_only": summarise(bm25),
@@ -155,7 +158,8 @@ def run(data: Path, embedder_name: str, mix_multilingual: bool = False) -> dict:
 def print_table(result: dict) -> None:
     print(f"LoCoMo: {result['cells']} turns, {result['questions']} questions "
           f"({result['skipped_questions']} skipped: no resolvable evidence); embedder {result['embedder']}"
-          + (f"; {result['multilingual_cells_mixed_in']} CJK memories mixed in" if result.get("multilingual_cells_mixed_in") else ""))
+          + (f"; {result['multilingual_cells_mixed_in']} CJK memories mixed in, "
+             f"{result['mixed_in_per_top10']} of them per top 10" if result.get("multilingual_cells_mixed_in") else ""))
     print(f"index {result['index_s']} s; query p50 {result['query_ms']['p50']} ms, p95 {result['query_ms']['p95']} ms\n")
     print(f"| {'category':<12} | {'n':>4} | BM25 r@5 | BM25 r@10 | full r@5 | full r@10 |")
     print(f"|{'-' * 14}|{'-' * 6}|----------|-----------|----------|-----------|")

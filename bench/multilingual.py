@@ -77,7 +77,17 @@ def settle(service: MemoryService) -> None:
         drain()
 
 
-def run(embedder_name: str, memories: dict[str, dict], questions: list[dict]) -> dict:
+def english_turns(path: Path, conversations: int = 1) -> list[str]:
+    """The turns of the first LoCoMo conversations, as a bilingual user's English memories."""
+    out = []
+    for sample in json.loads(path.read_text())[:conversations]:
+        conv = sample["conversation"]
+        for key in sorted(k for k in conv if k.startswith("session_") and not k.endswith("date_time")):
+            out.extend(f"{turn['speaker']}: {turn['text']}" for turn in conv[key])
+    return out
+
+
+def run(embedder_name: str, memories: dict[str, dict], questions: list[dict], english: list[str] = ()) -> dict:
     tmp = tempfile.TemporaryDirectory(prefix="ampkit-multilingual-")
     store = SQLiteStore(str(Path(tmp.name) / "ml.db"), synchronous="OFF")
     t_load = time.perf_counter()
@@ -98,6 +108,9 @@ def run(embedder_name: str, memories: dict[str, dict], questions: list[dict]) ->
         for m in ids
     ])
     ack_s = time.perf_counter() - t0  # the writes acknowledged (background vectors still queued)
+    for i in range(0, len(english), 500):  # English distractors (--mix-locomo): never a question's target
+        service.create_many(OWNER, [CellCreate(type="semantic", content={"text": t}, identity={"owner_id": OWNER}, dedup="off")
+                                    for t in english[i : i + 500]])
     settle(service)
     write_s = time.perf_counter() - t0  # with the queue drained: every vector is in
     memory_of = {cell.id: mid for cell, mid in zip(cells, ids)}
@@ -108,7 +121,7 @@ def run(embedder_name: str, memories: dict[str, dict], questions: list[dict]) ->
         t = time.perf_counter()
         hits = service.search(OWNER, SearchRequest(query=q["text"], owner_id=OWNER, limit=DEPTH)).results
         latencies.append((time.perf_counter() - t) * 1000)
-        ranked = [memory_of[h.id] for h in hits]
+        ranked = [memory_of.get(h.id, "english") for h in hits]
         rank = ranked.index(q["target"]) + 1 if q["target"] in ranked else None
         by_group.setdefault(group_of(q, memories), []).append(rank)
         if rank is None or rank > 3:
@@ -128,7 +141,8 @@ def run(embedder_name: str, memories: dict[str, dict], questions: list[dict]) ->
 
 
 def print_table(result: dict, before: dict | None) -> None:
-    print(f"memories {result['memories']}, questions {result['questions']}; load average {result['load_average']}")
+    print(f"memories {result['memories']}, questions {result['questions']}, English distractors "
+          f"{result.get('english_distractors', 0)}; load average {result['load_average']}")
     for config, res in result["configs"].items():
         old = (before or {}).get("configs", {}).get(config)
         print(f"\n{config} ({res['embedder']}): write {res.get('acknowledged_ms_per_memory', '-')} ms/memory acknowledged, "
@@ -156,13 +170,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--before", type=Path, help="a saved --json run to print beside this one")
+    parser.add_argument("--mix-locomo", type=Path, help="LoCoMo JSON: also store its first conversation's turns "
+                                                         "(English distractors, a bilingual user's store)")
     args = parser.parse_args(argv)
     memories, questions = read_dataset(args.data)
+    english = english_turns(args.mix_locomo) if args.mix_locomo else []
     result = {
         "memories": len(memories),
+        "english_distractors": len(english),
         "questions": len(questions),
         "load_average": [round(x, 2) for x in os.getloadavg()],
-        "configs": {name: run(name, memories, questions) for name in args.embedders.split(",")},
+        "configs": {name: run(name, memories, questions, english) for name in args.embedders.split(",")},
     }
     result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     before = json.loads(args.before.read_text()) if args.before else None

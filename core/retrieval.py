@@ -70,6 +70,13 @@ class RetrievalConfig:
     # the language (bench/multilingual.py: Korean hit@3 0.82 at 0.5, 0.92 at 3.0). The static
     # default model's CJK block is weaker than the keyword leg, so it keeps `dense_weight`.
     cjk_dense_weight: float = 3.0
+    # The multilingual leg (the default embedder's e5 vectors of CJK cells) for a query in
+    # another script: only cells at least this similar join (e5 puts unrelated texts near
+    # 0.75: on bench/multilingual.py an English question meets its Korean memory at 0.79-0.86,
+    # while 95% of LoCoMo's English questions meet no Korean memory above 0.78), at this weight
+    # (it must outweigh English memories that share the question's words).
+    cross_lingual_floor: float = 0.78
+    cross_lingual_weight: float = 3.0
     entity_weight: float = 0.4  # relevance x (1 + this x share of the query's names in the cell)
     relevance_weight: float = 0.7  # final = relevance_weight x relevance + decay_weight x decay
     decay_weight: float = 0.3
@@ -216,8 +223,11 @@ class Retriever:
         # one (decided on the rows the caller may read: non-interference).
         if cjk is not None and (has_cjk(query) or store.has_vectors(cjk, flt)):
             model = self.embedder.cjk_embedder  # type: ignore[union-attr]
-            weight = cfg.cjk_dense_weight if has_cjk(query) else cfg.dense_weight
-            legs.append(("multilingual", weight, store.vector_candidates(embed_query(model, [query])[0], cjk, flt, pool)))
+            found = store.vector_candidates(embed_query(model, [query])[0], cjk, flt, pool)
+            if has_cjk(query):
+                legs.append(("multilingual", cfg.cjk_dense_weight, found))
+            else:  # across languages: only the close ones (see cross_lingual_floor)
+                legs.append(("multilingual", cfg.cross_lingual_weight, [c for c in found if c.score >= cfg.cross_lingual_floor]))
         return legs
 
     def dense_weight(self, query: str) -> float:

@@ -47,12 +47,46 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--allow-root-changes"):
-        return
-    skip = pytest.mark.skip(reason="changes the machine (mounts); run with --allow-root-changes")
-    for item in items:
-        if "root" in item.keywords:
-            item.add_marker(skip)
+    if not config.getoption("--allow-root-changes"):
+        skip = pytest.mark.skip(reason="changes the machine (mounts); run with --allow-root-changes")
+        for item in items:
+            if "root" in item.keywords:
+                item.add_marker(skip)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: see pytest_xdist_make_scheduler
+        slow: dict[str, int] = {}
+        size: dict[str, int] = {}
+        for item in items:
+            unit = _unit(item.nodeid)
+            slow[unit] = slow.get(unit, 0) + ("slow" in item.keywords)
+            size[unit] = size.get(unit, 0) + 1
+        items.sort(key=lambda item: (-slow[_unit(item.nodeid)], -size[_unit(item.nodeid)]))  # stable
+
+
+# Tests each of whose cases is long enough to be a unit of work of its own under `make test`.
+OWN_UNITS = ("tests/test_noninterference.py::test_no_read_path_depends_on_cells_the_caller_cannot_read[",)
+
+
+def _unit(nodeid: str) -> str:
+    return nodeid if nodeid.startswith(OWN_UNITS) else nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` (pytest-xdist, --dist loadfile): a test file is one unit of work (its module
+    fixtures start once), except the cases of OWN_UNITS; the workers sort their collection so
+    that units with `slow` tests come first (the most slow tests first), then by number of
+    tests, and the units are handed out in that order: no long unit starts last while the
+    other worker has nothing left to do."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the workers' order
+    return Units(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -89,3 +123,4 @@ def server_factory(tmp_path):
     yield start
     for proc in started:
         proc.stop()
+

@@ -144,6 +144,7 @@ def test_the_langgraph_store_adapter_round_trips_store_backend_values(backend):
     assert files.read("/notes.md").file_data["content"] == "line one\nline 2\n"
 
 
+@pytest.mark.slow
 def test_the_memory_files_example_runs_against_the_server(server):
     import os
     import subprocess

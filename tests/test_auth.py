@@ -234,6 +234,7 @@ def test_auth_off_trusts_the_header_and_says_so(server):
 
 
 # ---------------------------------------------------------------- exposure
+@pytest.mark.slow
 def test_non_loopback_without_auth_is_refused_with_a_reason(tmp_path):
     url = f"sqlite:///{tmp_path}/x.db"
     refused = ampkit_process("serve", "--host", "0.0.0.0", "--port", str(free_port()), "--store", url)

@@ -64,6 +64,7 @@ def test_bundled_suite_has_unique_ids_and_at_least_40_cases():
             "search_list", "limits_validation", "spec_honesty"} <= topics
 
 
+@pytest.mark.slow
 def test_suite_passes_against_ampkit_serve(tmp_path):
     """Black box, as CI runs it: `ampkit serve` and `ampkit conformance`, two processes."""
     store = f"sqlite:///{tmp_path}/memory.db"

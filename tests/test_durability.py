@@ -7,6 +7,7 @@ import time
 from typing import Callable, Sized
 
 import httpx
+import pytest
 
 from support import ServerProcess
 
@@ -28,6 +29,7 @@ def kill_mid_stream(server: ServerProcess, write_stream: Callable[[int], None], 
     assert len(acked) >= enough, "the write stream never got going"
 
 
+@pytest.mark.slow
 def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path):
     store = f"sqlite:///{tmp_path}/durable.db"
     server = ServerProcess(store, log_path=tmp_path / "server.log").start()
@@ -61,6 +63,7 @@ def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path):
     assert listed >= len(acked)
 
 
+@pytest.mark.slow
 def test_sigkill_during_grouped_writes_keeps_every_acknowledged_write(tmp_path):
     """Eight clients at once, single cells and small batches into sessions: the server commits
     concurrent creates together (group commit, ampkit.groupcommit) and answers each only after

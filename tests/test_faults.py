@@ -96,6 +96,7 @@ def ext4_image(tmp: Path) -> Iterator[tuple[Path, str]]:
 
 
 # ---------------------------------------------------------------- disks
+@pytest.mark.slow
 @pytest.mark.root
 def test_full_disk_answers_503_and_recovers_when_space_returns(tmp_path):
     with tmpfs(tmp_path / "small", "1m") as disk, \
@@ -122,6 +123,7 @@ def test_full_disk_answers_503_and_recovers_when_space_returns(tmp_path):
             assert http.get(f"/memories/{cid}", headers=AGENT).status_code == 200
 
 
+@pytest.mark.slow
 @pytest.mark.root
 def test_read_only_disk_answers_503_and_recovers_after_repair(tmp_path):
     with ext4_image(tmp_path) as (disk, dev):

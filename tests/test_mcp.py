@@ -64,6 +64,35 @@ class Tools:
         return json.loads(await self.error(name, **args))["error"]["code"]
 
 
+@pytest.fixture(autouse=True)
+def _compiled_output_schemas(monkeypatch):
+    """The SDK client checks every tool result against the tool's output schema, through
+    `jsonschema.validate`, which first checks the schema itself against the 2020-12 metaschema
+    (~50 ms for a cell-bearing schema) on every call. Here the same check (schema checked,
+    then the result validated, same registry) with each schema checked and compiled once."""
+    from jsonschema import validators
+    from referencing import Registry
+
+    compiled: dict[str, Any] = {}
+
+    async def validate_tool_result(self: ClientSession, name: str, result: Any) -> None:
+        if name not in self._tool_output_schemas:
+            await self.list_tools()
+        schema = self._tool_output_schemas.get(name)
+        if schema is None:
+            return
+        if result.structuredContent is None:
+            raise RuntimeError(f"Tool {name} has an output schema but did not return structured content")
+        key = json.dumps(schema, sort_keys=True)
+        if key not in compiled:
+            cls = validators.validator_for(schema)
+            cls.check_schema(schema)
+            compiled[key] = cls(schema, registry=Registry())
+        compiled[key].validate(result.structuredContent)
+
+    monkeypatch.setattr(ClientSession, "_validate_tool_result", validate_tool_result)
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     svc = build_service(Settings(store=f"sqlite:///{tmp_path_factory.mktemp('mcp')}/mcp.db", embedder="none"))

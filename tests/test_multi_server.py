@@ -25,6 +25,7 @@ def headers(agent: str, **extra: str) -> dict[str, str]:
     return {"X-AMP-Agent-ID": agent, **extra}
 
 
+@pytest.mark.slow
 def test_two_servers_on_one_database_lose_no_acknowledged_write(pg_url, server_factory):
     servers = [server_factory(pg_url, args=["--lifecycle-interval", "0"], process=True) for _ in range(2)]
     clients = [httpx.Client(base_url=s.base_url, timeout=30) for s in servers]

@@ -208,3 +208,45 @@ def test_default_embeds_korean_after_the_write_and_english_inline(tmp_path):
         assert "dense_pending" not in hits[0].explain
     finally:
         store.close()
+
+
+def test_across_languages_only_close_multilingual_matches_join(tmp_path):
+    """An English question's multilingual leg keeps only CJK cells at least
+    `cross_lingual_floor` similar (e5 puts unrelated texts near 0.75); a CJK question keeps all."""
+    import numpy as np
+
+    from ampkit.models import CellCreate, SearchRequest
+    from ampkit.retrieval import Retriever
+    from ampkit.service import MemoryService
+    from ampkit.store.sqlite import SQLiteStore
+
+    vectors = {"강아지": [1.0, 0.0], "고양이": [0.7, 0.714], "dog": [1.0, 0.0], "개": [1.0, 0.0]}
+
+    class Lookup:  # a fake model: a fixed vector per text
+        dim = 2
+
+        def __init__(self, name):
+            self.name = name
+
+        def embed(self, texts):
+            return np.array([vectors.get(t, [0.0, 1.0]) for t in texts], dtype=np.float32)
+
+    class Routed(Lookup):
+        cjk_model = "fake-cjk"
+
+        def __init__(self):
+            super().__init__("fake-latin")
+            self.cjk_embedder = Lookup("fake-cjk")
+
+    store = SQLiteStore(str(tmp_path / "floor.db"))
+    store.open()
+    try:
+        service = MemoryService(store=store, retriever=Retriever(embedder=Routed()))
+        dog, cat = service.create_many("minji", [CellCreate(content={"text": t}, identity={"owner_id": "minji"})
+                                                 for t in ("강아지", "고양이")])
+        english = service.search("minji", SearchRequest(query="dog", owner_id="minji", explain=True)).results
+        assert [h.id for h in english] == [dog.id] and english[0].explain["multilingual_rank"] == 1
+        korean = service.search("minji", SearchRequest(query="개", owner_id="minji", explain=True)).results
+        assert {h.id for h in korean} == {dog.id, cat.id}
+    finally:
+        store.close()

@@ -12,7 +12,10 @@ Adding a surface (files, MCP, as-of reads, consolidation...): append a `ReadPath
 `READ_PATHS`. Its `render(service, caller, world)` returns the bytes of every answer the
 caller can get from that surface for this world (use `answer()` to turn a result or an
 APIError into bytes, and `world.owners` / `world.visible_ids` / `world.noise_ids` to choose
-what to ask). Nothing else changes: the property then covers it on both stores.
+what to ask). Nothing else changes: the property then covers it on both stores. A path that
+searches (reaches the store's `keyword_candidates`) says `keyword=True`: the `sqlite` run, which
+differs from `sqlite-wide` in the keyword leg's scan and the retriever's legs, renders just
+those paths (the test fails when an unmarked path reaches the keyword leg).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -152,6 +156,7 @@ def _pages(service: MemoryService, caller: str, owner: Optional[str], size: int,
 class ReadPath:
     name: str
     render: Callable[[MemoryService, str, World], Iterator[bytes]]
+    keyword: bool = False  # reaches the store's keyword leg (searches): see `store_urls`
 
 
 def _get(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
@@ -198,9 +203,9 @@ READ_PATHS: list[ReadPath] = [
     ReadPath("get", _get),
     ReadPath("history", _history),
     ReadPath("list", _list),
-    ReadPath("search", _search(explain=False)),
-    ReadPath("search_explain", _search(explain=True)),
-    ReadPath("search_feedback", _search_feedback),
+    ReadPath("search", _search(explain=False), keyword=True),
+    ReadPath("search_explain", _search(explain=True), keyword=True),
+    ReadPath("search_feedback", _search_feedback, keyword=True),
     ReadPath("export", _export),
 ]
 
@@ -330,7 +335,7 @@ READ_PATHS += [
     ReadPath("mcp_files", _mcp_render(_mcp_files)),
     ReadPath("mcp_get_history_resources", _mcp_render(_mcp_ids)),
     ReadPath("mcp_list", _mcp_render(_mcp_lists)),
-    ReadPath("mcp_recall", _mcp_render(_mcp_recall)),
+    ReadPath("mcp_recall", _mcp_render(_mcp_recall), keyword=True),
 ]
 
 # Learning (issue 12). Dedup on write answers "you already have this" only from cells the
@@ -411,8 +416,8 @@ def _metadata_values(service: MemoryService, caller: str, world: World) -> Itera
 
 READ_PATHS += [
     ReadPath("metadata_values", _metadata_values),
-    ReadPath("dedup_create", _dedup_creates),
-    ReadPath("consolidate", _consolidation),
+    ReadPath("dedup_create", _dedup_creates, keyword=True),
+    ReadPath("consolidate", _consolidation, keyword=True),
 ]
 
 
@@ -420,7 +425,10 @@ READ_PATHS += [
 # service, signed in with a read,write key of the caller's (auth on: an approve key or auth
 # off would make the caller an approver, who sees every proposal by design). The key id and
 # the CSRF token are the same in both stores or blanked: neither says anything about cells.
-def _inspector_client(service: MemoryService, caller: str) -> Any:
+@contextmanager
+def _inspector_client(service: MemoryService, caller: str) -> Iterator[Any]:
+    """A signed-in client of the /ui app. Used as a context manager: one event loop thread
+    (TestClient's portal) for all of a path's pages, not one started per request."""
     from starlette.applications import Starlette
     from starlette.routing import Mount
     from starlette.testclient import TestClient
@@ -433,12 +441,12 @@ def _inspector_client(service: MemoryService, caller: str) -> Any:
     if service.store.keys.get(key_id) is None:
         service.store.keys.put(ApiKeyRecord(key_id, caller, ("read", "write"), hash_secret(secret), NOW))
     app = create_inspector_app(service, auth_required=True)
-    client = TestClient(Starlette(routes=[Mount("/ui", app)]))
-    token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/signin").text)
-    assert token is not None
-    assert client.post("/ui/signin", data={"csrf": token.group(1), "credential": f"ampk_{key_id}_{secret}"},
-                       follow_redirects=False).status_code == 303
-    return client
+    with TestClient(Starlette(routes=[Mount("/ui", app)])) as client:
+        token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/signin").text)
+        assert token is not None
+        assert client.post("/ui/signin", data={"csrf": token.group(1), "credential": f"ampk_{key_id}_{secret}"},
+                           follow_redirects=False).status_code == 303
+        yield client
 
 
 def _page(client: Any, path: str) -> tuple[bytes, Optional[str]]:
@@ -458,22 +466,22 @@ def _walk_pages(client: Any, path: str) -> Iterator[bytes]:
 
 
 def _inspector_pages(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
-    client = _inspector_client(service, caller)
-    yield from _walk_pages(client, "/ui/owners")
-    for owner in world.owners:
-        query = "" if owner is None else f"owner={owner}&"
-        yield from _walk_pages(client, f"/ui/cells?{query}")
-        yield from _walk_pages(client, f"/ui/cells?{query}status=active&status=archived&superseded=1")
-    for cid in world.visible_ids + world.noise_ids:
-        for suffix in ("", "/edit", "/forget", "/supersede"):
-            yield _page(client, f"/ui/cells/{cid}{suffix}")[0]
+    with _inspector_client(service, caller) as client:
+        yield from _walk_pages(client, "/ui/owners")
+        for owner in world.owners:
+            query = "" if owner is None else f"owner={owner}&"
+            yield from _walk_pages(client, f"/ui/cells?{query}")
+            yield from _walk_pages(client, f"/ui/cells?{query}status=active&status=archived&superseded=1")
+        for cid in world.visible_ids + world.noise_ids:
+            for suffix in ("", "/edit", "/forget", "/supersede"):
+                yield _page(client, f"/ui/cells/{cid}{suffix}")[0]
 
 
 def _inspector_search(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
-    client = _inspector_client(service, caller)
-    for owner in world.owners:
-        for word in world.query_words:
-            yield _page(client, f"/ui/search?q={word}&stale=1" + ("" if owner is None else f"&owner={owner}"))[0]
+    with _inspector_client(service, caller) as client:
+        for owner in world.owners:
+            for word in world.query_words:
+                yield _page(client, f"/ui/search?q={word}&stale=1" + ("" if owner is None else f"&owner={owner}"))[0]
 
 
 def _inspector_files(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
@@ -481,21 +489,21 @@ def _inspector_files(service: MemoryService, caller: str, world: World) -> Itera
 
     from ampkit.files import PROPOSALS_FILE
 
-    client = _inspector_client(service, caller)
-    for owner in world.owners:
-        folder = {} if owner is None else {"owner": owner}
-        yield _page(client, "/ui/files?" + urlencode(folder))[0]
-        for path in world.file_paths + [PROPOSALS_FILE, "sessions/chat-1.md"]:
-            yield _page(client, "/ui/files/view?" + urlencode({**folder, "path": path}))[0]
-        for status in ("pending", ""):
-            yield _page(client, "/ui/proposals?" + urlencode({**folder, "status": status}))[0]
-    for pid in world.proposal_ids:
-        yield _page(client, f"/ui/proposals/{pid}")[0]
+    with _inspector_client(service, caller) as client:
+        for owner in world.owners:
+            folder = {} if owner is None else {"owner": owner}
+            yield _page(client, "/ui/files?" + urlencode(folder))[0]
+            for path in world.file_paths + [PROPOSALS_FILE, "sessions/chat-1.md"]:
+                yield _page(client, "/ui/files/view?" + urlencode({**folder, "path": path}))[0]
+            for status in ("pending", ""):
+                yield _page(client, "/ui/proposals?" + urlencode({**folder, "status": status}))[0]
+        for pid in world.proposal_ids:
+            yield _page(client, f"/ui/proposals/{pid}")[0]
 
 
 READ_PATHS += [
     ReadPath("inspector_pages", _inspector_pages),
-    ReadPath("inspector_search", _inspector_search),
+    ReadPath("inspector_search", _inspector_search, keyword=True),
     ReadPath("inspector_files", _inspector_files),
 ]
 
@@ -682,12 +690,14 @@ class ScriptRouted(HashedWords):
         self.cjk_embedder = HashedWords(self.cjk_model, seed=7)
 
 
-@pytest.fixture(params=["sqlite", "sqlite-wide", "postgres"])
+@pytest.fixture(params=[pytest.param(backend, marks=pytest.mark.slow) for backend in ("sqlite", "sqlite-wide", "postgres")])
 def store_urls(request) -> Callable[[], tuple[str, str]]:
     """A factory of two fresh, empty stores of this backend ("sqlite-wide": the keyword leg
     takes its path for filters admitting many cells, cached admitted rows and term rows, on
     every search, and the retriever has a script-routed fake embedder, so the dense and the
-    multilingual legs run too; `store_options` and `retriever` say how to build these)."""
+    multilingual legs run too; `store_options` and `retriever` say how to build these). The
+    read paths that never search take the same code on "sqlite" as on "sqlite-wide", so
+    "sqlite" renders only the `keyword` ones)."""
     if request.param.startswith("sqlite"):
         tmp = Path(tempfile.mkdtemp(prefix="ampkit-ni-"))
         counter = iter(range(10**6))
@@ -697,6 +707,7 @@ def store_urls(request) -> Callable[[], tuple[str, str]]:
         fresh_files.store_options = {"keyword_scan_max": 0} if request.param == "sqlite-wide" else {}  # type: ignore[attr-defined]
         fresh_files.retriever = (  # type: ignore[attr-defined]
             (lambda: Retriever(embedder=ScriptRouted())) if request.param == "sqlite-wide" else Retriever)
+        fresh_files.keyword_only = request.param == "sqlite"  # type: ignore[attr-defined]
         return fresh_files
     pg_server = request.getfixturevalue("pg_server")
     counter = iter(range(10**6))
@@ -713,7 +724,9 @@ def store_urls(request) -> Callable[[], tuple[str, str]]:
        noise=st.lists(noise_specs, min_size=1, max_size=4))
 def test_no_read_path_depends_on_cells_the_caller_cannot_read(store_urls, monkeypatch_ids, caller, specs, noise):
     plain_url, noisy_url = store_urls()
+    paths = [p for p in READ_PATHS if p.keyword or not getattr(store_urls, "keyword_only", False)]
     worlds, outputs = {}, {}
+    searched: set[str] = set()  # the paths that reached the keyword leg
     for label, url, with_noise in (("plain", plain_url, False), ("noisy", noisy_url, True)):
         store = store_from_url(url, **getattr(store_urls, "store_options", {}))
         store.open()
@@ -724,11 +737,20 @@ def test_no_read_path_depends_on_cells_the_caller_cannot_read(store_urls, monkey
             worlds[label] = world
             if not with_noise:  # ask the plain store about the noise ids too
                 world.noise_ids = [cell_id(n, noise=True) for n in range(len(noise))]
-            outputs[label] = {path.name: list(path.render(service, caller, world)) for path in READ_PATHS}
+            outputs[label] = {}
+            keyword_leg = store.keyword_candidates
+            for path in paths:
+                def keyword_candidates(*args: Any, _name: str = path.name, **kwargs: Any) -> Any:
+                    searched.add(_name)
+                    return keyword_leg(*args, **kwargs)
+                store.keyword_candidates = keyword_candidates  # type: ignore[method-assign]
+                outputs[label][path.name] = list(path.render(service, caller, world))
         finally:
             store.close()
+    unmarked = sorted(searched - {p.name for p in READ_PATHS if p.keyword})
+    assert not unmarked, f"read paths that search without keyword=True (the sqlite run skips them): {unmarked}"
     failures = []
-    for path in READ_PATHS:
+    for path in paths:
         if outputs["plain"][path.name] != outputs["noisy"][path.name]:
             failures.append(path.name)
     first = failures[0] if failures else None

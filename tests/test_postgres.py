@@ -241,6 +241,7 @@ def test_missing_right_to_create_pgvector_is_explained(pg_server):
     assert "CREATE EXTENSION vector" in str(raised.value) and "permission denied" in str(raised.value)
 
 
+@pytest.mark.slow
 def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
     root = Path(tempfile.mkdtemp(prefix="ampkit-pg-outage-", dir=scratch_dir()))
     pg = EmbeddedPostgres(root / "data", root / "sock").start()
