@@ -64,7 +64,10 @@ def retriever_from_settings(settings: Settings, *, background: bool = False) -> 
     if wanted is None:
         wanted = bool(getattr(embedder, "background", False))
     config = RetrievalConfig(own_text_weight=settings.retrieval_own_text_weight,
-                             prf_docs=settings.retrieval_feedback_docs)
+                             prf_docs=settings.retrieval_feedback_docs,
+                             speaker_weight=settings.retrieval_speaker_weight,
+                             date_weight=settings.retrieval_date_weight,
+                             related_weight=settings.retrieval_related_weight)
     return Retriever(embedder=embedder, config=config, background=background and wanted)
 
 

@@ -85,6 +85,13 @@ class Settings(ClientDefaults):
         default=2.0, ge=0, description="boost of a hit whose own text (not its window) holds the query's words; 0 = off")
     retrieval_feedback_docs: int = Field(
         default=0, ge=0, le=20, description="pseudo-relevance feedback from this many first hits; 0 = off")
+    retrieval_speaker_weight: float = Field(
+        default=0.6, ge=0, description="boost of a hit whose text opens with a name the query asks about (\"Name: ...\"); 0 = off")
+    retrieval_date_weight: float = Field(
+        default=1.0, ge=0, description="boost of a hit whose metadata carries a day or month the query names; 0 = off")
+    retrieval_related_weight: float = Field(
+        default=0.0, ge=0, description="fusion weight of the related-words keyword leg (the static model's nearest "
+                                       "words of the query's words), e.g. 0.6; 0 = off")
 
     # model (consolidation; docs/consolidation.md). Unset: consolidation answers 501 NOT_CONFIGURED.
     llm_url: Optional[str] = Field(default=None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1")

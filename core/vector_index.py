@@ -50,12 +50,23 @@ class VectorIndex:
         if len(rowids) == 0:
             return
         vectors = np.asarray(vectors, dtype=np.float32).reshape(len(rowids), self.dim)
+        added_rowids, added_vectors = rowids, vectors
         with self._lock:
             top = int(rowids.max())
             if top >= len(self._slot_of):
                 grown = np.full(max(top + 1, 2 * len(self._slot_of)), -1, dtype=np.int64)
                 grown[: len(self._slot_of)] = self._slot_of
                 self._slot_of = grown
+            if np.unique(rowids).size == rowids.size and (self._slot_of[rowids] < 0).all():
+                # All new rows (a warm-up's chunk, a batch of creates): placed at once.
+                start, end = self._count, self._count + len(rowids)
+                while end > len(self._rowids):
+                    self._grow()
+                self._slot_of[rowids] = np.arange(start, end, dtype=np.int64)
+                self._rowids[start:end] = rowids
+                self._matrix[start:end] = vectors
+                self._count = end
+                rowids, vectors = rowids[:0], vectors[:0]
             for rowid, vec in zip(rowids.tolist(), vectors):
                 slot = int(self._slot_of[rowid])
                 if slot < 0:
@@ -67,8 +78,15 @@ class VectorIndex:
                     self._count += 1
                 self._matrix[slot] = vec
             if self._ann is not None:
-                self._ann_add(rowids, vectors)
+                self._ann_add(added_rowids, added_vectors)
                 self.ann_dirty = True
+
+    def discard(self, rowids: np.ndarray) -> None:
+        """Forget these rows (their vector is now another model's); a search never returns
+        them (a row stays in the graph, unreachable: its slot is gone)."""
+        with self._lock:
+            rowids = rowids[(rowids >= 0) & (rowids < len(self._slot_of))]
+            self._slot_of[rowids] = -1
 
     def _grow(self) -> None:
         size = len(self._rowids) * 2
@@ -156,8 +174,17 @@ class VectorIndex:
     def _search_ann(self, query: np.ndarray, slots: np.ndarray, k: int) -> Optional[list[tuple[int, float]]]:
         fetch = min(self._count, max(10 * k, 200))
         labels, distances = self._ann.knn_query(query, k=fetch)
-        allowed = set(self._rowids[slots].tolist())
-        hits = [(int(r), 1.0 - float(d)) for r, d in zip(labels[0], distances[0]) if int(r) in allowed]
+        # Membership by slot (a mark per slot, not a set of up to a million Python ints):
+        # a label counts when its row's current slot is among the allowed ones.
+        allowed = np.zeros(self._count, dtype=bool)
+        allowed[slots] = True
+        rows = labels[0].astype(np.int64)
+        in_range = (rows >= 0) & (rows < len(self._slot_of))
+        label_slots = np.full(rows.size, -1, dtype=np.int64)
+        label_slots[in_range] = self._slot_of[rows[in_range]]
+        ok = label_slots >= 0
+        ok[ok] = allowed[label_slots[ok]]
+        hits = [(int(r), 1.0 - float(d)) for r, d, keep in zip(rows, distances[0], ok) if keep]
         return hits[:k] if len(hits) >= k else None
 
 

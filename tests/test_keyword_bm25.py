@@ -141,6 +141,21 @@ def test_keyword_candidates_equal_the_straightforward_bm25(corpus, expected, sca
         store.close()
 
 
+@pytest.mark.parametrize("scan_max", [0, 5000])
+def test_several_queries_in_one_call_score_as_each_alone(corpus, expected, scan_max):
+    """`keyword_candidates_many` (the retriever's keyword and related-words queries) reads an
+    owner's windows once for all its queries; each answer equals that query's own, bit for bit."""
+    store = SQLiteStore(corpus, keyword_scan_max=scan_max)
+    store.open()
+    try:
+        for i, flt in enumerate(FILTERS):
+            for batch in (QUERIES, QUERIES[::-1][:3], ["lena oslo", "the"], []):
+                got = store.keyword_candidates_many(batch, flt, 80)
+                assert [[(c.cell_id, c.score) for c in found] for found in got] == [expected[q, i][:80] for q in batch], flt
+    finally:
+        store.close()
+
+
 def test_caches_follow_writes_from_another_connection(corpus, tmp_path):
     """The admitted rows and term rows are kept per database version: a write by another
     store on the same file (another process, say) is seen by the next search."""

@@ -194,6 +194,21 @@ def _search_feedback(service: MemoryService, caller: str, world: World) -> Itera
     yield from _search(explain=True)(feedback, caller, world)
 
 
+class _RelatedWords:
+    """A fake vocabulary for the related-words leg: each word's related words are its
+    neighbours in WORDS, so the second keyword query finds other cells than the first."""
+
+    def expand(self, words: list[str]) -> list[str]:
+        return [WORDS[(WORDS.index(w) + 1) % len(WORDS)] for w in words if w in WORDS]
+
+
+def _search_related(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    """Search with the related-words leg, both keyword queries in one store call (the SQLite
+    scan reads the windows once for both): its statistics too come from readable cells only."""
+    related = replace(service, retriever=Retriever(related_words=_RelatedWords(), config=RetrievalConfig(related_weight=0.6)))
+    yield from _search(explain=True)(related, caller, world)
+
+
 def _export(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
     for owner in world.owners:
         yield answer(lambda: service.export(caller, owner_id=owner))
@@ -206,6 +221,7 @@ READ_PATHS: list[ReadPath] = [
     ReadPath("search", _search(explain=False), keyword=True),
     ReadPath("search_explain", _search(explain=True), keyword=True),
     ReadPath("search_feedback", _search_feedback, keyword=True),
+    ReadPath("search_related", _search_related, keyword=True),
     ReadPath("export", _export),
 ]
 

@@ -499,6 +499,98 @@ def test_restart_loads_the_saved_graph_and_answers_while_the_index_loads(tmp_pat
     again.close()
 
 
+def test_speaker_boost_puts_what_the_named_person_said_above_what_was_said_to_them(store):
+    """"Melanie: ..." is said by Melanie; "Caroline: ... Melanie" only addresses her. Both
+    name her (the entity boost cannot tell them apart); the speaker boost can. 0 = off."""
+    service = MemoryService(store=store, retriever=Retriever(config=RetrievalConfig(own_text_weight=0, entity_weight=0)))
+    to_her, by_her = service.create_many("alice", [
+        cell("Caroline: Melanie, the pottery class sounds fun"),
+        cell("Melanie: I just signed up for a pottery class"),
+    ])
+    req = SearchRequest(query="What class did Melanie sign up for pottery?", explain=True)
+    hits = service.search("alice", req).results
+    assert hits[0].id == by_her.id and hits[0].explain["speaker"] == 1.0
+    assert next(h for h in hits if h.id == to_her.id).explain["speaker"] == 0.0
+    off = replace(service, retriever=Retriever(config=RetrievalConfig(own_text_weight=0, entity_weight=0, speaker_weight=0)))
+    assert "speaker" not in off.search("alice", req).results[0].explain
+
+
+def test_date_boost_prefers_the_cell_whose_metadata_carries_the_day_asked_about(store):
+    service = MemoryService(store=store, retriever=Retriever(config=RetrievalConfig(own_text_weight=0)))
+    may, june = service.create_many("alice", [
+        CellCreate(content={"text": "we talked about the garden", "metadata": {"date": "1:56 pm on 8 May, 2023"}},
+                   identity={"owner_id": "alice"}),
+        CellCreate(content={"text": "we talked about the garden again", "metadata": {"when": "2023-06-16"}},
+                   identity={"owner_id": "alice"}),
+    ])
+    hits = service.search("alice", SearchRequest(query="What did we say about the garden on 16 June, 2023?", explain=True)).results
+    assert [h.id for h in hits] == [june.id, may.id]
+    assert hits[0].explain["date"] == 1.0 and hits[1].explain["date"] == 0.0
+    month = service.search("alice", SearchRequest(query="the garden in May 2023", explain=True)).results
+    assert month[0].id == may.id and month[0].explain["date"] == 0.5
+    undated = service.search("alice", SearchRequest(query="the garden", explain=True)).results
+    assert all("date" not in h.explain for h in undated)  # a query without a date: no stage
+
+
+class FakeRelatedWords:
+    def __init__(self, related: dict[str, list[str]]):
+        self.related = related
+
+    def expand(self, words):
+        return [r for w in words for r in self.related.get(w, []) if r not in words]
+
+
+def test_related_leg_finds_a_cell_that_shares_no_word_with_the_query(store):
+    """"What pets does Nate have?" -- "this is Max, my dog": the related leg's words (here a
+    fake vocabulary) find it; `explain` shows the leg; weight 0 (the default) or no vocabulary = no leg."""
+    related = FakeRelatedWords({"pets": ["dog", "cat"]})
+    service = MemoryService(store=store, retriever=Retriever(related_words=related, config=RetrievalConfig(related_weight=0.6)))
+    dog, _ = service.create_many("alice", [cell("Nate: this is Max, my dog"), cell("Nate: I bought new shoes")])
+    req = SearchRequest(query="What pets does Nate have?", explain=True)
+    hits = service.search("alice", req).results
+    assert hits[0].id == dog.id and hits[0].explain["related_rank"] == 1
+    off = replace(service, retriever=Retriever(related_words=related, config=RetrievalConfig(related_weight=0)))
+    assert all("related" not in h.explain for h in off.search("alice", req).results)
+    assert Retriever().related_terms("What pets does Nate have?") == []
+
+
+def test_dates_are_read_in_the_forms_people_write_them():
+    from ampkit.timeexpr import date_match, dates_in, dates_of_metadata
+
+    assert dates_in("1:56 pm on 8 May, 2023") == {(2023, 5, 8)}
+    assert dates_in("on October 13, 2023 and 2nd of March 2024") == {(2023, 10, 13), (2024, 3, 2)}
+    assert dates_in("in December 2023, then 2024-01") == {(2023, 12, None), (2024, 1, None)}
+    assert dates_in("2023-13-01; may 2023?") == {(2023, 5, None)}  # no 13th month
+    assert dates_in("in 2023, last week, may I") == set()  # a year alone or a relative date is no date here
+    assert dates_of_metadata({"date": "8 May, 2023", "n": 3, "note": "none"}) == {(2023, 5, 8)}
+    assert date_match({(2023, 5, 8)}, {(2023, 5, 8)}) == 1.0
+    assert date_match({(2023, 5, None)}, {(2023, 5, 8)}) == 0.5
+    assert date_match({(2023, 5, 9)}, {(2023, 5, 8)}) == 0.0
+    assert date_match({(2023, 5, 8)}, set()) == 0.0
+
+
+def test_shipped_related_words_table_matches_the_model():
+    """The table beside the default model is what the model computes (rebuild it with
+    `python -m ampkit.related_words <model dir>` after changing the model)."""
+    from ampkit.embeddings import StaticEmbedder
+
+    shipped = StaticEmbedder().related_words
+    assert shipped.table is not None
+    words = ["pets", "instruments", "books", "camping", "zebra"]
+    computed = [tuple(shipped.words[int(i)] for i in shipped.neighbours(np.array([shipped.index[w]]), 10)[0][0]) for w in words]
+    assert [tuple(shipped.words[int(i)] for i in shipped.table[0][shipped.index[w]]) for w in words] == computed
+    assert {"dogs", "cats"} <= set(shipped.related("pets"))
+    assert shipped.related("Nate") == () and len(shipped.expand(["pets", "books", "instruments", "sports"])) <= shipped.max_terms
+    # the server's default embedder lends its words when the leg is switched on (whatever
+    # routes the embedder puts in front of the static model); it is off by default
+    from ampkit.bootstrap import retriever_from_settings
+    from ampkit.config import Settings
+
+    on = retriever_from_settings(Settings(embedder="default", retrieval_related_weight=0.6))
+    assert "dogs" in on.related_terms("What pets does Nate have?")
+    assert retriever_from_settings(Settings(embedder="default")).related_terms("What pets does Nate have?") == []
+
+
 def test_static_embedder_direct_path_gives_model2vec_encode_vectors_bit_for_bit():
     """StaticEmbedder.embed calls model2vec's batch step directly for small batches; the vectors
     must be exactly `encode`'s (empty, long past max_length, CJK, several at once)."""

@@ -129,8 +129,9 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def admitted_lengths(rows: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, int]:
-    """(rowids, lengths, summed length) from (rowid, length) rows sorted by rowid."""
+    """(rowids, lengths, summed length) from (rowid, length) rows, sorted by rowid."""
     arr = np.array(rows, dtype=np.int64).reshape(-1, 2)
+    arr = arr[np.argsort(arr[:, 0], kind="stable")]
     return arr[:, 0].copy(), arr[:, 1].copy(), int(arr[:, 1].sum())
 
 

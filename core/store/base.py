@@ -129,9 +129,18 @@ def window_class(owner_id: str, session_id: Optional[str], created_by: Optional[
 def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
     """What every store keeps of a cell: the indexed columns (plain Python values, each store
     adapts the types) and the JSON body without its text, which lives once, in `text`."""
+    columns, body, _ = cell_columns_json(cell)
+    return columns, body
+
+
+def cell_columns_json(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """`cell_columns` with the body also as compact JSON: it is serialised once, for the
+    storability check and for a store that keeps it as text."""
     body = cell.model_dump(mode="json")
-    check_storable(body)
     text = body["content"].pop("text")
+    serialised = json.dumps(body, separators=(",", ":"), ensure_ascii=False, check_circular=False)
+    check_storable(body, serialised)
+    check_storable(text)
     columns = {
         "id": cell.id,
         "owner_id": cell.identity.owner_id,
@@ -150,19 +159,21 @@ def cell_columns(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any]]:
             cell.access_policy.readable_by, cell.lifecycle.status, cell.lifecycle.superseded_by,
         ),
     }
-    return columns, body
+    return columns, body, serialised
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def check_storable(body: Any) -> None:
+def check_storable(body: Any, serialised: Optional[str] = None) -> None:
     """Refuse a cell holding text no store can keep (NUL, a lone surrogate) with the same 422
     on every store. The models already refuse it on input; this holds the stores to one
-    answer whatever builds the cell (SQLite would keep it, PostgreSQL would fail)."""
+    answer whatever builds the cell (SQLite would keep it, PostgreSQL would fail).
+    `serialised`: `body` already as JSON (with ensure_ascii=False), if the caller has it."""
     # Fast path: a NUL in any key or value is serialised as the escape below, and a lone
     # surrogate passes through as itself, so a clean serialisation is a clean cell.
-    serialised = json.dumps(body, ensure_ascii=False, check_circular=False)
+    if serialised is None:
+        serialised = json.dumps(body, ensure_ascii=False, check_circular=False)
     if "\\u0000" not in serialised and _SURROGATE.search(serialised) is None:
         return
     pending = [body]
@@ -288,6 +299,11 @@ class Store(ABC):
     @abstractmethod
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """Top-k by the backend's keyword ranker (BM25 for SQLite), best first."""
+
+    def keyword_candidates_many(self, queries: Sequence[str], flt: CellFilter, k: int) -> builtins.list[builtins.list[Candidate]]:
+        """`keyword_candidates` of each query, in order (a backend may share work between
+        them, never scores: each list equals the query's own)."""
+        return [self.keyword_candidates(query, flt, k) for query in queries]
 
     def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
         """Ids of cells that may have the same words as `text` (a superset is fine: the caller

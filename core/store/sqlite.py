@@ -38,7 +38,7 @@ from .sql import SQLITE, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
 from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
 from .base import (
-    CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns, window_class,
+    CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns_json, window_class,
 )
 
 MIGRATIONS: list[tuple[int, str, str]] = [
@@ -277,17 +277,39 @@ def tokenize(conn: sqlite3.Connection, texts: Sequence[str]) -> list[dict[str, i
     return [tf if tf is not None else {} for tf in out]
 
 
+def _term_matrix(rows: Sequence[tuple], n_terms: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Rows `(id, window length, tf of each term...)` (no NULLs) as ids, lengths, tf matrix."""
+    ids = [row[0] for row in rows]
+    numbers = np.array([row[1:] for row in rows], dtype=np.int64).reshape(len(rows), n_terms + 1)
+    return ids, numbers[:, 0], numbers[:, 1:]
+
+
+def _rank_rows(ids: Sequence[str], lengths: np.ndarray, tfs: np.ndarray, n: int, total_len: int, k: int) -> list[Candidate]:
+    """BM25 top-k of the matched rows: their ids, window lengths and query terms' frequencies
+    (one column per term, in term order)."""
+    if not len(ids):
+        return []
+    matched = np.arange(len(ids), dtype=np.int64)
+    hits = []
+    for i in range(tfs.shape[1]):
+        pos = np.flatnonzero(tfs[:, i])
+        hits.append((pos, tfs[pos, i]))
+    scores = bm25_scores(n, total_len, lengths, matched, hits)
+    best = sorted((-float(scores[i]), ids[i]) for i in top_k(scores, k))
+    return [Candidate(cid, -neg) for neg, cid in best[:k]]
+
+
 def _ts(value: Optional[datetime]) -> Optional[float]:
     return None if value is None else value.timestamp()
 
 
 def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
-    columns, body = cell_columns(cell)
+    columns, _, body = cell_columns_json(cell)
     return {
         **columns,
         "public": int(columns["public"]),
         "expires_at": _ts(columns["expires_at"]),
-        "body": json.dumps(body, separators=(",", ":"), ensure_ascii=False),
+        "body": body,
         "text_key": text_key(columns["text"]),
     }
 
@@ -352,10 +374,11 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         before, _, after = self._window(rowid)
         self._dirty_windows.update([rowid, *(r for r, _ in before), *(r for r, _ in after)])
 
-    def _windows(self, rowids: Sequence[int]) -> dict[int, tuple[str, str]]:
-        """rowid -> (owner, window text) for each existing row among `rowids`: its text joined
-        with the texts of its neighbours (as `_window`). The rows of one window class are read
-        together, so a batch of turns of one session costs three queries, not three per turn."""
+    def _windows(self, rowids: Sequence[int]) -> dict[int, tuple[str, list[tuple[int, str]]]]:
+        """rowid -> (owner, window parts) for each existing row among `rowids`: its (rowid, text)
+        with those of its neighbours (as `_window`), in order; the window text is the texts
+        joined by newlines. The rows of one window class are read together, so a batch of
+        turns of one session costs three queries, not three per turn."""
         info: dict[int, tuple[str, Optional[str], str]] = {}
         ids = sorted(set(rowids))
         for i in range(0, len(ids), 500):
@@ -364,11 +387,11 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
                 f"SELECT rowid, owner_id, window_class, text FROM cells WHERE rowid IN ({','.join('?' * len(chunk))})", chunk,
             ):
                 info[rowid] = (owner, klass, text)
-        out: dict[int, tuple[str, str]] = {}
+        out: dict[int, tuple[str, list[tuple[int, str]]]] = {}
         by_class: dict[str, list[int]] = {}
         for rowid, (owner, klass, text) in info.items():
             if klass is None:
-                out[rowid] = (owner, text)
+                out[rowid] = (owner, [(rowid, text)])
             else:
                 by_class.setdefault(klass, []).append(rowid)
         side = "SELECT rowid, text FROM cells WHERE window_class = ? AND rowid {} ? ORDER BY rowid {} LIMIT ?"
@@ -391,7 +414,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
                 for r in span:
                     k = at[r]
                     window = ordered[max(0, k - CONTEXT_RADIUS) : k + CONTEXT_RADIUS + 1]
-                    out[r] = (info[r][0], "\n".join(t for _, t in window))
+                    out[r] = (info[r][0], window)
         return out
 
     def _touch_inserted(self) -> None:
@@ -423,16 +446,24 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
             return
         self.conn.executemany("DELETE FROM cell_context WHERE rowid = ?", [(r,) for r in dirty])
         windows = self._windows(dirty)
-        rows = [(rowid, index_text(windows[rowid][1]), owner_token(windows[rowid][0]))
-                for rowid in dirty if rowid in windows]
-        for i in range(0, len(rows), 500):
-            chunk = rows[i : i + 500]
-            counts = tokenize(self.conn, [text for _, text, _ in chunk])
-            self.conn.executemany(
-                "INSERT INTO cell_context(rowid, text, owner, terms, len) VALUES (?, ?, ?, ?, ?)",
-                [(rowid, text, owner, json.dumps(tf, ensure_ascii=False, separators=(",", ":")), sum(tf.values()))
-                 for (rowid, text, owner), tf in zip(chunk, counts)],
-            )
+        # A window's terms are the sum of its parts' terms: the tokenizer splits at the
+        # newlines that join them, and CJK runs never cross one (`index_text` of each part).
+        # So each text is tokenized once, not once per window it lends context to (five).
+        for i in range(0, len(dirty), 500):
+            chunk = [rowid for rowid in dirty[i : i + 500] if rowid in windows]
+            parts = {r: t for rowid in chunk for r, t in windows[rowid][1]}
+            part_tf = dict(zip(parts, tokenize(self.conn, [index_text(t) for t in parts.values()])))
+            rows = []
+            for rowid in chunk:
+                owner, window = windows[rowid]
+                tf: dict[str, int] = {}
+                for r, _ in window:
+                    for term, n in part_tf[r].items():
+                        tf[term] = tf.get(term, 0) + n
+                rows.append((rowid, index_text("\n".join(t for _, t in window)), owner_token(owner),
+                             json.dumps(dict(sorted(tf.items())), ensure_ascii=False, separators=(",", ":")),
+                             sum(tf.values())))
+            self.conn.executemany("INSERT INTO cell_context(rowid, text, owner, terms, len) VALUES (?, ?, ?, ?, ?)", rows)
         self._dirty_windows.clear()
 
     def _rowid(self, cell_id: str) -> Optional[int]:
@@ -516,6 +547,13 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._readers_lock = threading.Lock()
         self._lifecycle_lock = threading.Lock()
         self._tempdir: Optional[tempfile.TemporaryDirectory] = None
+        self._same_text_filter: Optional[tuple[CellFilter, str, builtins.list[Any]]] = None
+        # The keyword and vector legs' caches, shared by every thread (one reader connection
+        # each), valid for one database version (`_data_version`).
+        self._version_conn: Optional[sqlite3.Connection] = None
+        self._version_lock = threading.Lock()
+        self._stats_cache: Optional[tuple[int, dict[tuple[str, tuple[Any, ...], bool], builtins.list[Any]], builtins.list[builtins.list[float]]]] = None
+        self._postings: Optional[tuple[int, PostingsCache]] = None
 
     # ------------------------------------------------------------ connections
     def _connect(self) -> sqlite3.Connection:
@@ -604,6 +642,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     conn.close()
                 self._readers.clear()
             self._local = threading.local()
+            with self._version_lock:
+                if self._version_conn is not None:
+                    self._version_conn.close()
+                    self._version_conn = None
+            self._stats_cache = self._postings = None
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
@@ -664,56 +707,72 @@ class SQLiteStore(SQLFileReads, SQLStore):
         across owners) intersects each query term's rows from the FTS index with the admitted
         rows, both kept in numpy arrays until the database changes (`_bm25`); a small filter
         with a word the tokenizer splits (a phrase) runs the FTS OR query."""
+        return self.keyword_candidates_many([query], flt, k)[0]
+
+    def keyword_candidates_many(self, queries: Sequence[str], flt: CellFilter, k: int) -> builtins.list[builtins.list[Candidate]]:
+        """`keyword_candidates` of each query over one filter. An owner-sized filter reads its
+        windows' term counts once for all the queries (the scan, not the scoring, is what a
+        keyword query costs there); each query's matches and scores are its own, bit for bit."""
         conn = self._reader()
-        words = query_terms(query)
-        if not words:
-            return []
-        per_word = tokenize(conn, words)
-        terms = sorted({t for tf in per_word for t in tf})
-        terms = [t for t in terms if '"' not in t and "\\" not in t]
-        if not terms:
-            return []
+        parsed = []
+        for query in queries:
+            words = query_terms(query)
+            per_word = tokenize(conn, words) if words else []
+            terms = sorted({t for tf in per_word for t in tf if '"' not in t and "\\" not in t})
+            parsed.append((query, words, per_word, terms))
+        out: builtins.list[builtins.list[Candidate]] = [[] for _ in queries]
+        todo = [i for i, (_, words, _, terms) in enumerate(parsed) if words and terms]
+        if not todo:
+            return out
         entry = self._admitted_entry(flt)
         n, total_len = entry[1], entry[2]
         if not n:
-            return []
+            return out
         if n > self.keyword_scan_max:
-            return self._keyword_wide(flt, entry, words, per_word, terms, k)
-        where, params = filter_sql(flt)
-        tf_columns = ", ".join("json_extract(x.terms, ?)" for _ in terms)
-        paths = ['$."' + t + '"' for t in terms]
+            for i in todo:
+                _, words, per_word, terms = parsed[i]
+                out[i] = self._keyword_wide(flt, entry, words, per_word, terms, k)
+            return out
         # The scan matches exactly what the FTS query matches when every query word is one
         # index term (a word the tokenizer splits would be a phrase in FTS).
-        if all(len(tf) == 1 for tf in per_word):
-            rows = [row for row in self._query(
+        scanned = [i for i in todo if all(len(tf) == 1 for tf in parsed[i][2])]
+        for i in todo:
+            if i not in scanned:
+                out[i] = self._keyword_fts(parsed[i][0], flt, parsed[i][3], n, total_len, k)
+        if scanned:
+            union = sorted({t for i in scanned for t in parsed[i][3]})
+            where, params = filter_sql(flt)
+            tf_columns = ", ".join("coalesce(json_extract(x.terms, ?), 0)" for _ in union)
+            paths = ['$."' + t + '"' for t in union]
+            ids, lengths, tfs = _term_matrix(self._query(
                 f"SELECT c.id, x.len, {tf_columns} FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where}",
                 [*paths, *params],
-            ) if any(row[2:])]
-        else:
-            match = f"text : ({fts_match(query)})"
-            if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
-                match += f' AND owner : "{owner_token(flt.owner_id)}"'
-            # Every admitted match with its window length and the query terms' frequencies
-            # (SQLite caches the parsed JSON across a row's calls). CROSS JOIN keeps the FTS
-            # match the outer loop (the planner would otherwise run the MATCH once per cell).
-            rows = self._query(
-                f"SELECT c.id, x.len, {tf_columns} FROM cells_fts CROSS JOIN cells c ON c.rowid = cells_fts.rowid "
-                f"CROSS JOIN cell_context x ON x.rowid = c.rowid WHERE cells_fts MATCH ? AND {where}",
-                [*paths, match, *params],
-            )
-        if not rows:
-            return []
-        ids = [row[0] for row in rows]
-        lengths = np.array([row[1] for row in rows], dtype=np.int64)
-        tfs = np.array([[tf or 0 for tf in row[2:]] for row in rows], dtype=np.int64).reshape(len(rows), len(terms))
-        matched = np.arange(len(rows), dtype=np.int64)
-        hits = []
-        for i in range(len(terms)):
-            pos = np.flatnonzero(tfs[:, i])
-            hits.append((pos, tfs[pos, i]))
-        scores = bm25_scores(n, total_len, lengths, matched, hits)
-        best = sorted((-float(scores[i]), ids[i]) for i in top_k(scores, k))
-        return [Candidate(cid, -neg) for neg, cid in best[:k]]
+            ), len(union))
+            column = {t: j for j, t in enumerate(union)}
+            for i in scanned:
+                mine = tfs[:, [column[t] for t in parsed[i][3]]]
+                rows = np.flatnonzero(mine.any(axis=1))  # the windows holding one of its terms
+                out[i] = _rank_rows([ids[r] for r in rows], lengths[rows], mine[rows], n, total_len, k)
+        return out
+
+    def _keyword_fts(self, query: str, flt: CellFilter, terms: builtins.list[str], n: int, total_len: int, k: int) -> builtins.list[Candidate]:
+        """The keyword leg through the FTS OR query (a small filter, a word FTS reads as a phrase)."""
+        where, params = filter_sql(flt)
+        tf_columns = ", ".join("coalesce(json_extract(x.terms, ?), 0)" for _ in terms)
+        paths = ['$."' + t + '"' for t in terms]
+        match = f"text : ({fts_match(query)})"
+        if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
+            match += f' AND owner : "{owner_token(flt.owner_id)}"'
+        # Every admitted match with its window length and the query terms' frequencies
+        # (SQLite caches the parsed JSON across a row's calls). CROSS JOIN keeps the FTS
+        # match the outer loop (the planner would otherwise run the MATCH once per cell).
+        rows = self._query(
+            f"SELECT c.id, x.len, {tf_columns} FROM cells_fts CROSS JOIN cells c ON c.rowid = cells_fts.rowid "
+            f"CROSS JOIN cell_context x ON x.rowid = c.rowid WHERE cells_fts MATCH ? AND {where}",
+            [*paths, match, *params],
+        )
+        ids, lengths, tfs = _term_matrix(rows, len(terms))
+        return _rank_rows(ids, lengths, tfs, n, total_len, k)
 
     def _keyword_wide(self, flt: CellFilter, entry: builtins.list[Any], words: builtins.list[str], per_word: builtins.list[dict[str, int]],
                       terms: builtins.list[str], k: int) -> builtins.list[Candidate]:
@@ -755,28 +814,44 @@ class SQLiteStore(SQLFileReads, SQLStore):
         ranked = sorted((-float(scores[b]), ids[int(r)]) for b, r in zip(best, rowids))
         return [Candidate(cid, -neg) for neg, cid in ranked[:k]]
 
+    def _data_version(self) -> int:
+        """A number that changes whenever anything commits to the database: this process's
+        writer or another process (`PRAGMA data_version` of a connection that never writes,
+        which moves on every other connection's commit). Read before the data it labels, so
+        a cached answer is never older than its label."""
+        with self._version_lock:
+            if self._version_conn is None:
+                self._require_writer()
+                self._version_conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            return int(self._version_conn.execute("PRAGMA data_version").fetchone()[0])
+
     def _postings_cache(self) -> PostingsCache:
-        """Every row's postings per term, for this connection's current database version."""
-        version = self._reader().execute("PRAGMA data_version").fetchone()[0]
-        cached = getattr(self._local, "postings", None)
+        """Every row's postings per term, for the current database version (all threads)."""
+        version = self._data_version()
+        cached = self._postings
         if cached is None or cached[0] != version:
-            cached = self._local.postings = (version, PostingsCache(POSTINGS_CACHE_ROWS))
+            cached = self._postings = (version, PostingsCache(POSTINGS_CACHE_ROWS))
         return cached[1]
 
     def _admitted_set(self, flt: CellFilter, entry: builtins.list[Any]) -> AdmittedSet:
         """The filter's admitted rows (kept with its N in `_admitted_entry`), at most
-        ADMITTED_CACHE_ROWS rows' worth per connection."""
+        ADMITTED_CACHE_ROWS rows' worth in all."""
         if entry[3] is None:
-            where, params = filter_sql(flt)
-            admitted = AdmittedSet(*admitted_lengths(self._query(
-                f"SELECT c.rowid, x.len FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where} "
-                f"ORDER BY c.rowid", params)))
-            held = [e for e in self._local.stats[1].values() if e[3] is not None]
-            if sum(e[3].n for e in held) + admitted.n > ADMITTED_CACHE_ROWS:
-                for e in held:
-                    e[3] = None
-            entry[3] = admitted
+            self._hold_admitted(entry, self._load_admitted(flt))
         return entry[3]
+
+    def _load_admitted(self, flt: CellFilter) -> AdmittedSet:
+        where, params = filter_sql(flt)
+        return AdmittedSet(*admitted_lengths(self._query(
+            f"SELECT c.rowid, x.len FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where}", params)))
+
+    def _hold_admitted(self, entry: builtins.list[Any], admitted: AdmittedSet) -> None:
+        cache = self._stats_cache
+        held = [e for e in cache[1].values() if e[3] is not None] if cache is not None else []
+        if sum(e[3].n for e in held) + admitted.n > ADMITTED_CACHE_ROWS:
+            for e in held:
+                e[3] = None
+        entry[3] = admitted
 
     def _admitted_stats(self, flt: CellFilter) -> tuple[int, int]:
         entry = self._admitted_entry(flt)
@@ -786,14 +861,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
         """[valid-from time, cells, summed window length, admitted rows or None] for the
         filter: BM25's N and mean length (and, for a wide filter, the rows themselves). A
         reader-wide filter admits most of the store, so counting is a scan; the answer is kept
-        per filter until the database changes (`PRAGMA data_version` moves when any other
-        connection, in this process or another, commits) or a cell expires in between."""
-        version = self._reader().execute("PRAGMA data_version").fetchone()[0]
-        cache: Optional[tuple[int, dict[tuple[str, tuple[Any, ...], bool], builtins.list[Any]], builtins.list[builtins.list[float]]]]
-        cache = getattr(self._local, "stats", None)
+        per filter, for every thread, until the database changes (`_data_version`) or a cell
+        expires in between."""
+        version = self._data_version()
+        cache = self._stats_cache
         if cache is None or cache[0] != version:
-            cache = (version, {}, [])
-            self._local.stats = cache
+            cache = self._stats_cache = (version, {}, [])
         at = flt.not_expired_at.timestamp() if flt.not_expired_at is not None else None
         where, params = filter_sql(replace(flt, not_expired_at=None))
         key = (where, tuple(params), at is None)
@@ -805,20 +878,33 @@ class SQLiteStore(SQLFileReads, SQLStore):
             if at < hit[0] or bisect.bisect_right(expiries, at) != bisect.bisect_right(expiries, hit[0]):
                 hit = None  # a cell expired in between (or the clock went back)
         if hit is None:
-            where, params = filter_sql(flt)
-            n, total = self._query(
-                f"SELECT COUNT(*), COALESCE(SUM(x.len), 0) FROM cells c JOIN cell_context x ON x.rowid = c.rowid "
-                f"WHERE {where}", params,
-            )[0]
             if len(cache[1]) >= 256:
                 cache[1].clear()
-            hit = cache[1][key] = [at or 0.0, int(n), int(total), None]
+            if flt.owner_id is None and flt.session_id is None:
+                # Likely wide (a reader across owners): the rows themselves, counted from them,
+                # in one scan instead of a count now and the rows next.
+                admitted = self._load_admitted(flt)
+                hit = cache[1][key] = [at or 0.0, admitted.n, admitted.total, None]
+                self._hold_admitted(hit, admitted)
+            else:
+                where, params = filter_sql(flt)
+                n, total = self._query(
+                    f"SELECT COUNT(*), COALESCE(SUM(x.len), 0) FROM cells c JOIN cell_context x ON x.rowid = c.rowid "
+                    f"WHERE {where}", params,
+                )[0]
+                hit = cache[1][key] = [at or 0.0, int(n), int(total), None]
         return hit
 
     def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
         """Cells whose normalised text has the same digest (`text_key`, indexed with the
         owner): one index probe, whatever the size of the store."""
-        where, params = filter_sql(flt)
+        # A batch checks each of its cells under one filter: compiled once (the last one is kept).
+        last = self._same_text_filter
+        if last is not None and last[0] == flt:
+            where, params = last[1], last[2]
+        else:
+            where, params = filter_sql(flt)
+            self._same_text_filter = (flt, where, params)
         rows = self._query(f"SELECT c.id FROM cells c WHERE c.text_key = ? AND {where} LIMIT ?",
                            [text_key(text), *params, k])
         return [cid for (cid,) in rows]
@@ -839,20 +925,28 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 )
                 if not rows:
                     return
-                by_model: dict[str, tuple[list[int], list[np.ndarray]]] = {}
+                by_model: dict[str, tuple[list[int], list[bytes], list[Optional[int]]]] = {}
                 for rowid, model, blob, _, dim in rows:
-                    ids, vecs = by_model.setdefault(model, ([], []))
+                    ids, blobs, dims = by_model.setdefault(model, ([], [], []))
                     ids.append(rowid)
-                    vecs.append(decode_vector(blob, dim))
-                for model, (ids, vecs) in by_model.items():
-                    if len({v.size for v in vecs}) > 1:  # one model, several sizes: keep the latest
-                        keep = [i for i, v in enumerate(vecs) if v.size == vecs[-1].size]
-                        ids, vecs = [ids[i] for i in keep], [vecs[i] for i in keep]
-                    matrix = np.stack(vecs)
+                    blobs.append(blob)
+                    dims.append(dim)
+                for model, (ids, blobs, dims) in by_model.items():
+                    matrix = _decode_vectors(blobs, dims)
+                    if matrix is None:  # mixed sizes or encodings: one by one
+                        vecs = [decode_vector(b, d) for b, d in zip(blobs, dims)]
+                        if len({v.size for v in vecs}) > 1:  # one model, several sizes: keep the latest
+                            keep = [i for i, v in enumerate(vecs) if v.size == vecs[-1].size]
+                            ids, vecs = [ids[i] for i in keep], [vecs[i] for i in keep]
+                        matrix = np.stack(vecs)
                     index = self._vectors.get(model)
                     if index is None or index.dim != matrix.shape[1]:
                         index = self._vectors[model] = VectorIndex(matrix.shape[1], self.ann_threshold)
-                    index.upsert(np.asarray(ids, dtype=np.int64), matrix)
+                    rowids = np.asarray(ids, dtype=np.int64)
+                    index.upsert(rowids, matrix)
+                    for other, other_index in self._vectors.items():
+                        if other != model:  # a row's vector now of this model: gone from the others
+                            other_index.discard(rowids)
                 self._vectors_seq = rows[-1][3]
 
     def has_vectors(self, model: str, flt: CellFilter) -> bool:
@@ -879,13 +973,15 @@ class SQLiteStore(SQLFileReads, SQLStore):
     # ------------------------------------------------------------ vector index warm-up
     @property
     def vectors_warming(self) -> bool:
-        """True while the vector index is still loading after open (see `vector_candidates`)."""
-        return not self._vectors_ready.is_set()
+        """True while the vector index is still loading after open, or while its approximate
+        graph is being built or loaded (see `vector_candidates`)."""
+        return not self._vectors_ready.is_set() or any(
+            index.ann_state == "building" for index in list(self._vectors.values()))
 
     def vector_index_state(self) -> dict[str, Any]:
         states = {index.ann_state for index in self._vectors.values()} - {"none"}
         return {
-            "state": "loading" if self.vectors_warming else "ready" if self._vectors else "none",
+            "state": "loading" if not self._vectors_ready.is_set() else "ready" if self._vectors else "none",
             "vectors": sum(len(index) for index in self._vectors.values()),
             "approximate": next((s for s in ("building", "ready", "unavailable") if s in states), "none"),
         }
@@ -941,6 +1037,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def _vector_candidates_from_rows(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         """While the index loads: an exact ranking of the admitted rows read straight from the
         table, when there are few (an owner's search); none for a wide filter (keyword only)."""
+        if self._admitted_entry(flt)[1] > self.warm_exact_max:  # wide: not read only to be dropped
+            return []
         where, params = filter_sql(flt)
         rows = self._query(
             f"SELECT c.id, c.embedding, c.embed_dim FROM cells c WHERE {where} AND c.embed_model = ? "
@@ -955,7 +1053,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return [Candidate(rows[i][0], float(scores[i])) for i in top]
 
     def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
-        if self.vectors_warming:
+        if not self._vectors_ready.is_set():  # still loading: small filtered sets from the table
             return self._vector_candidates_from_rows(vector, model, flt, k)
         self._catch_up_vectors()
         index = self._vectors.get(model)
@@ -964,10 +1062,20 @@ class SQLiteStore(SQLFileReads, SQLStore):
         if index.wants_ann():  # crossed the threshold: build in the background, exact meanwhile
             index.ann_state = "building"
             self._start_index_thread(self._build_ann, model, index)
-        # The filter runs in SQL first, so the index only ranks rows the caller may see.
-        where, params = filter_sql(flt)
-        cur = self._reader().execute(f"SELECT c.rowid FROM cells c WHERE {where} AND c.embed_model = ?", [*params, model])
-        allowed = np.fromiter((r[0] for r in cur), dtype=np.int64)
+        # The filter runs in SQL first, so the index only ranks rows the caller may see. A wide
+        # filter's rows are the keyword leg's admitted set (cached until the data changes);
+        # the index holds exactly the rows whose current vector is of this model.
+        entry = self._admitted_entry(flt)
+        if entry[1] > self.keyword_scan_max:
+            allowed = self._admitted_set(flt, entry).rowids
+        else:
+            where, params = filter_sql(flt)
+            cur = self._reader().execute(f"SELECT c.rowid FROM cells c WHERE {where} AND c.embed_model = ?", [*params, model])
+            allowed = np.fromiter((r[0] for r in cur), dtype=np.int64)
+        if index.ann_state == "building" and len(allowed) > self.warm_exact_max:
+            # An exact scan of this many rows costs seconds at a million (a gather of the
+            # allowed rows, then a product): keyword only until the graph is ready.
+            return []
         hits = index.search(vector, allowed, k)
         if not hits:
             return []
@@ -1024,6 +1132,15 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     f"WHERE rowid > ? AND rowid <= ? AND {stale} ORDER BY rowid", (after, last, *params),
                 ).rowcount
                 after = last
+
+
+def _decode_vectors(blobs: Sequence[bytes], dims: Sequence[Optional[int]]) -> Optional[np.ndarray]:
+    """Many stored float16 embeddings of one size as one float32 matrix, decoded at once (a
+    million one-row decodes were most of a restart's warm-up); None when they differ."""
+    dim = dims[0]
+    if not dim or any(d != dim for d in dims) or any(len(b) != 2 * dim for b in blobs):
+        return None
+    return np.frombuffer(b"".join(blobs), dtype=np.float16).reshape(len(blobs), dim).astype(np.float32)
 
 
 def decode_vector(blob: bytes, dim: Optional[int]) -> np.ndarray:
