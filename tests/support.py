@@ -67,6 +67,43 @@ def run_cli(*args: str, env: Optional[dict[str, str]] = None, input: Optional[st
     return subprocess.CompletedProcess(["ampkit", *args], result.exit_code, result.stdout, stderr)
 
 
+def run_example(script: Path, env: Optional[dict[str, str]] = None,
+                cwd: Optional[Path] = None) -> "subprocess.CompletedProcess[str]":
+    """`python SCRIPT` in this process: the script runs as `__main__` (runpy) with its output
+    captured, `env` set and `cwd` entered for the run only, and answers like `subprocess.run`
+    would (an uncaught exception's traceback goes to stderr, exit code 1). What an example test
+    checks is the script and what it prints, not a Python start with its imports and model load."""
+    import contextlib
+    import io
+    import runpy
+    import traceback
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd, saved_path, saved_argv = dict(os.environ), os.getcwd(), list(sys.path), list(sys.argv)
+    code = 0
+    try:
+        os.environ.update(env or {})
+        if cwd is not None:
+            os.chdir(cwd)
+        sys.argv = [str(script)]
+        sys.path.insert(0, str(Path(script).parent))
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(str(script), run_name="__main__")
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+        sys.path[:] = saved_path
+        sys.argv = saved_argv
+    return subprocess.CompletedProcess(["python", str(script)], code, out.getvalue(), err.getvalue())
+
+
 def _temp_log() -> Path:
     fd, name = tempfile.mkstemp(prefix="ampkit-serve-", suffix=".log")
     os.close(fd)

@@ -146,14 +146,9 @@ def test_the_langgraph_store_adapter_round_trips_store_backend_values(backend):
 
 @pytest.mark.slow
 def test_the_memory_files_example_runs_against_the_server(server):
-    import os
-    import subprocess
-    import sys
+    from support import ROOT, run_example
 
-    from support import ROOT
-
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "memory_files.py")], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "AMPKIT_URL": server.base_url})
+    done = run_example(ROOT / "examples" / "memory_files.py", env={"AMPKIT_URL": server.base_url})
     assert done.returncode == 0, done.stderr
     assert "awaits a person's approval" in done.stdout
     assert "session 2 starts with the approved instruction: True" in done.stdout

@@ -3,6 +3,8 @@ a real `ampkit serve --auth` process reads the same file, and every check goes o
 
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -28,8 +30,10 @@ def ampkit(*args: str) -> subprocess.CompletedProcess:
 
 
 def ampkit_process(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    """A real `ampkit` process: for `serve`, whose start-up checks are what is tested."""
-    return subprocess.run([sys.executable, "-m", "ampkit.cli", *args], capture_output=True, text=True, timeout=timeout)
+    """A real `ampkit` process: for `serve`, whose start-up checks are what is tested (without
+    the embedding model, which they do not involve)."""
+    return subprocess.run([sys.executable, "-m", "ampkit.cli", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "AMPKIT_EMBEDDER": "none"})
 
 
 def bearer(token: str, **extra: str) -> dict[str, str]:
@@ -237,7 +241,10 @@ def test_auth_off_trusts_the_header_and_says_so(server):
 @pytest.mark.slow
 def test_non_loopback_without_auth_is_refused_with_a_reason(tmp_path):
     url = f"sqlite:///{tmp_path}/x.db"
-    refused = ampkit_process("serve", "--host", "0.0.0.0", "--port", str(free_port()), "--store", url)
+    # The refusal comes before anything starts, so it runs in this process; the port is held
+    # here, so that a server that did not refuse would fail to bind instead of listening.
+    with socket.create_server(("0.0.0.0", 0)) as held:
+        refused = run_cli("serve", "--host", "0.0.0.0", "--port", str(held.getsockname()[1]), "--store", url)
     assert refused.returncode == 2
     assert "refusing to listen on 0.0.0.0 with auth off" in refused.stderr and "--auth" in refused.stderr
     # With --insecure (or --auth) the check passes: it then fails only at bind time, because

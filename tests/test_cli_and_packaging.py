@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import httpx
 import ampkit
 from ampkit.store import store_from_url
 from ampkit.store.sqlite import MIGRATIONS
-from support import ROOT, free_port
+from support import ROOT, free_port, run_cli
 
 OPTIONAL = ("ampkit.adapters.", "ampkit.store.postgres")
 
@@ -68,8 +69,10 @@ def test_serve_defaults_to_sqlite_in_user_data_dir(tmp_path):
 
 def test_serve_refuses_an_unopenable_store(tmp_path):
     (tmp_path / "file").write_text("not a directory")
-    proc = subprocess.run([sys.executable, "-m", "ampkit.cli", "serve", "--port", str(free_port()),
-                           "--store", f"sqlite:///{tmp_path}/file/memory.db"], capture_output=True, text=True, timeout=30)
+    # The store is opened before the server binds, so this runs in this process; the port is
+    # held here, so that a server that did not refuse would fail to bind instead of listening.
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        proc = run_cli("serve", "--port", str(held.getsockname()[1]), "--store", f"sqlite:///{tmp_path}/file/memory.db")
     assert proc.returncode == 3
     assert "cannot open store" in proc.stderr
 

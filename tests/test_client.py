@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
 import re
-import subprocess
-import sys
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -36,7 +33,7 @@ from ampkit import (
     ValidationFailed,
 )
 from ampkit.client import ConfigError, resolve
-from support import ROOT, AppServer, free_port, run_cli
+from support import ROOT, AppServer, free_port, run_cli, run_example
 
 BACKENDS = ["http-sync", "http-async", "local-sync", "local-async"]
 MISSING_ID = "mem_" + "0" * 26
@@ -422,9 +419,7 @@ def test_quickstart_prints_the_same_over_http_and_sqlite(server_factory, tmp_pat
     script = ROOT / "examples" / "quickstart.py"
     outputs = []
     for url in (server.base_url, f"sqlite:///{tmp_path}/quickstart.db"):
-        env = {**os.environ, "AMPKIT_URL": url}
-        proc = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True,
-                              text=True, timeout=60)
+        proc = run_example(script, env={"AMPKIT_URL": url}, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
         outputs.append(proc.stdout)
     assert outputs[0] == outputs[1]

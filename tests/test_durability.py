@@ -1,4 +1,6 @@
-"""SIGKILL during a stream of writes loses no acknowledged write."""
+"""SIGKILL during a stream of writes loses no acknowledged write. The killed server is a real
+`ampkit serve` process; what it left is read back through the app served in this process (the
+store file recovers the same on any open)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Callable, Sized
 import httpx
 import pytest
 
-from support import ServerProcess
+from support import AppServer, ServerProcess
 
 
 def kill_mid_stream(server: ServerProcess, write_stream: Callable[[int], None], *, clients: int, acked: Sized,
@@ -52,13 +54,9 @@ def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path):
 
     kill_mid_stream(server, write_stream, clients=4, acked=acked, enough=150, within=20, stop=stop)
 
-    restarted = ServerProcess(store, log_path=tmp_path / "server2.log").start()
-    try:
-        with httpx.Client(base_url=restarted.base_url, headers=headers, timeout=10) as http:
-            missing = [cid for cid in acked if http.get(f"/memories/{cid}").status_code != 200]
-            listed = http.get("/memories", params={"owner_id": "user_d", "limit": 1}).json()["total"]
-    finally:
-        restarted.stop()
+    with AppServer(store) as restarted, httpx.Client(base_url=restarted.base_url, headers=headers, timeout=10) as http:
+        missing = [cid for cid in acked if http.get(f"/memories/{cid}").status_code != 200]
+        listed = http.get("/memories", params={"owner_id": "user_d", "limit": 1}).json()["total"]
     assert missing == []
     assert listed >= len(acked)
 
@@ -97,11 +95,6 @@ def test_sigkill_during_grouped_writes_keeps_every_acknowledged_write(tmp_path):
 
     kill_mid_stream(server, write_stream, clients=8, acked=acked, enough=300, within=30, stop=stop)
 
-    restarted = ServerProcess(store, log_path=tmp_path / "server2.log").start()
-    try:
-        with httpx.Client(base_url=restarted.base_url, headers=headers, timeout=10) as http:
-            found = {c["id"]: c["content"]["text"]
-                     for c in http.get("/export", params={"owner_id": "user_g"}).json()["cells"]}
-    finally:
-        restarted.stop()
+    with AppServer(store) as restarted, httpx.Client(base_url=restarted.base_url, headers=headers, timeout=10) as http:
+        found = {c["id"]: c["content"]["text"] for c in http.get("/export", params={"owner_id": "user_g"}).json()["cells"]}
     assert [cid for cid, text in acked.items() if found.get(cid) != text] == []

@@ -16,8 +16,6 @@ from __future__ import annotations
 import itertools
 import json
 import socket
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -27,7 +25,7 @@ from starlette.testclient import TestClient
 from ampkit.auth import create_key
 from ampkit.config import Settings
 from ampkit.server.app import create_app
-from support import AppServer
+from support import AppServer, run_cli
 
 CELL = {"type": "semantic", "content": {"text": "the vault code is 4812"},
         "identity": {"owner_id": "ada", "owner_type": "user", "session_id": "chat-42"}}
@@ -210,8 +208,11 @@ def test_clock_override_is_an_explicit_flag_refused_with_auth(tmp_path, monkeypa
     monkeypatch.setenv("AMPKIT_ALLOW_CLOCK_OVERRIDE", "true")
     assert Settings().allow_clock_override is True
     monkeypatch.delenv("AMPKIT_ALLOW_CLOCK_OVERRIDE")
-    refused = subprocess.run([sys.executable, "-m", "ampkit.cli", "serve", "--auth", "--allow-clock-override",
-                              "--store", f"sqlite:///{tmp_path}/x.db"], capture_output=True, text=True, timeout=60)
+    # The refusal precedes everything `serve` starts, so it runs in this process; the port is
+    # held here, so that a server that did not refuse would fail to bind instead of listening.
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        refused = run_cli("serve", "--auth", "--allow-clock-override", "--port", str(held.getsockname()[1]),
+                          "--store", f"sqlite:///{tmp_path}/x.db")
     assert refused.returncode == 2 and "clock override" in refused.stderr
 
 

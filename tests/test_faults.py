@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from ampkit.server.http import fast_http_available
-from support import ServerProcess, free_port
+from support import ServerProcess, run_cli
 
 AGENT = {"X-AMP-Agent-ID": "fault-tester"}
 
@@ -157,8 +157,10 @@ def test_read_only_disk_answers_503_and_recovers_after_repair(tmp_path):
 def test_read_only_store_at_startup_fails_fast_with_the_reason(tmp_path):
     with tmpfs(tmp_path / "ro", "1m") as disk:
         assert run("mount", "-o", "remount,ro", str(disk)).returncode == 0
-        r = subprocess.run([sys.executable, "-m", "ampkit.cli", "serve", "--port", str(free_port()),
-                            "--store", f"sqlite:///{disk}/memory.db"], capture_output=True, text=True, timeout=60)
+        # The store is opened before the server binds, so this runs in this process; the port
+        # is held here, so that a server that did not refuse would fail to bind, not listen.
+        with socket.create_server(("127.0.0.1", 0)) as held:
+            r = run_cli("serve", "--port", str(held.getsockname()[1]), "--store", f"sqlite:///{disk}/memory.db")
         assert r.returncode == 3 and "cannot open store" in r.stderr
 
 

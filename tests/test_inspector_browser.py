@@ -1,6 +1,6 @@
 """The memory inspector in a real browser: Chromium (Debian's `chromium`, driven by Playwright
-through `executable_path`, no browser download) against a real `ampkit serve --auth` process
-with two API keys.
+through `executable_path`, no browser download) against the app as `ampkit serve --auth` serves
+it (over real HTTP, in this process: `support.AppServer`) with two API keys.
 
 One walk through the pages as a person would: sign in, find a memory by search, open it, read
 its history, archive it, approve a pending edit of a memory file; a second key sees none of the first key's private cells on any page;
@@ -24,7 +24,7 @@ import pytest
 
 from ampkit.auth import create_key
 from ampkit.store import store_from_url
-from support import ROOT, ServerProcess
+from support import ROOT, AppServer
 
 SCREENSHOTS = ROOT / ".tmp" / "inspector-screenshots"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -57,7 +57,7 @@ def chromium() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory) -> Iterator[dict[str, Any]]:
-    """`ampkit serve --auth` on a fresh SQLite file, with keys for alice and bob and memories
+    """The `ampkit serve --auth` app on a fresh SQLite file, with keys for alice and bob and memories
     written over /amp/v1 (one of alice's edited, so it has a history)."""
     tmp = tmp_path_factory.mktemp("browser")
     url = f"sqlite:///{tmp}/memory.db"
@@ -67,7 +67,7 @@ def served(tmp_path_factory) -> Iterator[dict[str, Any]]:
         keys = {name: create_key(store, name, "read,write").token for name in ("alice", "bob", "helper")}
     finally:
         store.close()
-    with ServerProcess(url, args=["--auth"], log_path=tmp / "server.log") as server:
+    with AppServer(url, args=["--auth"], log_path=tmp / "server.log") as server:
         api = server.base_url
         cells: dict[str, str] = {}
 

@@ -205,7 +205,7 @@ class _RelatedWords:
 def _search_related(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
     """Search with the related-words leg, both keyword queries in one store call (the SQLite
     scan reads the windows once for both): its statistics too come from readable cells only."""
-    related = replace(service, retriever=Retriever(related_words=_RelatedWords()))
+    related = replace(service, retriever=Retriever(related_words=_RelatedWords(), config=RetrievalConfig(related_weight=0.6)))
     yield from _search(explain=True)(related, caller, world)
 
 

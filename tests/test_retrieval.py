@@ -542,9 +542,9 @@ class FakeRelatedWords:
 
 def test_related_leg_finds_a_cell_that_shares_no_word_with_the_query(store):
     """"What pets does Nate have?" -- "this is Max, my dog": the related leg's words (here a
-    fake vocabulary) find it; `explain` shows the leg; weight 0 (or no vocabulary) = no leg."""
+    fake vocabulary) find it; `explain` shows the leg; weight 0 (the default) or no vocabulary = no leg."""
     related = FakeRelatedWords({"pets": ["dog", "cat"]})
-    service = MemoryService(store=store, retriever=Retriever(related_words=related))
+    service = MemoryService(store=store, retriever=Retriever(related_words=related, config=RetrievalConfig(related_weight=0.6)))
     dog, _ = service.create_many("alice", [cell("Nate: this is Max, my dog"), cell("Nate: I bought new shoes")])
     req = SearchRequest(query="What pets does Nate have?", explain=True)
     hits = service.search("alice", req).results
@@ -581,11 +581,14 @@ def test_shipped_related_words_table_matches_the_model():
     assert [tuple(shipped.words[int(i)] for i in shipped.table[0][shipped.index[w]]) for w in words] == computed
     assert {"dogs", "cats"} <= set(shipped.related("pets"))
     assert shipped.related("Nate") == () and len(shipped.expand(["pets", "books", "instruments", "sports"])) <= shipped.max_terms
-    # the server's default retriever has the leg (whatever routes its embedder puts in front)
+    # the server's default embedder lends its words when the leg is switched on (whatever
+    # routes the embedder puts in front of the static model); it is off by default
     from ampkit.bootstrap import retriever_from_settings
     from ampkit.config import Settings
 
-    assert "dogs" in retriever_from_settings(Settings(embedder="default")).related_terms("What pets does Nate have?")
+    on = retriever_from_settings(Settings(embedder="default", retrieval_related_weight=0.6))
+    assert "dogs" in on.related_terms("What pets does Nate have?")
+    assert retriever_from_settings(Settings(embedder="default")).related_terms("What pets does Nate have?") == []
 
 
 def test_static_embedder_direct_path_gives_model2vec_encode_vectors_bit_for_bit():

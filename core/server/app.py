@@ -4,10 +4,12 @@ serialises. Errors are translated once, in `errors.py` of this package."""
 
 
 import asyncio
+import contextvars
 import importlib.util
 import inspect
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, nullcontext
 from typing import Annotated, Any, Callable, Optional
 
@@ -68,6 +70,10 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
                 log.exception("lifecycle run failed")
 
     embedding = EmbeddingWorker(service, batch_size=settings.embed_batch_size)
+    # The operations' worker threads (`_endpoint`); as many as anyio's default pool. Not shut
+    # down with the lifespan: an app may be served again (tests do); idle threads end when the
+    # app (and so the pool) is collected.
+    workers = ThreadPoolExecutor(max_workers=40, thread_name_prefix="ampkit-request")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -104,7 +110,7 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     auth = identity.describe()
     serves_mcp = _serves_mcp(settings)
     for op in OPERATIONS:
-        endpoint = _endpoint(op, service, identity, auth, MCP_CAPABILITY if serves_mcp else None)
+        endpoint = _endpoint(op, service, identity, auth, MCP_CAPABILITY if serves_mcp else None, workers)
         options: dict[str, Any] = dict(
             methods=[op.method], name=op.name, response_model=op.response, status_code=op.status_code,
             tags=list(op.tags), responses=dict(op.responses) or None,
@@ -207,10 +213,13 @@ def _with_security_schemes(app: FastAPI):
 
 
 def _endpoint(op: Operation, service: MemoryService, identity: IdentityResolver,
-              auth: dict[str, Any], mcp: Optional[dict[str, Any]] = None) -> Callable[..., Any]:
+              auth: dict[str, Any], mcp: Optional[dict[str, Any]], workers: ThreadPoolExecutor) -> Callable[..., Any]:
     """A FastAPI endpoint for one row: its signature declares the row's body, parameters and
     identity dependency (FastAPI reads it for validation and the OpenAPI document); its body
-    runs the row. A plain `def`, so FastAPI runs it in a worker thread."""
+    runs the row in one of `workers` (the service blocks: SQLite, group commit). A plain
+    executor rather than FastAPI's thread pool (anyio): per request that hop cost about a
+    tenth of the event loop's CPU time (a cancel scope, a capacity limiter, an extra
+    checkpoint), measured by bench/writes.py."""
     parameters = []
     if op.scope is not None:
         resolve = identity.admin if op.scope == "admin" else identity.caller
@@ -228,7 +237,7 @@ def _endpoint(op: Operation, service: MemoryService, identity: IdentityResolver,
         default = inspect.Parameter.empty if op.body_required else None
         parameters.append(inspect.Parameter("body", KEYWORD, annotation=body_type, default=default))
 
-    def endpoint(**inputs: Any) -> Any:
+    def run_row(inputs: dict[str, Any]) -> Any:
         caller: Optional[Caller] = inputs.pop("caller", None)
         agent = "" if caller is None else caller.agent_id if op.scope == "admin" else caller.need(op.scope or "")
         for scope in op.extra_scopes:
@@ -240,6 +249,10 @@ def _endpoint(op: Operation, service: MemoryService, identity: IdentityResolver,
         if isinstance(result, Answer):
             return JSONResponse(jsonable_encoder(result.value), status_code=result.status_code, headers=dict(result.headers))
         return Response(status_code=204) if result is None else result
+
+    async def endpoint(**inputs: Any) -> Any:
+        context = contextvars.copy_context()  # what FastAPI's pool would have carried over
+        return await asyncio.get_running_loop().run_in_executor(workers, context.run, run_row, inputs)
 
     endpoint.__name__ = op.name
     endpoint.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]

@@ -277,16 +277,21 @@ def tokenize(conn: sqlite3.Connection, texts: Sequence[str]) -> list[dict[str, i
     return [tf if tf is not None else {} for tf in out]
 
 
-def _rank_rows(rows: Sequence[tuple], n_terms: int, n: int, total_len: int, k: int) -> list[Candidate]:
-    """BM25 top-k of matched rows `(id, window length, tf of each query term in term order...)`."""
-    if not rows:
-        return []
+def _term_matrix(rows: Sequence[tuple], n_terms: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Rows `(id, window length, tf of each term...)` (no NULLs) as ids, lengths, tf matrix."""
     ids = [row[0] for row in rows]
-    lengths = np.array([row[1] for row in rows], dtype=np.int64)
-    tfs = np.array([[tf or 0 for tf in row[2:]] for row in rows], dtype=np.int64).reshape(len(rows), n_terms)
-    matched = np.arange(len(rows), dtype=np.int64)
+    numbers = np.array([row[1:] for row in rows], dtype=np.int64).reshape(len(rows), n_terms + 1)
+    return ids, numbers[:, 0], numbers[:, 1:]
+
+
+def _rank_rows(ids: Sequence[str], lengths: np.ndarray, tfs: np.ndarray, n: int, total_len: int, k: int) -> list[Candidate]:
+    """BM25 top-k of the matched rows: their ids, window lengths and query terms' frequencies
+    (one column per term, in term order)."""
+    if not len(ids):
+        return []
+    matched = np.arange(len(ids), dtype=np.int64)
     hits = []
-    for i in range(n_terms):
+    for i in range(tfs.shape[1]):
         pos = np.flatnonzero(tfs[:, i])
         hits.append((pos, tfs[pos, i]))
     scores = bm25_scores(n, total_len, lengths, matched, hits)
@@ -737,23 +742,23 @@ class SQLiteStore(SQLFileReads, SQLStore):
         if scanned:
             union = sorted({t for i in scanned for t in parsed[i][3]})
             where, params = filter_sql(flt)
-            tf_columns = ", ".join("json_extract(x.terms, ?)" for _ in union)
+            tf_columns = ", ".join("coalesce(json_extract(x.terms, ?), 0)" for _ in union)
             paths = ['$."' + t + '"' for t in union]
-            rows = self._query(
+            ids, lengths, tfs = _term_matrix(self._query(
                 f"SELECT c.id, x.len, {tf_columns} FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where}",
                 [*paths, *params],
-            )
-            column = {t: 2 + j for j, t in enumerate(union)}
+            ), len(union))
+            column = {t: j for j, t in enumerate(union)}
             for i in scanned:
-                cols = [column[t] for t in parsed[i][3]]
-                mine = [(row[0], row[1], *(row[c] for c in cols)) for row in rows if any(row[c] for c in cols)]
-                out[i] = _rank_rows(mine, len(cols), n, total_len, k)
+                mine = tfs[:, [column[t] for t in parsed[i][3]]]
+                rows = np.flatnonzero(mine.any(axis=1))  # the windows holding one of its terms
+                out[i] = _rank_rows([ids[r] for r in rows], lengths[rows], mine[rows], n, total_len, k)
         return out
 
     def _keyword_fts(self, query: str, flt: CellFilter, terms: builtins.list[str], n: int, total_len: int, k: int) -> builtins.list[Candidate]:
         """The keyword leg through the FTS OR query (a small filter, a word FTS reads as a phrase)."""
         where, params = filter_sql(flt)
-        tf_columns = ", ".join("json_extract(x.terms, ?)" for _ in terms)
+        tf_columns = ", ".join("coalesce(json_extract(x.terms, ?), 0)" for _ in terms)
         paths = ['$."' + t + '"' for t in terms]
         match = f"text : ({fts_match(query)})"
         if flt.owner_id is not None:  # an indexed AND instead of filtering every owner's matches
@@ -766,7 +771,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
             f"CROSS JOIN cell_context x ON x.rowid = c.rowid WHERE cells_fts MATCH ? AND {where}",
             [*paths, match, *params],
         )
-        return _rank_rows(rows, len(terms), n, total_len, k)
+        ids, lengths, tfs = _term_matrix(rows, len(terms))
+        return _rank_rows(ids, lengths, tfs, n, total_len, k)
 
     def _keyword_wide(self, flt: CellFilter, entry: builtins.list[Any], words: builtins.list[str], per_word: builtins.list[dict[str, int]],
                       terms: builtins.list[str], k: int) -> builtins.list[Candidate]:
