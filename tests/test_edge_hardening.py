@@ -315,6 +315,9 @@ def test_list_parameters_with_nul_are_refused(http, param, value):
     assert_envelope(r, 422, "VALIDATION_ERROR")
     r = http.get("/export", params={"owner_id": value}, headers=as_agent("ada"))
     assert_envelope(r, 422, "VALIDATION_ERROR")
+    # The streamed NDJSON export too: refused before its stream starts, not a broken stream.
+    r = http.get("/admin/export", params={"owner_id": value}, headers=as_agent("ada"))
+    assert_envelope(r, 422, "VALIDATION_ERROR")
 
 
 def test_a_cursor_that_decodes_to_nul_is_refused(http):

@@ -23,7 +23,7 @@ from ..bootstrap import build_service, load_settings
 from ..config import Settings
 from ..embed_queue import EmbeddingWorker
 from ..errors import UnsupportedMediaType
-from ..models import AMP_VERSION, ErrorEnvelope
+from ..models import AMP_VERSION, ErrorEnvelope, IdString
 from ..operations import OPERATIONS, PREFIX, Answer, Context, Operation
 from ..service import MemoryService
 from .errors import BodySizeLimit, CatchUnexpected, HeaderSizeLimit, install_error_handlers
@@ -129,10 +129,12 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
                                  "description": "the NDJSON export (docs/time-travel.md), streamed"}})
     def export_ndjson(
         caller: admin,
-        owner_id: Optional[str] = None,
+        owner_id: Optional[IdString] = None,
         cursor: Annotated[Optional[str], Query(description="resume after the line carrying this cursor")] = None,
     ) -> StreamingResponse:
-        portable.check_cursor(cursor)  # a bad cursor is a 422 before the stream starts
+        # Every parameter is checked before the stream starts: once the 200 and the first chunk
+        # are sent, an error can only break the stream, never become a 4xx in the envelope.
+        portable.check_cursor(cursor)
         lines = portable.export_lines(service.store, owner_id, cursor)
         return StreamingResponse(portable.in_chunks(lines), media_type=portable.MEDIA_TYPE)
 
