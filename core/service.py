@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+from json.encoder import encode_basestring
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -100,8 +101,13 @@ def new_cell_id() -> str:
     return f"mem_{ULID()}"
 
 
+_EMPTY_METADATA_CONTENT = len('{"text":,"metadata":{}}')
+
+
 def cell_size_bytes(cell: MemoryCell) -> int:
     """The measured size of a cell: its `content` object as compact UTF-8 JSON."""
+    if not cell.content.metadata:  # most cells: the same bytes, spelled out without a dump
+        return _EMPTY_METADATA_CONTENT + len(encode_basestring(cell.content.text).encode("utf-8"))
     content = cell.content.model_dump(mode="json")
     return len(json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 

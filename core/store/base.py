@@ -114,6 +114,10 @@ def decode_cursor(cursor: str) -> str:
     return value
 
 
+# `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`, one encoder for every cell.
+_CLASS_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def window_class(owner_id: str, session_id: Optional[str], created_by: Optional[str], public: bool,
                  readable_by: Sequence[str], status: str, superseded_by: Optional[str]) -> Optional[str]:
     """Which cells may lend each other keyword context (the session windows of the keyword
@@ -123,8 +127,7 @@ def window_class(owner_id: str, session_id: Optional[str], created_by: Optional[
     cell, or one without a session, has no class and no neighbours."""
     if session_id is None or status == "deleted" or superseded_by is not None:
         return None
-    key = json.dumps([owner_id, session_id, created_by, bool(public), sorted(set(readable_by)), status],
-                     ensure_ascii=False, separators=(",", ":"))
+    key = _CLASS_JSON.encode([owner_id, session_id, created_by, bool(public), sorted(set(readable_by)), status])
     return hashlib.blake2b(key.encode("utf-8"), digest_size=16).hexdigest()
 
 

@@ -227,6 +227,10 @@ _TOKENIZER = (
 _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
 
 
+# `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`, one encoder for every window.
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 class _TermCache:
     """text -> term frequencies, for the texts tokenized most recently (least recently used
     out first). A single-cell create rewrites the windows of the cell and of the turns just
@@ -461,7 +465,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
                     for term, n in part_tf[r].items():
                         tf[term] = tf.get(term, 0) + n
                 rows.append((rowid, index_text("\n".join(t for _, t in window)), owner_token(owner),
-                             json.dumps(dict(sorted(tf.items())), ensure_ascii=False, separators=(",", ":")),
+                             _COMPACT_JSON.encode(dict(sorted(tf.items()))),
                              sum(tf.values())))
             self.conn.executemany("INSERT INTO cell_context(rowid, text, owner, terms, len) VALUES (?, ?, ?, ?, ?)", rows)
         self._dirty_windows.clear()
