@@ -17,7 +17,9 @@ Rules (AMP v0.1, with portable case-sensitive matching):
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
 
 from .errors import MissingAgentId, ValidationFailed
 from .glob import parse_stored
@@ -49,6 +51,28 @@ def can_read(cell: MemoryCell, agent_id: str) -> bool:
         return False
     policy = cell.access_policy
     return is_principal(cell, agent_id) or policy.public or _matches_any(agent_id, policy.readable_by)
+
+
+def can_read_columns(
+    agent_id: str,
+    *,
+    deleted: np.ndarray,
+    owner_is_agent: np.ndarray,
+    creator_is_agent: np.ndarray,
+    public: np.ndarray,
+    reader_set: np.ndarray,
+    reader_sets: Sequence[Sequence[str]],
+) -> np.ndarray:
+    """`can_read` for many cells at once, over their columns (the SQLite store's in-memory
+    access snapshot): one boolean per cell. `reader_set[i]` is the index in `reader_sets` of
+    cell i's `readable_by` patterns (cells share a few distinct pattern sets); each set is
+    matched once, by the same matcher as `can_read`. A property test holds the two equal."""
+    set_matches = np.fromiter((_matches_any(agent_id, patterns) for patterns in reader_sets),
+                              dtype=bool, count=len(reader_sets))
+    granted = owner_is_agent | creator_is_agent | public
+    if set_matches.any():
+        granted |= set_matches[reader_set]
+    return granted & ~deleted
 
 
 def can_write(cell: MemoryCell, agent_id: str) -> bool:

@@ -243,3 +243,76 @@ def test_postgres_keyword_scope_kept_between_queries_changes_nothing(pg_url):
                                              access_policy={"readable_by": ["team-*"]}))
     finally:
         store.close()
+
+
+def _sql_admitted(path: str, flt: CellFilter) -> list[int]:
+    where, params = filter_sql(flt)
+    with sqlite3.connect(path) as conn:
+        return [r for (r,) in conn.execute(
+            f"SELECT c.rowid FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where} ORDER BY c.rowid", params)]
+
+
+def test_caches_follow_this_process_writes_row_by_row(corpus, tmp_path):
+    """A reader-wide filter's admitted rows come from the in-memory access snapshot, and term
+    rows from the postings cache; this process's own commits patch both row by row (the
+    snapshot is not reloaded). After every kind of write (create, new text, new readers,
+    public, archive, delete, purge, expiry), each filter's admitted rows equal the SQL
+    filter's and every answer equals the straightforward BM25, bit for bit."""
+    import shutil
+    from datetime import datetime, timedelta, timezone
+
+    path = str(tmp_path / "copy.db")
+    shutil.copy(corpus, path)
+    store = SQLiteStore(path, keyword_scan_max=0)
+    store.open()
+    rng = random.Random(7)
+    now = datetime.now(timezone.utc)
+    service = MemoryService(store=store, allow_clock_override=True)
+    wide = [f for f in FILTERS if f.owner_id is None] + [CellFilter(reader="eve", not_expired_at=now + timedelta(days=2))]
+    queries = ["lena oslo", "quokka piano", "dark-roast march the", "coffee quokka budget"]
+    try:
+        def check() -> None:
+            for flt in wide:
+                rowids, _ = store._access_snapshot().admitted(flt)
+                assert rowids.tolist() == _sql_admitted(path, flt), flt
+                for query in queries:
+                    got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 30)]
+                    assert got == reference(path, query, flt, 30), (query, flt)
+
+        check()
+        snapshot = store._snapshot
+        generation = snapshot.generation
+        ids: list[tuple[str, str]] = []
+        deleted: list[str] = []
+        for step in range(24):
+            owner = rng.choice(["ada", "bob", "cy", "eve"])
+            kind = step % 8 if ids else 0
+            if kind in (0, 7):
+                text = "quokka " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6)))
+                policy = rng.choice([{}, {"readable_by": ["team-*"]}, {"readable_by": ["eve", "t?am-lead"]}, {"public": True}])
+                lifecycle = {"expires_at": (now + timedelta(days=1)).isoformat()} if kind == 7 else {}
+                cell = service.create(owner, CellCreate(content={"text": text}, access_policy=policy, lifecycle=lifecycle,
+                                                        identity={"owner_id": owner, "session_id": f"{owner}-s{rng.randint(0, 6)}"}))
+                ids.append((owner, cell.id))
+            else:
+                owner, cid = rng.choice(ids)
+                if kind == 1:
+                    service.update(owner, cid, CellPatch(content={"text": "quokka coffee " + rng.choice(WORDS)}))
+                elif kind == 2:
+                    service.update(owner, cid, CellPatch(access_policy={"readable_by": [rng.choice(["team-*", "eve", "nobody"])]}))
+                elif kind == 3:
+                    service.update(owner, cid, CellPatch(access_policy={"public": rng.random() < 0.5}))
+                elif kind == 4:
+                    service.update(owner, cid, CellPatch(lifecycle={"status": "archived"}))
+                elif kind == 5:
+                    service.update(owner, cid, CellPatch(lifecycle={"status": "archived"}))
+                    service.delete(owner, cid)
+                    ids.remove((owner, cid))
+                    deleted.append(cid)
+                else:
+                    assert service.purge("admin", deleted, as_of=now + timedelta(days=400)).purged == deleted
+                    deleted.clear()
+            check()
+        assert store._snapshot is snapshot and snapshot.generation > generation  # patched, never reloaded
+    finally:
+        store.close()

@@ -14,6 +14,7 @@ hold each term, kept between queries until the database changes (`AdmittedSet`,
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -72,25 +73,87 @@ class AdmittedSet:
 
 
 class PostingsCache:
-    """Every row's postings per term (filter-independent), for one database version, bounded
-    by the number of entries it holds."""
+    """Every row's postings per term (filter-independent), bounded by the number of rows it
+    holds. Kept across this process's writes: each commit's changed windows (their rows and
+    new term counts) go to a log (`record`), and a cached term's rows are patched from the
+    entries it has not seen when it is next asked for (`get`); a key that cannot be patched
+    (an FTS phrase, "u:") is loaded again. Another process's commit replaces the whole cache
+    (the store's foreign-commit generation)."""
+
+    MAX_LOG_ROWS = 200_000  # changed rows kept for patching; past this, start afresh
 
     def __init__(self, max_entries: int):
         self.max_entries = max_entries
         self.size = 0
-        self.items: dict[str, tuple[np.ndarray, ...]] = {}
+        self.items: dict[str, tuple[tuple[np.ndarray, ...], int]] = {}  # key -> (arrays, log position)
+        self.log: list[tuple[np.ndarray, dict[int, Optional[dict[str, int]]]]] = []
+        self.log_rows = 0
+        self.epoch = 0  # moves when the log starts afresh (positions restart)
+        self.lock = threading.Lock()
 
-    def get(self, key: str, load: Callable[[], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
-        hit = self.items.get(key)
-        if hit is None:
-            hit = load()
-            size = int(hit[0].size)
-            if self.size + size > self.max_entries:
+    def record(self, rows: np.ndarray, terms: dict[int, Optional[dict[str, int]]]) -> None:
+        """A commit's changed windows: sorted rowids, and each one's term counts now (None: gone)."""
+        with self.lock:
+            if self.log_rows + rows.size > self.MAX_LOG_ROWS:
                 self.items.clear()
                 self.size = 0
-            self.items[key] = hit
-            self.size += size
-        return hit
+                self.log.clear()
+                self.log_rows = 0
+                self.epoch += 1
+                return
+            self.log.append((rows, terms))
+            self.log_rows += int(rows.size)
+
+    def get(self, key: str, load: Callable[[], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+        with self.lock:
+            at, epoch = len(self.log), self.epoch  # before loading: a later commit is patched in later
+            hit = self.items.get(key)
+            pending = self.log[hit[1]:at] if hit is not None and hit[1] < at else []
+            if hit is not None and pending and not key.startswith("t:"):
+                hit = None
+        if hit is not None and not pending:
+            with self.lock:
+                if self.items.get(key) is hit:  # the most recently used last (evicted last)
+                    del self.items[key]
+                    self.items[key] = hit
+            return hit[0]
+        if hit is not None:
+            arrays = patch_postings(key[2:], hit[0], pending)
+        else:
+            arrays = load()
+        with self.lock:
+            if self.epoch == epoch:  # not started afresh meanwhile
+                old = self.items.pop(key, None)
+                if old is not None:
+                    self.size -= int(old[0][0].size)
+                size = int(arrays[0].size)
+                while self.items and self.size + size > self.max_entries:  # least recently used out
+                    evicted = self.items.pop(next(iter(self.items)))
+                    self.size -= int(evicted[0][0].size)
+                self.items[key] = (arrays, at)
+                self.size += size
+        return arrays
+
+
+def patch_postings(term: str, arrays: tuple[np.ndarray, ...],
+                   changes: list[tuple[np.ndarray, dict[int, Optional[dict[str, int]]]]]) -> tuple[np.ndarray, ...]:
+    """A term's (sorted rowids, tf) with the changed rows' postings replaced by their new ones."""
+    latest: dict[int, Optional[dict[str, int]]] = {}
+    for _, terms in changes:
+        latest.update(terms)
+    changed = np.fromiter(sorted(latest), dtype=np.int64, count=len(latest))
+    rowids, tf = arrays
+    if rowids.size and changed.size:
+        at = np.minimum(np.searchsorted(changed, rowids), changed.size - 1)
+        keep = changed[at] != rowids
+        rowids, tf = rowids[keep], tf[keep]
+    added = [(r, t[term]) for r, t in sorted(latest.items()) if t and term in t]
+    if added:
+        new_rows = np.array([r for r, _ in added], dtype=rowids.dtype)
+        where = np.searchsorted(rowids, new_rows)
+        rowids = np.insert(rowids, where, new_rows)
+        tf = np.insert(tf, where, np.array([n for _, n in added], dtype=tf.dtype))
+    return rowids, tf
 
 
 def bm25_scores(n: int, total_len: int, lengths: np.ndarray, matched: np.ndarray,
@@ -143,6 +206,18 @@ def int_list(text: Optional[str]) -> np.ndarray:
     if not text:
         return np.empty(0, dtype=np.int64)
     return np.fromstring(text, dtype=np.int64, sep=",")  # text mode: parsed in C
+
+
+def doc_counts(docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct row ids, occurrences of each) of a row id per occurrence, as int32 (half
+    the memory of a cached posting); in row id order, as FTS lists them, without a sort."""
+    if not docs.size:
+        return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int32)
+    if not (docs[1:] >= docs[:-1]).all():
+        docs = np.sort(docs)
+    starts = np.flatnonzero(np.concatenate(([True], docs[1:] != docs[:-1])))
+    counts = np.diff(np.append(starts, docs.size))
+    return docs[starts].astype(np.int32), counts.astype(np.int32)
 
 
 def union_positions(parts: list[np.ndarray], n: int) -> np.ndarray:

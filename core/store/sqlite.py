@@ -33,7 +33,8 @@ from ..glob import upgrade_stored
 from ..models import MemoryCell
 from ..textindex import CJK_CLASS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
-from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, int_list, top_k, union_positions
+from ._access_snapshot import SNAPSHOT_COLUMNS, SNAPSHOT_FROM, AccessSnapshot, RowState, row_state
+from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, doc_counts, int_list, top_k, union_positions
 from .sql import SQLITE, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
 from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
@@ -210,10 +211,11 @@ MIGRATIONS: list[tuple[int, str, str]] = [
 # Every occurrence of one term in the window text (column 0 of cells_fts), read from the FTS
 # index itself, as one comma-separated string of rowids in rowid order (fts5vocab `instance`
 # has a row per occurrence): one string instead of a Python row per match is most of the speed.
-# Per reader connection (one per thread), until the database changes: the admitted rows of
-# recent wide filters and every row's postings of recent terms (16 bytes a row each).
+# Shared by every thread: the admitted rows of recent wide filters (16 bytes a row), and every
+# row's postings of recent terms (8 bytes a row; at most 256 MB: the most common words of a
+# million short windows, half a million rows each, are the ones a wide search needs again).
 ADMITTED_CACHE_ROWS = 4_000_000
-POSTINGS_CACHE_ROWS = 4_000_000
+POSTINGS_CACHE_ROWS = 32_000_000
 _TERM_ROWS = "SELECT group_concat(doc) FROM temp.ampkit_vocab WHERE term = ? AND col = 'text'"
 _UNIT_ROWS = "SELECT group_concat(rowid) FROM cells_fts WHERE cells_fts MATCH ?"
 
@@ -224,6 +226,23 @@ _TOKENIZER = (
     "text, content='', tokenize='porter unicode61 remove_diacritics 2')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_token_instances USING fts5vocab(temp, ampkit_tokens, instance)",
 )
+# The writer connection notes every row a transaction touches (TEMP triggers: this connection
+# only, whatever code path wrote), so the commit can hand their new state to the in-memory
+# access snapshot and postings cache (`SQLiteStore._collect_changes`).
+_TRACK_CHANGES = (
+    "CREATE TEMP TABLE IF NOT EXISTS ampkit_touched(rid INTEGER PRIMARY KEY)",
+    *(f"CREATE TEMP TRIGGER IF NOT EXISTS ampkit_touch_{name} AFTER {event} ON main.{table} "
+      f"BEGIN INSERT OR IGNORE INTO ampkit_touched(rid) VALUES ({row}.rowid); END"
+      for name, event, table, row in (
+          ("cells_ai", "INSERT", "cells", "new"),
+          ("cells_au", "UPDATE OF owner_id, created_by, type, status, public, superseded_by, expires_at, body",
+           "cells", "new"),
+          ("cells_ad", "DELETE", "cells", "old"),
+          ("context_ai", "INSERT", "cell_context", "new"),
+          ("context_ad", "DELETE", "cell_context", "old"),
+      )),
+)
+
 _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
 
 
@@ -557,7 +576,16 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._version_conn: Optional[sqlite3.Connection] = None
         self._version_lock = threading.Lock()
         self._stats_cache: Optional[tuple[int, dict[tuple[str, tuple[Any, ...], bool], builtins.list[Any]], builtins.list[builtins.list[float]]]] = None
-        self._postings: Optional[tuple[int, PostingsCache]] = None
+        self._postings: Optional[tuple[int, PostingsCache]] = None  # (foreign generation, cache)
+        # Reader-wide filters: the access snapshot (`_access_snapshot`), kept in step with
+        # this process's commits, rebuilt after another connection's (`_foreign_generation`).
+        self._snapshot: Optional[AccessSnapshot] = None
+        self._snapshot_build_lock = threading.Lock()
+        self._snapshot_backlog: Optional[builtins.list[dict[int, Optional[RowState]]]] = None
+        self._foreign_lock = threading.Lock()
+        self._foreign = 0
+        self._seen_version: Optional[int] = None
+        self._writer_version: Optional[int] = None
 
     # ------------------------------------------------------------ connections
     def _connect(self) -> sqlite3.Connection:
@@ -585,6 +613,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         except sqlite3.Error as exc:
             raise Unavailable(f"cannot open SQLite store at {self.path}: {exc}") from exc
         self.migrate()
+        for statement in _TRACK_CHANGES:
+            self._writer.execute(statement)
         # The vector index loads in the background: a restarted server answers at once (the
         # dense leg meanwhile ranks small filtered sets from the table, see vector_candidates).
         self._vectors_ready.clear()
@@ -651,6 +681,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     self._version_conn.close()
                     self._version_conn = None
             self._stats_cache = self._postings = None
+            self._snapshot = None
+            self._seen_version = self._writer_version = None
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
@@ -684,6 +716,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 raise Unavailable(f"store is busy or unwritable: {exc}") from exc
             try:
                 yield _SQLiteWriteTx(conn, self.embed_queue)
+                changes = self._collect_changes(conn)
                 conn.execute("COMMIT")
             except sqlite3.OperationalError as exc:
                 _rollback(conn)
@@ -692,6 +725,44 @@ class SQLiteStore(SQLFileReads, SQLStore):
             except BaseException:
                 _rollback(conn)
                 raise
+            self._apply_changes(changes)
+
+    def _collect_changes(self, conn: sqlite3.Connection) -> Optional[tuple[dict[int, Optional[RowState]], dict[int, Optional[dict[str, int]]]]]:
+        """Inside the transaction, before COMMIT: the rows it touched, each with its state now
+        (access columns, None when gone) and its keyword window's term counts (None when it has
+        none), for the in-memory caches; None when no cache is kept."""
+        touched = [r for (r,) in conn.execute("SELECT rid FROM temp.ampkit_touched")]
+        if not touched:
+            return None
+        conn.execute("DELETE FROM temp.ampkit_touched")
+        if self._snapshot is None and self._snapshot_backlog is None and self._postings is None:
+            return None
+        states: dict[int, Optional[RowState]] = dict.fromkeys(touched)
+        terms: dict[int, Optional[dict[str, int]]] = dict.fromkeys(touched)
+        patterns: dict[Optional[str], tuple[str, ...]] = {}
+        for i in range(0, len(touched), 500):
+            chunk = touched[i : i + 500]
+            for row in conn.execute(
+                f"SELECT {SNAPSHOT_COLUMNS}, x.terms FROM {SNAPSHOT_FROM} WHERE c.rowid IN ({','.join('?' * len(chunk))})", chunk,
+            ):
+                states[row[0]] = row_state(row[1:-1], patterns)
+                terms[row[0]] = None if row[-1] is None else json.loads(row[-1])
+        return states, terms
+
+    def _apply_changes(self, changes: Optional[tuple[dict[int, Optional[RowState]], dict[int, Optional[dict[str, int]]]]]) -> None:
+        """After COMMIT, still under the write lock (so in commit order): the touched rows'
+        new state into the snapshot (or the backlog of one being built) and the postings log."""
+        if changes is None:
+            return
+        states, terms = changes
+        if self._snapshot_backlog is not None:
+            self._snapshot_backlog.append(states)
+        snapshot = self._snapshot
+        if snapshot is not None:
+            snapshot.apply(states)
+        postings = self._postings
+        if postings is not None:
+            postings[1].record(np.fromiter(sorted(terms), dtype=np.int64, count=len(terms)), terms)
 
     # ------------------------------------------------------------ reads
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
@@ -789,8 +860,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
 
         def load_term(term: str) -> tuple[np.ndarray, np.ndarray]:
             def load() -> tuple[np.ndarray, np.ndarray]:
-                rowids, tf = np.unique(int_list(conn.execute(_TERM_ROWS, (term,)).fetchone()[0]), return_counts=True)
-                return rowids, tf.astype(np.int64)
+                return doc_counts(int_list(conn.execute(_TERM_ROWS, (term,)).fetchone()[0]))
             rowids, tf = postings.get("t:" + term, load)
             return rowids, tf
 
@@ -829,13 +899,75 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 self._version_conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             return int(self._version_conn.execute("PRAGMA data_version").fetchone()[0])
 
+    def _foreign_generation(self) -> int:
+        """A number that moves whenever another connection (another process, another store on
+        the same file) has committed since the last call, and only then: this process's own
+        commits reach the in-memory caches row by row (`_apply_changes`). The writer's
+        `PRAGMA data_version` is unchanged by its own commits and moves on everyone else's;
+        it is read (under the write lock, the writer's owner) only when `_data_version`
+        says something committed at all."""
+        with self._foreign_lock:
+            version = self._data_version()
+            if version != self._seen_version:
+                with self._write_lock:
+                    writer = int(self._require_writer().execute("PRAGMA data_version").fetchone()[0])
+                if self._writer_version is not None and writer != self._writer_version:
+                    self._foreign += 1
+                self._writer_version = writer
+                self._seen_version = version
+            return self._foreign
+
     def _postings_cache(self) -> PostingsCache:
-        """Every row's postings per term, for the current database version (all threads)."""
-        version = self._data_version()
+        """Every row's postings per term (all threads): patched with this process's commits,
+        started afresh after another connection's."""
+        foreign = self._foreign_generation()
         cached = self._postings
-        if cached is None or cached[0] != version:
-            cached = self._postings = (version, PostingsCache(POSTINGS_CACHE_ROWS))
+        if cached is None or cached[0] != foreign:
+            # Made under the write lock: no transaction is between its change capture and
+            # its commit, so every later commit is recorded into this cache's log.
+            with self._write_lock:
+                cached = self._postings = (foreign, PostingsCache(POSTINGS_CACHE_ROWS))
         return cached[1]
+
+    def _access_snapshot(self) -> AccessSnapshot:
+        """The access snapshot, current with every commit so far: loaded on first use, and
+        again after another connection committed (one scan of the table). A search that
+        needs it while it loads waits for that load instead of scanning too."""
+        snapshot = self._snapshot
+        if snapshot is not None and snapshot.foreign == self._foreign_generation():
+            return snapshot
+        with self._snapshot_build_lock:
+            snapshot = self._snapshot
+            if snapshot is not None and snapshot.foreign == self._foreign_generation():
+                return snapshot
+            conn = self._reader()
+            # The generation is read first: another connection's commit after it (before or
+            # during the load) moves it, and this snapshot is loaded again at its next use.
+            # This connection's read transaction starts under the write lock, with no commit
+            # of ours half done; our commits from then on are kept in the backlog and applied
+            # on top (each is a row's whole state: one the load already saw changes nothing).
+            foreign = self._foreign_generation()
+            with self._write_lock:
+                self._snapshot = None
+                self._snapshot_backlog = []
+                conn.execute("BEGIN")
+            try:
+                with self._write_lock:
+                    conn.execute("SELECT 1 FROM cells LIMIT 1").fetchall()  # the read transaction starts here
+                snapshot = AccessSnapshot(foreign)
+                snapshot.load(lambda sql: conn.execute(sql).fetchall())
+            except BaseException:
+                with self._write_lock:
+                    self._snapshot_backlog = None
+                raise
+            finally:
+                conn.execute("COMMIT")
+            with self._write_lock:
+                for states in self._snapshot_backlog or []:
+                    snapshot.apply(states)
+                self._snapshot_backlog = None
+                self._snapshot = snapshot
+            return snapshot
 
     def _admitted_set(self, flt: CellFilter, entry: builtins.list[Any]) -> AdmittedSet:
         """The filter's admitted rows (kept with its N in `_admitted_entry`), at most
@@ -864,9 +996,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def _admitted_entry(self, flt: CellFilter) -> builtins.list[Any]:
         """[valid-from time, cells, summed window length, admitted rows or None] for the
         filter: BM25's N and mean length (and, for a wide filter, the rows themselves). A
-        reader-wide filter admits most of the store, so counting is a scan; the answer is kept
-        per filter, for every thread, until the database changes (`_data_version`) or a cell
-        expires in between."""
+        reader-wide filter (no owner, session or metadata condition) is answered from the
+        access snapshot, its rows kept until a row changes; any other is counted in SQL and
+        kept per filter, for every thread, until the database changes (`_data_version`).
+        Either answer is kept until a cell expires in between."""
+        if AccessSnapshot.supports(flt):
+            return self._snapshot_entry(flt)
         version = self._data_version()
         cache = self._stats_cache
         if cache is None or cache[0] != version:
@@ -884,20 +1019,36 @@ class SQLiteStore(SQLFileReads, SQLStore):
         if hit is None:
             if len(cache[1]) >= 256:
                 cache[1].clear()
-            if flt.owner_id is None and flt.session_id is None:
-                # Likely wide (a reader across owners): the rows themselves, counted from them,
-                # in one scan instead of a count now and the rows next.
-                admitted = self._load_admitted(flt)
-                hit = cache[1][key] = [at or 0.0, admitted.n, admitted.total, None]
-                self._hold_admitted(hit, admitted)
-            else:
-                where, params = filter_sql(flt)
-                n, total = self._query(
-                    f"SELECT COUNT(*), COALESCE(SUM(x.len), 0) FROM cells c JOIN cell_context x ON x.rowid = c.rowid "
-                    f"WHERE {where}", params,
-                )[0]
-                hit = cache[1][key] = [at or 0.0, int(n), int(total), None]
+            where, params = filter_sql(flt)
+            n, total = self._query(
+                f"SELECT COUNT(*), COALESCE(SUM(x.len), 0) FROM cells c JOIN cell_context x ON x.rowid = c.rowid "
+                f"WHERE {where}", params,
+            )[0]
+            hit = cache[1][key] = [at or 0.0, int(n), int(total), None]
         return hit
+
+    def _snapshot_entry(self, flt: CellFilter) -> builtins.list[Any]:
+        """`_admitted_entry` of a reader-wide filter, from the access snapshot: its admitted
+        rows, computed in memory and kept until the snapshot changes (a commit touching any
+        row) or a cell expires in between."""
+        snapshot = self._access_snapshot()
+        at = flt.not_expired_at.timestamp() if flt.not_expired_at is not None else None
+        where, params = filter_sql(replace(flt, not_expired_at=None))  # also checks the filter
+        key = (where, tuple(params), at is None)
+        with snapshot.lock:
+            hit = snapshot.entries.get(key)
+            if hit is not None and at is not None and at != hit[0]:
+                expiries = snapshot.expiries()
+                if at < hit[0] or np.searchsorted(expiries, at, "right") != np.searchsorted(expiries, hit[0], "right"):
+                    hit = None  # a cell expired in between (or the clock went back)
+            if hit is None:
+                held = sum(e[1] for e in snapshot.entries.values())
+                rowids, lengths = snapshot.admitted(flt)
+                if held + rowids.size > ADMITTED_CACHE_ROWS:
+                    snapshot.entries.clear()
+                admitted = AdmittedSet(rowids, lengths, int(lengths.sum()))
+                hit = snapshot.entries[key] = [at or 0.0, admitted.n, admitted.total, admitted]
+            return hit
 
     def _same_text_where(self, flt: CellFilter) -> tuple[str, builtins.list[Any]]:
         # A batch checks each of its cells under one filter: compiled once (the last one is kept).

@@ -1,0 +1,253 @@
+"""An in-memory copy of every cell's access columns, for the SQLite store's reader-wide filters.
+
+A reader across owners (a team member, an analyst) admits most of the store; finding those
+rows in SQL is a scan with a GLOB per row (seconds at a million cells), and its answer used to
+be cached only until the next commit. This snapshot holds, per row id, what the read rule and
+the filter look at (owner, creator, type, status, public, superseded, expiry, the
+`readable_by` patterns, the keyword window's length), so an admitted set is a few numpy
+operations. The rule itself is `ampkit.access.can_read_columns` (the column form of
+`can_read`, same pattern matcher): nothing here decides who may read.
+
+It is kept in step row by row: the store's write transaction hands over the current state of
+every row it touched (`RowState`, read inside the transaction, applied after the commit), so
+a write by this process costs the next search nothing but the changed rows. A commit by any
+other connection (another process on the same file) is noticed by the store
+(`SQLiteStore._foreign_generation`) and the snapshot is rebuilt from the table.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from ..access import can_read_columns
+from ..models import Status
+from ._bm25 import int_list
+from .base import CellFilter
+
+# One row per cell with its window length (NULL: no keyword window, so never admitted, as the
+# SQL join with cell_context admits it never) and its `readable_by` patterns as stored in the body.
+SNAPSHOT_COLUMNS = (
+    "c.rowid, c.owner_id, c.created_by, c.type, c.status, c.public, c.superseded_by IS NOT NULL, c.expires_at, "
+    "json_extract(c.body, '$.access_policy.readable_by'), x.len"
+)
+SNAPSHOT_FROM = "cells c LEFT JOIN cell_context x ON x.rowid = c.rowid"
+# The same, for the whole table at once (`AccessSnapshot.load`), grouped in SQL.
+_LENGTHS = "SELECT group_concat(rowid), group_concat(len) FROM cell_context"
+_BY_OWNER = "SELECT owner_id, group_concat(rowid) FROM cells GROUP BY owner_id"  # an index covers it
+_BY_VALUES = (
+    "SELECT created_by, type, status, public, superseded_by IS NOT NULL, expires_at, "
+    "json_extract(body, '$.access_policy.readable_by'), group_concat(rowid) FROM cells GROUP BY 1, 2, 3, 4, 5, 6, 7"
+)
+
+
+@dataclass(frozen=True)
+class RowState:
+    """One row's access columns as stored (None in its place: the row is gone)."""
+
+    owner: str
+    creator: Optional[str]
+    type: str
+    status: str
+    public: bool
+    superseded: bool
+    expires: Optional[float]
+    readers: tuple[str, ...]
+    length: Optional[int]
+
+
+def row_state_readers(readers_json: Optional[str], patterns: dict[Optional[str], tuple[str, ...]]) -> tuple[str, ...]:
+    """A row's `readable_by` (the JSON text in its body) as a sorted tuple; `patterns` caches
+    the parsed texts (a store has few distinct ones)."""
+    readers = patterns.get(readers_json)
+    if readers is None:
+        readers = patterns[readers_json] = tuple(sorted(set(json.loads(readers_json)))) if readers_json else ()
+    return readers
+
+
+def row_state(row: Sequence[Any], patterns: dict[Optional[str], tuple[str, ...]]) -> RowState:
+    """A `SNAPSHOT_COLUMNS` row (without its rowid) as a RowState."""
+    owner, creator, type_, status, public, superseded, expires, readers_json, length = row
+    return RowState(owner, creator, type_, status, bool(public), bool(superseded), expires,
+                    row_state_readers(readers_json, patterns), length)
+
+
+class AccessSnapshot:
+    """The access columns of every row (indexed by rowid), a generation that moves with every
+    applied change, and the admitted sets computed at the current generation (`entries`,
+    owned by the store). Every read and change happens under `lock`."""
+
+    def __init__(self, foreign: int):
+        self.foreign = foreign  # the store's foreign-commit generation it was loaded at
+        self.generation = 0
+        self.lock = threading.RLock()
+        self.entries: dict[Any, list[Any]] = {}
+        self._codes: dict[str, int] = {}  # interned owner / creator / type / status strings
+        self._sets: dict[tuple[str, ...], int] = {}
+        self.reader_sets: list[tuple[str, ...]] = []
+        self._patterns: dict[Optional[str], tuple[str, ...]] = {}
+        self._expiries: Optional[tuple[int, np.ndarray]] = None
+        self.size = 0  # highest rowid + 1
+        self.present = np.zeros(0, dtype=bool)
+        self.owner = np.zeros(0, dtype=np.int32)  # interned string codes, -1: none
+        self.creator = np.zeros(0, dtype=np.int32)
+        self.type = np.zeros(0, dtype=np.int32)
+        self.status = np.zeros(0, dtype=np.int32)
+        self.public = np.zeros(0, dtype=bool)
+        self.superseded = np.zeros(0, dtype=bool)
+        self.expires = np.zeros(0, dtype=np.float64)  # NaN: never
+        self.length = np.zeros(0, dtype=np.int64)  # keyword window length, -1: no window
+        self.reader_set = np.zeros(0, dtype=np.int32)  # index into reader_sets
+        self._alloc(1024)
+
+    def _alloc(self, capacity: int) -> None:
+        def grown(arr: np.ndarray, fill: Any) -> np.ndarray:
+            out = np.full(capacity, fill, dtype=arr.dtype)
+            out[: arr.size] = arr
+            return out
+
+        self.present = grown(self.present, False)
+        self.owner = grown(self.owner, -1)
+        self.creator = grown(self.creator, -1)
+        self.type = grown(self.type, -1)
+        self.status = grown(self.status, -1)
+        self.public = grown(self.public, False)
+        self.superseded = grown(self.superseded, False)
+        self.expires = grown(self.expires, np.nan)
+        self.length = grown(self.length, -1)
+        self.reader_set = grown(self.reader_set, 0)
+
+    def code(self, value: Optional[str]) -> int:
+        if value is None:
+            return -1
+        found = self._codes.get(value)
+        if found is None:
+            found = self._codes[value] = len(self._codes)
+        return found
+
+    def _set_code(self, readers: tuple[str, ...]) -> int:
+        found = self._sets.get(readers)
+        if found is None:
+            found = self._sets[readers] = len(self.reader_sets)
+            self.reader_sets.append(readers)
+        return found
+
+    # ------------------------------------------------------------ loading and changes
+    def load(self, query: Callable[[str], Sequence[Sequence[Any]]]) -> None:
+        """Every row, read by `query` (inside one read transaction) as groups of row ids
+        sharing their values: the table is scanned once in SQL and Python handles a group, not
+        a row (a store has few distinct owners, creators, statuses and reader sets)."""
+        with self.lock:
+            rowids, lengths = query(_LENGTHS)[0]
+            ids = int_list(rowids)
+            if ids.size:
+                self._reserve(int(ids.max()) + 1)
+                self.length[ids] = int_list(lengths)
+            for owner, group in query(_BY_OWNER):
+                ids = int_list(group)
+                self._reserve(int(ids.max()) + 1)
+                self.present[ids] = True
+                self.owner[ids] = self.code(owner)
+            for creator, type_, status, public, superseded, expires, readers, group in query(_BY_VALUES):
+                ids = int_list(group)
+                self.creator[ids] = self.code(creator)
+                self.type[ids] = self.code(type_)
+                self.status[ids] = self.code(status)
+                self.public[ids] = bool(public)
+                self.superseded[ids] = bool(superseded)
+                self.expires[ids] = np.nan if expires is None else expires
+                self.reader_set[ids] = self._set_code(row_state_readers(readers, self._patterns))
+            self._changed()
+
+    def _reserve(self, top: int) -> None:
+        if top > len(self.present):
+            self._alloc(max(top, 2 * len(self.present)))
+        self.size = max(self.size, top)
+
+    def apply(self, changes: dict[int, Optional[RowState]]) -> None:
+        """Rows a committed write touched: their state after the commit (None: gone)."""
+        if not changes:
+            return
+        with self.lock:
+            for rowid, state in changes.items():
+                if state is None:
+                    if rowid < self.size:
+                        self.present[rowid] = False
+                else:
+                    self._set(rowid, state)
+            self._changed()
+
+    def _changed(self) -> None:
+        self.generation += 1
+        self.entries.clear()
+        self._expiries = None
+
+    def _set(self, rowid: int, s: RowState) -> None:
+        self._reserve(rowid + 1)
+        self.present[rowid] = True
+        self.owner[rowid] = self.code(s.owner)
+        self.creator[rowid] = self.code(s.creator)
+        self.type[rowid] = self.code(s.type)
+        self.status[rowid] = self.code(s.status)
+        self.public[rowid] = s.public
+        self.superseded[rowid] = s.superseded
+        self.expires[rowid] = np.nan if s.expires is None else s.expires
+        self.length[rowid] = -1 if s.length is None else s.length
+        self.reader_set[rowid] = self._set_code(s.readers)
+
+    # ------------------------------------------------------------ reads
+    def expiries(self) -> np.ndarray:
+        """The sorted expiry times of the present rows (for a cached set's validity)."""
+        with self.lock:
+            if self._expiries is None or self._expiries[0] != self.generation:
+                n = self.size
+                e = self.expires[:n][self.present[:n]]
+                self._expiries = (self.generation, np.sort(e[~np.isnan(e)]))
+            return self._expiries[1]
+
+    def admitted(self, flt: CellFilter) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted rowids, window lengths) of the rows `flt` admits, as `compile_filter`'s
+        condition joined with cell_context admits them. Only for what a snapshot holds: no
+        owner, session or metadata condition (`supports`)."""
+        with self.lock:
+            n = self.size
+            mask = self.present[:n] & (self.length[:n] >= 0)
+            mask &= self._one_of(self.status[:n], flt.statuses)
+            if flt.types:
+                mask &= self._one_of(self.type[:n], flt.types)
+            if not flt.include_superseded:
+                mask &= ~self.superseded[:n]
+            if flt.not_expired_at is not None:
+                e = self.expires[:n]
+                mask &= np.isnan(e) | (e > flt.not_expired_at.timestamp())
+            if flt.reader is not None:
+                agent = self._codes.get(flt.reader, -2)
+                mask &= can_read_columns(
+                    flt.reader,
+                    deleted=self.status[:n] == self._codes.get(Status.deleted.value, -2),
+                    owner_is_agent=self.owner[:n] == agent,
+                    creator_is_agent=self.creator[:n] == agent,
+                    public=self.public[:n],
+                    reader_set=self.reader_set[:n],
+                    reader_sets=self.reader_sets,
+                )
+            rowids = np.flatnonzero(mask)
+            return rowids, self.length[rowids]
+
+    def _one_of(self, column: np.ndarray, values: Sequence[str]) -> np.ndarray:
+        codes = [self._codes[v] for v in values if v in self._codes]
+        if not codes:
+            return np.zeros(column.size, dtype=bool)
+        if len(codes) == 1:
+            return column == codes[0]
+        return np.isin(column, codes)
+
+    @staticmethod
+    def supports(flt: CellFilter) -> bool:
+        """Whether the snapshot can answer this filter: a reader-wide one (no owner, session
+        or metadata condition; those stay in SQL, where an index makes them cheap)."""
+        return flt.owner_id is None and flt.session_id is None and not flt.metadata
