@@ -245,15 +245,16 @@ _TRACK_CHANGES = (
 
 _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
 
-# Checkpoints (the WAL copied back into the database file, with its fsyncs) run on a background
-# thread, at most one per CHECKPOINT_INTERVAL_S while commits arrive, instead of inside
-# whichever commit crosses SQLite's autocheckpoint threshold: in WAL mode a commit is durable
-# once it is in the WAL, so the copy changes no guarantee, and a write no longer waits for the
-# disk (a bulk load spent about a quarter of its time there). A PASSIVE checkpoint never blocks
-# the writer or a reader, and leaves `PRAGMA data_version` as it is (no cache is reloaded).
-# SQLite's own autocheckpoint stays as the backstop, at a larger WAL (AUTOCHECKPOINT_PAGES).
+# Checkpoints (the WAL copied back into the database file, with its fsyncs): a background
+# thread copies what commits wrote, at most once per CHECKPOINT_INTERVAL_S while they arrive
+# (PASSIVE: it never blocks the writer or a reader, and leaves `PRAGMA data_version` as it
+# is, so no cache is reloaded). While writes keep coming it rarely catches the last frames,
+# so the writer's own autocheckpoint still ends a cycle, now every AUTOCHECKPOINT_PAGES
+# (16 MB) instead of 1000 pages, and copies only what the thread has not: a commit is durable
+# once it is in the WAL, so none of this changes a guarantee, and writes wait for the disk
+# less often and for less (a batch load's main thread in process: blocked 0.09-0.12 -> 0.06 ms a cell).
 CHECKPOINT_INTERVAL_S = 1.0
-AUTOCHECKPOINT_PAGES = 16_000
+AUTOCHECKPOINT_PAGES = 4_000
 
 
 # `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`, one encoder for every window.
