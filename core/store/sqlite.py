@@ -866,6 +866,29 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 return (np.unique(int_list(conn.execute(_UNIT_ROWS, (f"text : {quoted}",)).fetchone()[0])),)
             return postings.get("u:" + word, load)[0]
 
+        if all(len(tf) == 1 for tf in per_word):
+            # Every word one term (no phrase): the matched rows are exactly those holding a
+            # term, each term's document frequency is its admitted row count, so the scores
+            # are summed straight into one array over the admitted rows (same terms, same
+            # order, same operations as bm25_scores: the same bits) without marking matches.
+            scores = admitted.scores([admitted.term(t, load_term) for t in terms])
+            best = top_k(scores, k)
+            rowids = admitted.rowids[best]
+        else:
+            scores, best, rowids = self._keyword_wide_phrases(admitted, words, per_word, terms, k, load_term, load_unit)
+            if not rowids.size:
+                return []
+        ids = dict(conn.execute("SELECT rowid, id FROM cells WHERE rowid IN (SELECT value FROM json_each(?))",
+                                (json.dumps(rowids.tolist()),)).fetchall())
+        ranked = sorted((-float(scores[b]), ids[int(r)]) for b, r in zip(best, rowids))
+        return [Candidate(cid, -neg) for neg, cid in ranked[:k]]
+
+    @staticmethod
+    def _keyword_wide_phrases(admitted: AdmittedSet, words: builtins.list[str], per_word: builtins.list[dict[str, int]],
+                              terms: builtins.list[str], k: int, load_term: Any, load_unit: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`_keyword_wide` for a query with a phrase: its matches are marked first (a phrase's
+        rows come from FTS), document frequencies count matched rows. (scores of the matched
+        rows, the best of them, their rowids)."""
         parts = []
         for word, tf in zip(words, per_word):
             if len(tf) == 1:  # one term: its rows are the word's matches
@@ -874,15 +897,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 parts.append(admitted.unit(word, load_unit))
         matched = union_positions(parts, admitted.n)
         if not matched.size:
-            return []
+            empty = np.empty(0, dtype=np.int64)
+            return np.empty(0), empty, empty
         scores = bm25_scores(admitted.n, admitted.total, admitted.lengths, matched,
                              [admitted.term(t, load_term) for t in terms])
         best = top_k(scores, k)
-        rowids = admitted.rowids[matched[best]]
-        ids = dict(conn.execute("SELECT rowid, id FROM cells WHERE rowid IN (SELECT value FROM json_each(?))",
-                                (json.dumps(rowids.tolist()),)).fetchall())
-        ranked = sorted((-float(scores[b]), ids[int(r)]) for b, r in zip(best, rowids))
-        return [Candidate(cid, -neg) for neg, cid in ranked[:k]]
+        return scores, best, admitted.rowids[matched[best]]
 
     def _data_version(self) -> int:
         """A number that changes whenever anything commits to the database: this process's
