@@ -582,6 +582,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._foreign = 0
         self._seen_version: Optional[int] = None
         self._writer_version: Optional[int] = None
+        self._tracking = False  # the TEMP triggers are in place (open)
 
     # ------------------------------------------------------------ connections
     def _connect(self) -> sqlite3.Connection:
@@ -609,8 +610,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
         except sqlite3.Error as exc:
             raise Unavailable(f"cannot open SQLite store at {self.path}: {exc}") from exc
         self.migrate()
-        for statement in _TRACK_CHANGES:
-            self._writer.execute(statement)
+        # (A store a test holds at an old schema has no keyword windows: nothing to track.)
+        self._tracking = self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'cell_context'").fetchone() is not None
+        if self._tracking:
+            for statement in _TRACK_CHANGES:
+                self._writer.execute(statement)
         # The vector index loads in the background: a restarted server answers at once (the
         # dense leg meanwhile ranks small filtered sets from the table, see vector_candidates).
         self._vectors_ready.clear()
@@ -727,6 +731,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         """Inside the transaction, before COMMIT: the rows it touched, each with its state now
         (access columns, None when gone) and its keyword window's term counts (None when it has
         none), for the in-memory caches; None when no cache is kept."""
+        if not self._tracking:
+            return None
         touched = [r for (r,) in conn.execute("SELECT rid FROM temp.ampkit_touched")]
         if not touched:
             return None
