@@ -119,6 +119,12 @@ class Server:
                 return round(int(line.split()[1]) / 1024, 1)
         return 0.0
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the server process has used so far: beside a rate
+        measured on a shared machine, the cost that does not depend on the others' load."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -164,6 +170,7 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
         # ---- bulk load, in batches of 500 cells of one owner each (how an import runs)
         plan = [(i % len(owners), *memory_fact(rng)) for i in range(n)]
         plan.sort(key=lambda p: p[0])
+        cpu0 = server.cpu_s()
         t0 = time.perf_counter()
         for i in range(0, n, 500):
             chunk = plan[i : i + 500]
@@ -182,7 +189,10 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
                 print(f"  {i + len(chunk)} cells, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         batch_s = time.perf_counter() - t0
         result["batch_writes_per_s"] = round(n / batch_s, 1)
-        print(f"loaded {n} cells in {batch_s:.1f} s ({n / batch_s:.0f} cells/s)", file=sys.stderr)
+        result["batch_server_cpu_ms_per_cell"] = round(1000 * (server.cpu_s() - cpu0) / n, 3)
+        result["loadavg_after_load"] = [round(x, 2) for x in os.getloadavg()]
+        print(f"loaded {n} cells in {batch_s:.1f} s ({n / batch_s:.0f} cells/s, server CPU "
+              f"{result['batch_server_cpu_ms_per_cell']} ms/cell, load {result['loadavg_after_load']})", file=sys.stderr)
 
         # ---- the approximate index: past its threshold the first wide search starts building
         # it in the background (wide searches are keyword-only meanwhile, `dense_warming` in
@@ -303,7 +313,8 @@ def print_table(res: dict) -> None:
     p = res["search_inproc_ms"]
     print(f"| owner_words in process | - | {p['p50']} | {p['p95']} | {p['p99']} | - |")
     print("\n| measure | value |\n|---|---|")
-    for key in ("writes_per_s", "writes_per_s_8_clients", "batch_writes_per_s", "ann_ready_after_load_s", "bytes_per_cell", "rss_mb"):
+    for key in ("writes_per_s", "writes_per_s_8_clients", "batch_writes_per_s", "batch_server_cpu_ms_per_cell",
+                "loadavg_after_load", "ann_ready_after_load_s", "bytes_per_cell", "rss_mb"):
         print(f"| {key} | {res[key]} |")
     for key, value in res["first_search_after_restart_s"].items():
         print(f"| restart: {key} (s) | {value} |")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Optional
+from typing import Optional, Sequence
 
 from .access import can_read
 from .models import MemoryCell
@@ -91,6 +91,22 @@ def similar_cells(
     return out
 
 
+def without_exact_candidates(store: Store, agent: str, cells: Sequence[MemoryCell], now: datetime) -> set[str]:
+    """Ids of `cells` for which an exact-only `find_duplicate` has no candidate to compare and
+    so finds nothing: asked once per owner and type of the batch (the store's
+    `texts_with_candidates`), not once per cell. Empty when the store cannot tell."""
+    groups: dict[tuple[str, str], list[MemoryCell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.identity.owner_id, cell.type), []).append(cell)
+    clean: set[str] = set()
+    for (owner_id, cell_type), members in groups.items():
+        found = store.texts_with_candidates([c.content.text for c in members],
+                                            comparison_filter(agent, owner_id, cell_type, now))
+        if found is not None:
+            clean.update(c.id for c in members if c.content.text not in found)
+    return clean
+
+
 def find_duplicate(
     store: Store, retriever: Retriever, agent: str, cell: MemoryCell, vector: Optional[StoredVector],
     *, near: bool, threshold: float, now: datetime,
@@ -113,4 +129,4 @@ def find_duplicate(
 
 
 __all__ = ["DEFAULT_THRESHOLD", "Duplicate", "comparison_filter", "find_duplicate", "lexical_similarity",
-           "normalise_text", "similar_cells"]
+           "normalise_text", "similar_cells", "without_exact_candidates"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+from json.encoder import encode_basestring
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,7 +23,7 @@ from .access import can_read, can_write
 from .consolidation import ConsolidationPolicy, Consolidator
 from .files.service import FileService
 from .groupcommit import GroupCommit, Submission
-from .dedup import DEFAULT_THRESHOLD, Duplicate, find_duplicate, normalise_text
+from .dedup import DEFAULT_THRESHOLD, Duplicate, find_duplicate, normalise_text, without_exact_candidates
 from .textindex import text_key
 from .errors import (
     APIError,
@@ -58,6 +59,7 @@ from .models import (
     ConsolidateRequest,
     ConsolidateResponse,
     HistoryEntry,
+    Identity,
     LifecycleRunResponse,
     MemoryCell,
     MemoryType,
@@ -99,8 +101,13 @@ def new_cell_id() -> str:
     return f"mem_{ULID()}"
 
 
+_EMPTY_METADATA_CONTENT = len('{"text":,"metadata":{}}')
+
+
 def cell_size_bytes(cell: MemoryCell) -> int:
     """The measured size of a cell: its `content` object as compact UTF-8 JSON."""
+    if not cell.content.metadata:  # most cells: the same bytes, spelled out without a dump
+        return _EMPTY_METADATA_CONTENT + len(encode_basestring(cell.content.text).encode("utf-8"))
     content = cell.content.model_dump(mode="json")
     return len(json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
@@ -270,12 +277,18 @@ class MemoryService:
             raise ValidationFailed("identity.path is set by the files API (POST /files/write), which validates "
                                    "the file and asks for approval; a plain create cannot make a file",
                                    {"field": "identity.path"})
-        data = req.model_dump(mode="json", exclude={"supersedes", "lifecycle", "scoring", "amp_version", "dedup"})
-        data["identity"]["created_by"] = agent
         outcomes = {"success_count": 0, "failure_count": 0} if req.type == MemoryType.procedural.value else {}
+        # The request's content, access policy and provenance are the very models a cell holds,
+        # already validated: the cell takes them as they are (pydantic does not validate an
+        # instance twice), which halves what a batch pays here per cell. Nothing changes a
+        # model in place (changes are copies), so sharing them with the request is safe.
         cell = MemoryCell.model_validate(
             {
-                **data,
+                "type": req.type,
+                "content": req.content,
+                "identity": Identity.model_validate({**req.identity.model_dump(), "created_by": agent}),
+                "access_policy": req.access_policy,
+                "provenance": req.provenance,
                 "amp_version": AMP_VERSION,
                 "id": new_cell_id(),
                 "scoring": {**req.scoring.model_dump(), "access_count": 0, **outcomes},
@@ -332,23 +345,36 @@ class MemoryService:
         """Create cells in one transaction: all are stored, or none."""
         return [cell for cell, _ in self.create_many_detailed(agent, reqs)]
 
+    def _dedup_policy(self, req: CellCreate, cell: MemoryCell) -> str:
+        """The dedup policy a create is checked under; "off" for an episodic cell, an explicit
+        replacement (supersedes) or a named cell (key)."""
+        if cell.type == MemoryType.episodic.value or req.supersedes is not None or cell.identity.key is not None:
+            return "off"
+        return str(req.dedup or self.dedup_default)
+
     def _duplicates(self, agent: str, reqs: Sequence[CellCreate], cells: list[MemoryCell],
                     vectors: Sequence[Any], now: datetime) -> list[Optional[Duplicate]]:
         """Per new cell: the readable cell it duplicates (docs/consolidation.md#dedup-on-write)."""
         found: list[Optional[Duplicate]] = []
         first_in_batch: dict[tuple[str, str, str], MemoryCell] = {}
-        for req, cell, vector in zip(reqs, cells, vectors):
-            policy = req.dedup or self.dedup_default
-            if policy == "off" or cell.type == MemoryType.episodic.value or req.supersedes is not None \
-                    or cell.identity.key is not None:  # an explicit replacement or a named cell
+        policies = [self._dedup_policy(req, cell) for req, cell in zip(reqs, cells)]
+        # Exact-only checks: the batch's texts are looked up together first, and only those
+        # with a candidate are compared one by one (most new memories have none).
+        no_candidate = without_exact_candidates(
+            self.store, agent, [cell for cell, policy in zip(cells, policies) if policy == "exact"], now)
+        for cell, vector, policy in zip(cells, vectors, policies):
+            if policy == "off":
                 found.append(None)
                 continue
             key = (cell.identity.owner_id, cell.type, normalise_text(cell.content.text))
             if key in first_in_batch:
                 found.append(Duplicate(first_in_batch[key], "exact", 1.0))
                 continue
-            dup = find_duplicate(self.store, self.retriever, agent, cell, vector,
-                                 near=policy in ("skip", "merge"), threshold=self.dedup_threshold, now=now)
+            if cell.id in no_candidate:
+                dup = None
+            else:
+                dup = find_duplicate(self.store, self.retriever, agent, cell, vector,
+                                     near=policy in ("skip", "merge"), threshold=self.dedup_threshold, now=now)
             if dup is None:
                 first_in_batch[key] = cell
             found.append(dup)

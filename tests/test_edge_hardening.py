@@ -124,6 +124,20 @@ def test_a_write_only_key_never_receives_a_cell(keyed):
     assert r.status_code == 201 and len(r.json()["results"]) == 1
 
 
+@pytest.mark.parametrize("text", ["a", "héllo \"q\" \\ \n\t\x01\x7f \u2028 한국어 😀", "x" * 3000])
+def test_a_cell_without_metadata_measures_as_its_content_serialised(text):
+    """`cell_size_bytes` spells out the common case (no metadata) without dumping the model:
+    the same number as the content object serialised as compact UTF-8 JSON."""
+    from ampkit.models import MemoryCell
+    from ampkit.service import cell_size_bytes
+
+    cell = MemoryCell.model_validate({"id": "mem_01ARZ3NDEKTSV4RRFFQ69G5FAV", "content": {"text": text},
+                                      "identity": {"owner_id": "u"}, "type": "semantic",
+                                      "lifecycle": {"created_at": "2026-01-01T00:00:00Z"}})
+    content = cell.content.model_dump(mode="json")
+    assert cell_size_bytes(cell) == len(json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
 def test_a_413_does_not_measure_text_the_caller_cannot_read(keyed, srv):
     http, keys = keyed
     limit = http.get("/spec").json()["capabilities"]["max_cell_size_bytes"]

@@ -59,6 +59,16 @@ def test_insert_and_get_round_trip(service, store):
     assert store.get("mem_00000000000000000000000000") is None
 
 
+def test_a_cell_reads_back_as_written_whatever_its_metadata_holds(service, store):
+    """The stored body is serialised in one pass (pydantic's JSON, SQLite): numbers it may
+    spell differently (1e-07 / 1e-7), escapes and non-ASCII text read back as the same cell."""
+    metadata = {"small": 1e-7, "big": 1e16, "third": 0.1 + 0.2, "neg0": -0.0, "int": 2**62, "text": "é \u2028 \x01 \x7f \" \\ 한국어 😀",
+                "nested": [1.5, None, True, {"x": [False, "y"]}]}
+    cell = make(service, text="héllo \"quoted\" \\ tab\tnewline\n한국어 😀", metadata=metadata)
+    assert store.get(cell.id) == cell
+    assert store.get(cell.id).content.metadata == metadata
+
+
 def test_text_update_moves_keyword_index(service, store):
     cell = make(service, text="the cat sat on the mat")
     flt = everything()
@@ -269,7 +279,8 @@ def test_unstorable_text_in_a_cell_is_the_same_422_on_every_store(service, store
     cell = make(service)
     bad_text = cell.model_copy(update={"content": cell.content.model_copy(update={"text": "tea\x00time"})})
     bad_meta = cell.model_copy(update={"content": cell.content.model_copy(update={"metadata": {"k": ["\x00"]}})})
-    for bad in (bad_text, bad_meta):
+    lone = cell.model_copy(update={"content": cell.content.model_copy(update={"metadata": {"k": "a\ud800b"}})})
+    for bad in (bad_text, bad_meta, lone):
         with pytest.raises(ValidationFailed):
             with store.write() as tx:
                 tx.update(bad)

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterator, Optional, Sequence
 
+from pydantic_core import PydanticSerializationError
+
 from ..errors import ValidationFailed
 from ..models import HistoryEntry, MemoryCell, Status, storable_text
 from ._files import ProposalRecord
@@ -112,6 +114,10 @@ def decode_cursor(cursor: str) -> str:
     return value
 
 
+# `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`, one encoder for every cell.
+_CLASS_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def window_class(owner_id: str, session_id: Optional[str], created_by: Optional[str], public: bool,
                  readable_by: Sequence[str], status: str, superseded_by: Optional[str]) -> Optional[str]:
     """Which cells may lend each other keyword context (the session windows of the keyword
@@ -121,8 +127,7 @@ def window_class(owner_id: str, session_id: Optional[str], created_by: Optional[
     cell, or one without a session, has no class and no neighbours."""
     if session_id is None or status == "deleted" or superseded_by is not None:
         return None
-    key = json.dumps([owner_id, session_id, created_by, bool(public), sorted(set(readable_by)), status],
-                     ensure_ascii=False, separators=(",", ":"))
+    key = _CLASS_JSON.encode([owner_id, session_id, created_by, bool(public), sorted(set(readable_by)), status])
     return hashlib.blake2b(key.encode("utf-8"), digest_size=16).hexdigest()
 
 
@@ -141,7 +146,31 @@ def cell_columns_json(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any],
     serialised = json.dumps(body, separators=(",", ":"), ensure_ascii=False, check_circular=False)
     check_storable(body, serialised)
     check_storable(text)
-    columns = {
+    return _columns(cell, text), body, serialised
+
+
+_BODY_EXCLUDE = {"content": {"text"}}
+
+
+def cell_columns_text(cell: MemoryCell) -> tuple[dict[str, Any], str]:
+    """`cell_columns` with the body only as compact JSON (a store that keeps it as text),
+    serialised by pydantic in one pass: a third of `cell_columns_json`'s time, which a
+    batch write pays per cell. The same values (a float may be spelled differently, 1e-7 for
+    1e-07: JSON that reads back equal). A cell no store can keep takes `cell_columns_json`'s
+    path, for its one 422."""
+    try:
+        serialised = cell.model_dump_json(exclude=_BODY_EXCLUDE)
+    except PydanticSerializationError:  # a lone surrogate is no UTF-8
+        serialised = ""
+    text = cell.content.text
+    if not serialised or "\\u0000" in serialised or _SURROGATE.search(text) is not None or "\x00" in text:
+        columns, _, serialised = cell_columns_json(cell)
+        return columns, serialised
+    return _columns(cell, text), serialised
+
+
+def _columns(cell: MemoryCell, text: str) -> dict[str, Any]:
+    return {
         "id": cell.id,
         "owner_id": cell.identity.owner_id,
         "created_by": cell.identity.created_by,
@@ -159,7 +188,6 @@ def cell_columns_json(cell: MemoryCell) -> tuple[dict[str, Any], dict[str, Any],
             cell.access_policy.readable_by, cell.lifecycle.status, cell.lifecycle.superseded_by,
         ),
     }
-    return columns, body, serialised
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -304,6 +332,12 @@ class Store(ABC):
         """`keyword_candidates` of each query, in order (a backend may share work between
         them, never scores: each list equals the query's own)."""
         return [self.keyword_candidates(query, flt, k) for query in queries]
+
+    def texts_with_candidates(self, texts: Sequence[str], flt: CellFilter) -> Optional[set[str]]:
+        """Which of `texts` `same_text_candidates` could find anything for under `flt` (a
+        superset is fine), asked once for a batch; None when the store cannot tell more
+        cheaply than asking for each text (the default)."""
+        return None
 
     def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
         """Ids of cells that may have the same words as `text` (a superset is fine: the caller

@@ -39,7 +39,7 @@ from .sql import SQLITE, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
 from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
 from .base import (
-    CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns_json, window_class,
+    CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns_text, window_class,
 )
 
 MIGRATIONS: list[tuple[int, str, str]] = [
@@ -246,6 +246,10 @@ _TRACK_CHANGES = (
 _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
 
 
+# `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`, one encoder for every window.
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 class _TermCache:
     """text -> term frequencies, for the texts tokenized most recently (least recently used
     out first). A single-cell create rewrites the windows of the cell and of the turns just
@@ -323,7 +327,7 @@ def _ts(value: Optional[datetime]) -> Optional[float]:
 
 
 def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
-    columns, _, body = cell_columns_json(cell)
+    columns, body = cell_columns_text(cell)
     return {
         **columns,
         "public": int(columns["public"]),
@@ -480,7 +484,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
                     for term, n in part_tf[r].items():
                         tf[term] = tf.get(term, 0) + n
                 rows.append((rowid, index_text("\n".join(t for _, t in window)), owner_token(owner),
-                             json.dumps(dict(sorted(tf.items())), ensure_ascii=False, separators=(",", ":")),
+                             _COMPACT_JSON.encode(dict(sorted(tf.items()))),
                              sum(tf.values())))
             self.conn.executemany("INSERT INTO cell_context(rowid, text, owner, terms, len) VALUES (?, ?, ?, ?, ?)", rows)
         self._dirty_windows.clear()
@@ -1072,19 +1076,36 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 hit = snapshot.entries[key] = [at or 0.0, admitted.n, admitted.total, admitted]
             return hit
 
-    def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
-        """Cells whose normalised text has the same digest (`text_key`, indexed with the
-        owner): one index probe, whatever the size of the store."""
+    def _same_text_where(self, flt: CellFilter) -> tuple[str, builtins.list[Any]]:
         # A batch checks each of its cells under one filter: compiled once (the last one is kept).
         last = self._same_text_filter
         if last is not None and last[0] == flt:
-            where, params = last[1], last[2]
-        else:
-            where, params = filter_sql(flt)
-            self._same_text_filter = (flt, where, params)
+            return last[1], last[2]
+        where, params = filter_sql(flt)
+        self._same_text_filter = (flt, where, params)
+        return where, params
+
+    def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
+        """Cells whose normalised text has the same digest (`text_key`, indexed with the
+        owner): one index probe, whatever the size of the store."""
+        where, params = self._same_text_where(flt)
         rows = self._query(f"SELECT c.id FROM cells c WHERE c.text_key = ? AND {where} LIMIT ?",
                            [text_key(text), *params, k])
         return [cid for (cid,) in rows]
+
+    def texts_with_candidates(self, texts: Sequence[str], flt: CellFilter) -> Optional[set[str]]:
+        """The digests of `texts` in one query (a page of 500 at a time), instead of one probe
+        per text: most new memories have no duplicate, and then nothing more is asked."""
+        where, params = self._same_text_where(flt)
+        keys = {text_key(t): t for t in texts}
+        found: set[str] = set()
+        digests = builtins.list(keys)
+        for i in range(0, len(digests), 500):
+            chunk = digests[i : i + 500]
+            rows = self._query(f"SELECT DISTINCT c.text_key FROM cells c WHERE c.text_key IN "
+                               f"({','.join('?' * len(chunk))}) AND {where}", [*chunk, *params])
+            found.update(keys[key] for (key,) in rows)
+        return found
 
     def _catch_up_vectors(self) -> None:
         """Load vectors written since the last call (by this process or any other)."""

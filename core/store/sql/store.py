@@ -28,6 +28,10 @@ GET_MANY_CHUNK = 500
 Migration = tuple[int, str, str]  # (version, name, SQL script)
 
 
+# `json.dumps(changes, default=str, ensure_ascii=False)`, without building an encoder per record.
+_HISTORY_JSON = json.JSONEncoder(default=str, ensure_ascii=False)
+
+
 def row_to_cell(text: str, body: Any) -> MemoryCell:
     """A stored row as a cell: the JSON body (text from SQLite, already decoded by psycopg)
     with the text, which is stored once, in its own column."""
@@ -50,6 +54,7 @@ class SQLWriteTx(WriteTx):
 
     def __init__(self, conn: Any):
         self.conn = conn
+        self._history_at: Optional[tuple[Any, Any]] = None  # (a record's time, as stored)
 
     def _cell(self, where: str, params: Sequence[Any]) -> Optional[MemoryCell]:
         # Locked until the transaction ends where the dialect locks rows (PostgreSQL: FOR
@@ -71,10 +76,12 @@ class SQLWriteTx(WriteTx):
 
     def add_history(self, record: HistoryRecord) -> None:
         p = self.dialect.param
+        # A batch's records share one time: converted once.
+        if self._history_at is None or self._history_at[0] != record.at:
+            self._history_at = (record.at, self.dialect.history_time(record.at))
         self.conn.execute(
             f"INSERT INTO history (cell_id, at, actor, action, changes) VALUES ({p}, {p}, {p}, {p}, {p})",
-            (record.cell_id, self.dialect.history_time(record.at), record.actor, record.action,
-             json.dumps(record.changes, default=str, ensure_ascii=False)),
+            (record.cell_id, self._history_at[1], record.actor, record.action, _HISTORY_JSON.encode(record.changes)),
         )
 
     @abstractmethod
