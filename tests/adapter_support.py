@@ -6,8 +6,10 @@ Import the fixtures into a test module with `from adapter_support import backend
 
 from __future__ import annotations
 
+import importlib
 import uuid
 from dataclasses import dataclass, field
+from typing import Any, Optional
 
 import pytest
 
@@ -36,6 +38,36 @@ class Backend:
 
     def texts(self, owner_id: str, **filters) -> list[str]:
         return [c.content.text for c in self.cells(owner_id, **filters)]
+
+
+class Deferred:
+    """`from module import name` (or `import module`), done when the name is first called or
+    read. Every pytest-xdist worker imports every test module to collect it, and CrewAI (~4 s)
+    and LlamaIndex (~1.6 s) are slow to import, though only the worker that runs their tests
+    needs them (tests/conftest.py keeps those files on one worker). For names that are called
+    or have attributes read; not for isinstance checks or base classes."""
+
+    def __init__(self, module: str, name: Optional[str] = None):
+        self._module, self._name = module, name
+
+    def _resolve(self) -> Any:
+        found = importlib.import_module(self._module)
+        return found if self._name is None else getattr(found, self._name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._resolve()(*args, **kwargs)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._resolve(), attr)
+
+
+def deferred(module: str, *names: str) -> Any:
+    """`deferred("crewai", "Agent", "Task")` -> (Agent, Task), each a `Deferred`; with no
+    names, the module itself."""
+    if not names:
+        return Deferred(module)
+    found = tuple(Deferred(module, name) for name in names)
+    return found[0] if len(found) == 1 else found
 
 
 def unique(prefix: str) -> str:

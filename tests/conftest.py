@@ -66,8 +66,19 @@ def pytest_collection_modifyitems(config, items):
 OWN_UNITS = ("tests/test_noninterference.py::test_no_read_path_depends_on_cells_the_caller_cannot_read[",)
 
 
+# Test files that use CrewAI or LlamaIndex (imported when first used, adapter_support.Deferred):
+# one unit of work, so that one worker pays for importing those frameworks, not every worker.
+SLOW_IMPORT_UNIT = "tests/(crewai and llamaindex)"
+SLOW_IMPORT_FILES = frozenset(f"tests/{name}.py" for name in (
+    "test_adapter_crewai", "test_adapter_llamaindex", "test_adapter_shared", "test_files_frameworks",
+    "test_adapter_langmem"))
+
+
 def _unit(nodeid: str) -> str:
-    return nodeid if nodeid.startswith(OWN_UNITS) else nodeid.split("::", 1)[0]
+    if nodeid.startswith(OWN_UNITS):
+        return nodeid
+    path = nodeid.split("::", 1)[0]
+    return SLOW_IMPORT_UNIT if path in SLOW_IMPORT_FILES else path
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook

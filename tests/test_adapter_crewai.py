@@ -4,12 +4,13 @@ unified-memory `memory=` argument, over HTTP against a real server and in proces
 
 from __future__ import annotations
 
-from crewai import Agent, Crew, Process, Task
-
-from adapter_support import backend, unique  # noqa: F401  (fixture)
+from adapter_support import backend, deferred, unique  # noqa: F401  (fixture)
 from ampkit.adapters import Sharing
-from ampkit.adapters.crewai import AmpkitCrewMemory
-from fakes.crewai import CrewAIFakeLLM
+
+# Imported when first used (see adapter_support.Deferred): CrewAI takes ~4 s to import.
+Agent, Crew, Process, Task = deferred("crewai", "Agent", "Crew", "Process", "Task")
+AmpkitCrewMemory = deferred("ampkit.adapters.crewai", "AmpkitCrewMemory")
+CrewAIFakeLLM = deferred("fakes.crewai", "CrewAIFakeLLM")
 
 
 def one_task_crew(llm: CrewAIFakeLLM, memory=None, agent_memory=None) -> Crew:

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from llama_index.core.agent.workflow import FunctionAgent
-from llama_index.core.base.llms.types import ChatMessage
-from llama_index.core.memory import Memory
-
 import ampkit
-from adapter_support import backend, unique  # noqa: F401  (fixture)
+from adapter_support import backend, deferred, unique  # noqa: F401  (fixture)
 from ampkit.adapters import Sharing
-from fakes.llamaindex import LlamaIndexFakeLLM
-from ampkit.adapters.llamaindex import AmpkitLlamaIndexMemory, AmpkitMemoryBlock
+
+# Imported when first used (see adapter_support.Deferred): LlamaIndex takes ~1.6 s to import.
+FunctionAgent = deferred("llama_index.core.agent.workflow", "FunctionAgent")
+ChatMessage = deferred("llama_index.core.base.llms.types", "ChatMessage")
+Memory = deferred("llama_index.core.memory", "Memory")
+LlamaIndexFakeLLM = deferred("fakes.llamaindex", "LlamaIndexFakeLLM")
+AmpkitLlamaIndexMemory, AmpkitMemoryBlock = deferred("ampkit.adapters.llamaindex", "AmpkitLlamaIndexMemory", "AmpkitMemoryBlock")
 
 
 def agent_with(llm: LlamaIndexFakeLLM) -> FunctionAgent:
@@ -91,4 +92,4 @@ def test_the_old_class_name_still_works_with_a_deprecation_warning():
     import ampkit.adapters.llamaindex as li
 
     with pytest.warns(DeprecationWarning, match="AmpkitLlamaIndexMemory"):
-        assert li.AmpkitMemory is AmpkitLlamaIndexMemory
+        assert li.AmpkitMemory is li.AmpkitLlamaIndexMemory

@@ -8,20 +8,23 @@ from __future__ import annotations
 import runpy
 
 from autogen_agentchat.agents import AssistantAgent
-from crewai import Agent, Crew, Task
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
-from llama_index.core.agent.workflow import FunctionAgent
 
 import ampkit
-from adapter_support import backend, unique  # noqa: F401  (fixture)
-from ampkit.adapters import autogen as ag, crewai as crew, langchain as lc, llamaindex as li
+from adapter_support import backend, deferred, unique  # noqa: F401  (fixture)
+from ampkit.adapters import autogen as ag, langchain as lc
 from ampkit.adapters import Sharing
 from fakes.autogen import AutoGenFakeModel
-from fakes.crewai import CrewAIFakeLLM
 from fakes.langchain import LangChainFakeModel
-from fakes.llamaindex import LlamaIndexFakeLLM
 from support import ROOT
+
+# Imported when first used (see adapter_support.Deferred): CrewAI and LlamaIndex are slow to import.
+Agent, Crew, Task = deferred("crewai", "Agent", "Crew", "Task")
+FunctionAgent = deferred("llama_index.core.agent.workflow", "FunctionAgent")
+crew, li = deferred("ampkit.adapters.crewai"), deferred("ampkit.adapters.llamaindex")
+CrewAIFakeLLM = deferred("fakes.crewai", "CrewAIFakeLLM")
+LlamaIndexFakeLLM = deferred("fakes.llamaindex", "LlamaIndexFakeLLM")
 
 PREFERENCE = "the user prefers bullet-point summaries"
 QUESTION = "Write the summaries of today's meeting."

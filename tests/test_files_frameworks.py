@@ -5,18 +5,21 @@ an AutoGen agent, all through one real server over HTTP; so does the index of th
 from __future__ import annotations
 
 from autogen_agentchat.agents import AssistantAgent
-from crewai import Agent, Crew, Task
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
-from llama_index.core.agent.workflow import FunctionAgent
 
 import ampkit
-from adapter_support import unique
-from ampkit.adapters import autogen as ag, crewai as crew, langchain as lc, llamaindex as li
+from adapter_support import deferred, unique
+from ampkit.adapters import autogen as ag, langchain as lc
 from fakes.autogen import AutoGenFakeModel
-from fakes.crewai import CrewAIFakeLLM
 from fakes.langchain import LangChainFakeModel
-from fakes.llamaindex import LlamaIndexFakeLLM
+
+# Imported when first used (see adapter_support.Deferred): CrewAI and LlamaIndex are slow to import.
+Agent, Crew, Task = deferred("crewai", "Agent", "Crew", "Task")
+FunctionAgent = deferred("llama_index.core.agent.workflow", "FunctionAgent")
+crew, li = deferred("ampkit.adapters.crewai"), deferred("ampkit.adapters.llamaindex")
+CrewAIFakeLLM = deferred("fakes.crewai", "CrewAIFakeLLM")
+LlamaIndexFakeLLM = deferred("fakes.llamaindex", "LlamaIndexFakeLLM")
 
 RULE = "Always answer in bullet points, never in paragraphs."
 SKILL = "---\nname: meeting-notes\ndescription: Summarise a meeting into decisions and owners.\n---\n1. List decisions\n"

@@ -41,6 +41,7 @@ class AdmittedSet:
     total: int
     postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     matches: dict[str, np.ndarray] = field(default_factory=dict)
+    _norm: Optional[np.ndarray] = None
 
     @property
     def n(self) -> int:
@@ -63,6 +64,30 @@ class AdmittedSet:
             pos, mask = self.positions(rowids)
             hit = self.postings[term] = (pos, tf[mask])
         return hit
+
+    def scores(self, term_hits: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """BM25 of every admitted row (0 where no term is held) for a query whose words are
+        each one term: every row holding a term is matched, so a term's document frequency
+        is its row count here. Term by term, in the order given, the operations of
+        `bm25_scores` (equal inputs, equal bits)."""
+        scores = np.zeros(self.n, dtype=np.float64)
+        if not self.n:
+            return scores
+        norm = self.norm()
+        for pos, tf in term_hits:
+            weight = idf(self.n, int(pos.size))
+            scores[pos] += weight * tf * (BM25_K1 + 1) / (tf + norm[pos])
+        return scores
+
+    def norm(self) -> np.ndarray:
+        """Each admitted row's BM25 length normalisation, as `bm25_scores` computes it."""
+        if self._norm is None:
+            avgdl = self.total / self.n if self.n else 0
+            if avgdl:
+                self._norm = BM25_K1 * (1 - BM25_B + BM25_B * self.lengths / avgdl)
+            else:
+                self._norm = np.full(self.lengths.size, BM25_K1)
+        return self._norm
 
     def unit(self, unit: str, load: Callable[[str], np.ndarray]) -> np.ndarray:
         """Admitted positions of the rows an FTS unit (a word, perhaps a phrase) matches."""

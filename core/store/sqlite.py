@@ -605,6 +605,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._foreign = 0
         self._seen_version: Optional[int] = None
         self._writer_version: Optional[int] = None
+        self._tracking = False  # the TEMP triggers are in place (open)
 
     # ------------------------------------------------------------ connections
     def _connect(self) -> sqlite3.Connection:
@@ -636,8 +637,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
         except sqlite3.Error as exc:
             raise Unavailable(f"cannot open SQLite store at {self.path}: {exc}") from exc
         self.migrate()
-        for statement in _TRACK_CHANGES:
-            self._writer.execute(statement)
+        # (A store a test holds at an old schema has no keyword windows: nothing to track.)
+        self._tracking = self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'cell_context'").fetchone() is not None
+        if self._tracking:
+            for statement in _TRACK_CHANGES:
+                self._writer.execute(statement)
         self._writer.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
         if self._checkpointer is None:  # (an open store opened again keeps its thread)
             self._checkpoint_stop.clear()
@@ -805,6 +809,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         """Inside the transaction, before COMMIT: the rows it touched, each with its state now
         (access columns, None when gone) and its keyword window's term counts (None when it has
         none), for the in-memory caches; None when no cache is kept."""
+        if not self._tracking:
+            return None
         touched = [r for (r,) in conn.execute("SELECT rid FROM temp.ampkit_touched")]
         if not touched:
             return None
@@ -944,6 +950,29 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 return (np.unique(int_list(conn.execute(_UNIT_ROWS, (f"text : {quoted}",)).fetchone()[0])),)
             return postings.get("u:" + word, load)[0]
 
+        if all(len(tf) == 1 for tf in per_word):
+            # Every word one term (no phrase): the matched rows are exactly those holding a
+            # term, each term's document frequency is its admitted row count, so the scores
+            # are summed straight into one array over the admitted rows (same terms, same
+            # order, same operations as bm25_scores: the same bits) without marking matches.
+            scores = admitted.scores([admitted.term(t, load_term) for t in terms])
+            best = top_k(scores, k)
+            rowids = admitted.rowids[best]
+        else:
+            scores, best, rowids = self._keyword_wide_phrases(admitted, words, per_word, terms, k, load_term, load_unit)
+            if not rowids.size:
+                return []
+        ids = dict(conn.execute("SELECT rowid, id FROM cells WHERE rowid IN (SELECT value FROM json_each(?))",
+                                (json.dumps(rowids.tolist()),)).fetchall())
+        ranked = sorted((-float(scores[b]), ids[int(r)]) for b, r in zip(best, rowids))
+        return [Candidate(cid, -neg) for neg, cid in ranked[:k]]
+
+    @staticmethod
+    def _keyword_wide_phrases(admitted: AdmittedSet, words: builtins.list[str], per_word: builtins.list[dict[str, int]],
+                              terms: builtins.list[str], k: int, load_term: Any, load_unit: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`_keyword_wide` for a query with a phrase: its matches are marked first (a phrase's
+        rows come from FTS), document frequencies count matched rows. (scores of the matched
+        rows, the best of them, their rowids)."""
         parts = []
         for word, tf in zip(words, per_word):
             if len(tf) == 1:  # one term: its rows are the word's matches
@@ -952,15 +981,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 parts.append(admitted.unit(word, load_unit))
         matched = union_positions(parts, admitted.n)
         if not matched.size:
-            return []
+            empty = np.empty(0, dtype=np.int64)
+            return np.empty(0), empty, empty
         scores = bm25_scores(admitted.n, admitted.total, admitted.lengths, matched,
                              [admitted.term(t, load_term) for t in terms])
         best = top_k(scores, k)
-        rowids = admitted.rowids[matched[best]]
-        ids = dict(conn.execute("SELECT rowid, id FROM cells WHERE rowid IN (SELECT value FROM json_each(?))",
-                                (json.dumps(rowids.tolist()),)).fetchall())
-        ranked = sorted((-float(scores[b]), ids[int(r)]) for b, r in zip(best, rowids))
-        return [Candidate(cid, -neg) for neg, cid in ranked[:k]]
+        return scores, best, admitted.rowids[matched[best]]
 
     def _data_version(self) -> int:
         """A number that changes whenever anything commits to the database: this process's
