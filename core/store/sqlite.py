@@ -1149,8 +1149,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 by_model: dict[str, tuple[list[int], list[bytes], list[Optional[int]]]] = {}
                 vectorless = [rowid for rowid, _, blob, _, _ in rows if blob is None]
                 if vectorless:
-                    for index in self._vectors.values():
-                        index.discard(np.asarray(vectorless, dtype=np.int64))
+                    for loaded in self._vectors.values():
+                        loaded.discard(np.asarray(vectorless, dtype=np.int64))
                 for rowid, model, blob, _, dim in rows:
                     if blob is None:
                         continue
