@@ -206,6 +206,19 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX cells_text_key ON cells(owner_id, text_key);
         """,
     ),
+    (
+        10,
+        "vector sequence that never goes back",
+        # vec_seq orders vector changes so that every process's in-memory index catches up
+        # (`_catch_up_vectors`). Taken as MAX(vec_seq) + 1 it went back when a purge deleted
+        # the row holding the maximum, and an index that had loaded that row skipped the next
+        # one (keeping the purged row's vector under a reused rowid). The high-water mark now
+        # lives here.
+        """
+        CREATE TABLE store_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+        INSERT INTO store_counters(name, value) SELECT 'vec_seq', COALESCE(MAX(vec_seq), 0) FROM cells;
+        """,
+    ),
 ]
 
 # Every occurrence of one term in the window text (column 0 of cells_fts), read from the FTS
@@ -367,13 +380,15 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         """A vector as stored: float16 (half the bytes; cosine ranking is unchanged to ~1e-3)
         and a vec_seq that orders vector changes, so every process's index can catch up."""
         vec = np.asarray(vector.vector, dtype=np.float32).ravel()
-        if self._vec_seq is None:  # writes are serialised, so one read per transaction
-            self._vec_seq = self.conn.execute(
-                "SELECT COALESCE(MAX(vec_seq), 0) FROM cells WHERE vec_seq IS NOT NULL"
-            ).fetchone()[0]
-        self._vec_seq += 1
         return {"embed_model": vector.model, "embed_dim": int(vec.size),
-                "embedding": vec.astype(np.float16).tobytes(), "vec_seq": self._vec_seq}
+                "embedding": vec.astype(np.float16).tobytes(), "vec_seq": self._next_vec_seq()}
+
+    def _next_vec_seq(self) -> int:
+        if self._vec_seq is None:  # writes are serialised, so one read per transaction
+            self._vec_seq = self.conn.execute("SELECT value FROM store_counters WHERE name = 'vec_seq'").fetchone()[0]
+        self._vec_seq += 1
+        self.conn.execute("UPDATE store_counters SET value = ? WHERE name = 'vec_seq'", (self._vec_seq,))
+        return self._vec_seq
 
     def _write_vector(self, cell_id: str, vector: Optional[StoredVector]) -> None:
         if vector is not None:
@@ -508,6 +523,11 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         row = cell_to_row(cell)
         if vector is not None:
             row.update(self._vector_columns(vector))
+        else:
+            # No vector yet, but a vec_seq all the same: the rowid may be a purged row's (SQLite
+            # reuses the highest rowid once it is deleted), whose vector an in-memory index still
+            # holds; catching up, every index forgets it (see `_catch_up_vectors`).
+            row["vec_seq"] = self._next_vec_seq()
         cols = ",".join(row)
         cur = self.conn.execute(f"INSERT INTO cells({cols}) VALUES ({','.join('?' * len(row))})", list(row.values()))
         self._inserted.append(cur.lastrowid or 0)  # an INSERT always sets lastrowid
@@ -1190,15 +1210,24 @@ class SQLiteStore(SQLFileReads, SQLStore):
             with self._vectors_lock:
                 if self._writer is None:  # closed meanwhile
                     return
+                # Rows without a vector too, once an index exists: a new row on a purged row's
+                # rowid must not keep that row's vector (it would rank a readable cell by the
+                # text of one its reader could not read).
                 rows = self._query(
                     "SELECT rowid, embed_model, embedding, vec_seq, embed_dim FROM cells "
-                    "WHERE vec_seq > ? AND embedding IS NOT NULL ORDER BY vec_seq LIMIT 20000",
-                    (self._vectors_seq,),
+                    "WHERE vec_seq > ? AND (embedding IS NOT NULL OR ?) ORDER BY vec_seq LIMIT 20000",
+                    (self._vectors_seq, bool(self._vectors)),
                 )
                 if not rows:
                     return
                 by_model: dict[str, tuple[list[int], list[bytes], list[Optional[int]]]] = {}
+                vectorless = [rowid for rowid, _, blob, _, _ in rows if blob is None]
+                if vectorless:
+                    for loaded in self._vectors.values():
+                        loaded.discard(np.asarray(vectorless, dtype=np.int64))
                 for rowid, model, blob, _, dim in rows:
+                    if blob is None:
+                        continue
                     ids, blobs, dims = by_model.setdefault(model, ([], [], []))
                     ids.append(rowid)
                     blobs.append(blob)
