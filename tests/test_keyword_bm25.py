@@ -316,19 +316,3 @@ def test_caches_follow_this_process_writes_row_by_row(corpus, tmp_path):
         assert store._snapshot is snapshot and snapshot.generation > generation  # patched, never reloaded
     finally:
         store.close()
-
-
-def test_term_rows_warmed_at_open_answer_as_loaded_ones(corpus, expected):
-    """Past `warm_terms_min_cells`, open() loads the term rows of the most common words in
-    the background; searches answering from them give the same bits."""
-    store = SQLiteStore(corpus, keyword_scan_max=0, warm_terms_min_cells=0)
-    store.open()
-    try:
-        store.wait_for_vector_index()
-        assert store._postings is not None and len(store._postings[1].items) > 10
-        for query in QUERIES:
-            for i, flt in enumerate(FILTERS):
-                got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 80)]
-                assert got == expected[query, i][:80], (query, flt)
-    finally:
-        store.close()

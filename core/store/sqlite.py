@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import Unavailable
 from ..glob import upgrade_stored
 from ..models import MemoryCell
-from ..textindex import STOP_WORDS, CJK_CLASS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
+from ..textindex import CJK_CLASS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
 from ._access_snapshot import SNAPSHOT_COLUMNS, SNAPSHOT_FROM, AccessSnapshot, RowState, row_state
 from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, doc_counts, int_list, top_k, union_positions
@@ -244,7 +244,6 @@ _TRACK_CHANGES = (
 )
 
 _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
-_VOCAB_COLUMNS = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab_col USING fts5vocab(main, cells_fts, col)"
 
 
 # `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`, one encoder for every window.
@@ -552,11 +551,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         ann_threshold: int = DEFAULT_ANN_THRESHOLD,
         keyword_scan_max: int = 5000,
         warm_exact_max: int = 20000,
-        warm_terms_min_cells: Optional[int] = 100_000,
     ):
-        # Past this many cells, open() loads the term rows of the words held by the most
-        # windows in the background (`_warm_terms`); None: never.
-        self.warm_terms_min_cells = warm_terms_min_cells
         self.warm_exact_max = warm_exact_max  # admitted rows the dense leg ranks from the table while the index loads
         self._vectors_ready = threading.Event()
         self._index_threads: list[threading.Thread] = []
@@ -592,7 +587,6 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._seen_version: Optional[int] = None
         self._writer_version: Optional[int] = None
         self._tracking = False  # the TEMP triggers are in place (open)
-        self._warm_lock = threading.Lock()  # held by `_warm_terms` per step, by close()
 
     # ------------------------------------------------------------ connections
     def _connect(self) -> sqlite3.Connection:
@@ -629,8 +623,6 @@ class SQLiteStore(SQLFileReads, SQLStore):
         # dense leg meanwhile ranks small filtered sets from the table, see vector_candidates).
         self._vectors_ready.clear()
         self._start_index_thread(self._warm_vectors)
-        if self.warm_terms_min_cells is not None:
-            self._start_index_thread(self._warm_terms)
 
     def _start_index_thread(self, target: Any, *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True, name="ampkit-vectors")
@@ -682,7 +674,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     self._save_ann(model, index)
                 except OSError:
                     pass
-        with self._warm_lock, self._vectors_lock:  # the background warm-ups read under them
+        with self._vectors_lock:  # the background warm-up reads under it (_catch_up_vectors)
             with self._readers_lock:
                 for conn in self._readers:
                     conn.close()
@@ -932,36 +924,6 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 self._require_writer()
                 self._version_conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             return int(self._version_conn.execute("PRAGMA data_version").fetchone()[0])
-
-    def _warm_terms(self) -> None:
-        """Background, from open() of a store past `warm_terms_min_cells`: the term rows of
-        the words held by the most keyword windows (stop words aside: a query drops them),
-        into the postings cache up to three quarters of it. A wide search otherwise loads
-        each at its first use (a quarter of a second for a word in half of a million windows).
-        One word per hold of `_warm_lock`, which close() takes before closing connections:
-        it never closes one this thread is reading from (searches never wait for it)."""
-        try:
-            with self._warm_lock:
-                if self._writer is None:
-                    return
-                if self._query("SELECT COALESCE(MAX(rowid), 0) FROM cells")[0][0] < (self.warm_terms_min_cells or 0):
-                    return
-                conn = self._reader()
-                conn.execute(_VOCAB)
-                conn.execute(_VOCAB_COLUMNS)
-                terms = [t for (t,) in conn.execute(
-                    "SELECT term FROM temp.ampkit_vocab_col WHERE col = 'text' ORDER BY doc DESC LIMIT 5000")
-                    if t not in STOP_WORDS]
-            for term in terms:
-                with self._warm_lock:
-                    if self._writer is None:
-                        return
-                    postings = self._postings_cache()
-                    if postings.size > POSTINGS_CACHE_ROWS * 3 // 4:
-                        return
-                    postings.get("t:" + term, lambda: doc_counts(int_list(conn.execute(_TERM_ROWS, (term,)).fetchone()[0])))
-        except Exception:  # noqa: BLE001  (closed meanwhile, or an old schema: searches load words themselves)
-            return
 
     def _foreign_generation(self) -> int:
         """A number that moves whenever another connection (another process, another store on
