@@ -63,16 +63,18 @@ _register_files()
 @click.option("--no-mcp", "no_mcp", is_flag=True, help="do not serve MCP at /mcp; same as AMPKIT_MCP_HTTP=false")
 @click.option("--ui/--no-ui", "ui", default=None,
               help="serve the memory inspector at /ui [default: on]; same as AMPKIT_UI")
+@click.option("--access-log/--no-access-log", "access_log", default=None,
+              help="log one line per request [default: on]; same as AMPKIT_ACCESS_LOG")
 def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecycle_interval: Optional[float],
           auth: Optional[str], insecure: bool, rate_limit: Optional[float], allow_clock_override: Optional[bool],
-          no_mcp: bool, ui: Optional[bool]) -> None:
+          no_mcp: bool, ui: Optional[bool], access_log: Optional[bool]) -> None:
     """Run the /amp/v1 server (and MCP over streamable HTTP at /mcp)."""
     from .bootstrap import build_service, load_settings
     from .server.identity import is_loopback_host
 
     settings = load_settings(host=host, port=port, store=store, lifecycle_interval_seconds=lifecycle_interval,
                              auth=auth, rate_limit=rate_limit, allow_clock_override=allow_clock_override,
-                             mcp_http=False if no_mcp else None, ui=ui)
+                             mcp_http=False if no_mcp else None, ui=ui, access_log=access_log)
     if settings.auth == "required" and settings.allow_clock_override:
         click.echo(
             "ampkit: refusing to start with auth required and the clock override on: `as_of` lets any admin key "

@@ -19,16 +19,18 @@ crashed session; a missing, deleted and forbidden id all give the one ACCESS_DEN
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, AsyncIterator, Callable, Generator, Literal, Optional, Protocol, Sequence
+from typing import Annotated, Any, AsyncIterator, Callable, Generator, Literal, Optional, Protocol, Sequence, cast
 
 import anyio.to_thread
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.fastmcp.tools import Tool
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult, ErrorData, TextContent, ToolAnnotations
@@ -197,7 +199,10 @@ def tool_error(err: APIError) -> CallToolResult:
 
 
 class AmpkitMCP(FastMCP):
-    """FastMCP whose tool and resource failures carry the server's error envelope."""
+    """FastMCP whose tool and resource failures carry the server's error envelope; its tools
+    reach the store through `gateway` (set by `build_mcp_server`)."""
+
+    gateway: Gateway
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         if self._tool_manager.get_tool(name) is None:
@@ -274,269 +279,9 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
         options["max_request_body_size"] = max_request_bytes
     mcp = AmpkitMCP(
         SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", host=host,
-        transport_security=_transport_security(host), **options,
+        transport_security=_transport_security(host), tools=_tools(), **options,
     )
-
-    def owner_or_self(ctx: Context, owner_id: Optional[str]) -> tuple[str, Optional[str]]:
-        if owner_id:
-            return owner_id, None
-        agent = gateway.agent_id(ctx)
-        if not agent:
-            raise ValidationFailed("owner_id is required: this MCP server does not know which agent it acts as "
-                                   "(start `ampkit mcp` with --agent-id, or pass owner_id)", {"field": "owner_id"})
-        return agent, "agent"
-
-    # ------------------------------------------------------------ tools
-    @mcp.tool(annotations=WRITE)
-    async def remember(
-        ctx: Context,
-        text: Annotated[str, Field(description="What to remember: one short, self-contained statement that makes sense on its own later")],
-        type: Annotated[MemoryKind, Field(description="semantic: a fact or preference; episodic: something that happened; procedural: how to do something")] = "semantic",
-        owner_id: OwnerId = None,
-        importance: Importance = None,
-        metadata: Metadata = None,
-        session_id: SessionId = None,
-        readable_by: Annotated[Optional[list[str]], Field(description="Other agents that may read it (globs such as 'team-*'); by default only you and the owner")] = None,
-        writable_by: Annotated[Optional[list[str]], Field(description="Other agents that may change it (globs); being able to change it does not let them read it")] = None,
-        public: Annotated[Optional[bool], Field(description="true: every agent may read it")] = None,
-        expires_at: Annotated[Optional[datetime], Field(description="When it stops being true (ISO 8601); it is not recalled after that")] = None,
-    ) -> MemoryCell:
-        """Store a new memory in the shared long-term memory. Returns the stored memory with its id."""
-        owner, owner_type = owner_or_self(ctx, owner_id)
-        fields = _drop_none(owner_type=owner_type, importance=importance, metadata=metadata, session_id=session_id,
-                            readable_by=readable_by, writable_by=writable_by, public=public, expires_at=expires_at)
-        return await gateway.send(ctx, calls.remember(text, owner_id=owner, type=type, **fields))
-
-    @mcp.tool(annotations=READ)
-    async def recall(
-        ctx: Context,
-        query: Annotated[str, Field(description="What you want to know, in natural language or keywords")],
-        limit: Annotated[int, Field(ge=1, le=100, description="At most this many memories, best first")] = 10,
-        owner_id: Annotated[Optional[str], Field(description="Only memories of this owner (user or agent id)")] = None,
-        types: Annotated[Optional[list[MemoryKind]], Field(description="Only these kinds")] = None,
-        session_id: Annotated[Optional[str], Field(description="Only memories of this conversation or run")] = None,
-        include_stale: Annotated[bool, Field(description="Also memories not used for a long time")] = False,
-        metadata: Annotated[Optional[dict[str, Any]], Field(description="Only memories whose metadata has these key/value pairs")] = None,
-        as_of: AsOf = None,
-    ) -> SearchResponse:
-        """Search the shared memory for what is relevant to a query (hybrid keyword and meaning search).
-        Returns the best matches with a relevance score, and how many memories matched in all."""
-        call = calls.search(query, owner_id=owner_id, types=types, limit=limit,
-                            **_drop_none(session_id=session_id, metadata=metadata, include_stale=include_stale or None,
-                                         as_of=as_of))
-        return await gateway.send(ctx, calls.with_decode(call, SearchResponse.model_validate))
-
-    @mcp.tool(annotations=READ)
-    async def get_memory(ctx: Context, id: MemoryId, as_of: AsOf = None) -> MemoryCell:
-        """Read one memory by id (also counts as a use, which keeps it fresh; a read of the
-        past with as_of does not)."""
-        return await gateway.send(ctx, calls.get(id, as_of=as_of))
-
-    @mcp.tool(annotations=WRITE)
-    async def update_memory(
-        ctx: Context,
-        id: MemoryId,
-        text: Annotated[Optional[str], Field(description="New text (to replace a fact that changed, prefer supersede, which keeps the old one in history)")] = None,
-        metadata: Annotated[Optional[dict[str, Any]], Field(description="Replaces the metadata object")] = None,
-        importance: Importance = None,
-        confidence: Annotated[Optional[float], Field(ge=0.0, le=1.0, description="0..1, how sure this is")] = None,
-        readable_by: Patterns = None,
-        writable_by: Patterns = None,
-        public: Optional[bool] = None,
-        expires_at: Annotated[Optional[datetime], Field(description="When it stops being true (ISO 8601)")] = None,
-        session_id: SessionId = None,
-        expected_version: Annotated[Optional[int], Field(description="Only apply if the memory is still at this lifecycle.version")] = None,
-    ) -> UpdateResult:
-        """Change fields of a memory you may write. Fields you leave out stay as they are."""
-        changes = _drop_none(text=text, metadata=metadata, importance=importance, confidence=confidence,
-                             readable_by=readable_by, writable_by=writable_by, public=public,
-                             expires_at=expires_at, session_id=session_id)
-        cell = await gateway.send(ctx, calls.update(id, expected_version=expected_version, **changes))
-        return UpdateResult(cell=cell)
-
-    @mcp.tool(annotations=DESTRUCTIVE)
-    async def forget(ctx: Context, id: MemoryId) -> ForgetResult:
-        """Delete a memory (archived, then deleted; it is never recalled again)."""
-        await _drive(gateway, ctx, calls.forget_flow(id))
-        return ForgetResult(id=id)
-
-    @mcp.tool(annotations=WRITE)
-    async def supersede(
-        ctx: Context,
-        id: Annotated[str, Field(description="The id of the memory that is no longer true")],
-        text: Annotated[str, Field(description="What is true now")],
-        importance: Importance = None,
-        metadata: Metadata = None,
-    ) -> MemoryCell:
-        """Replace a memory that is no longer true with a new one. The old one stays in history,
-        linked to its replacement, and is no longer recalled. Returns the new memory."""
-        return await _drive(gateway, ctx, calls.supersede_flow(id, text, _drop_none(importance=importance, metadata=metadata)))
-
-    @mcp.tool(annotations=READ)
-    async def list_memories(
-        ctx: Context,
-        owner_id: Annotated[Optional[str], Field(description="Only memories of this owner")] = None,
-        types: Annotated[Optional[list[MemoryKind]], Field(description="Only these kinds")] = None,
-        status: Annotated[Optional[list[StatusName]], Field(description="Only these states (default: active)")] = None,
-        session_id: Annotated[Optional[str], Field(description="Only memories of this conversation or run")] = None,
-        include_stale: bool = False,
-        include_superseded: Annotated[bool, Field(description="Also memories replaced by newer ones")] = False,
-        limit: Annotated[int, Field(ge=1, le=200, description="Page size")] = 20,
-        cursor: Annotated[Optional[str], Field(description="next_cursor from the previous page")] = None,
-        as_of: AsOf = None,
-    ) -> ListResponse:
-        """List memories page by page, oldest first. Pass next_cursor back to get the next page;
-        total is how many match in all."""
-        call = calls.list_page(owner_id=owner_id, types=types, status=status, session_id=session_id,
-                               include_stale=include_stale, include_superseded=include_superseded,
-                               page_size=limit, cursor=cursor, as_of=as_of)
-        return await gateway.send(ctx, call)
-
-    @mcp.tool(annotations=READ)
-    async def memory_history(ctx: Context, id: MemoryId) -> HistoryResponse:
-        """Every change to a memory: who created, changed, superseded or deleted it, and when."""
-        return HistoryResponse(results=await gateway.send(ctx, calls.history(id)))
-
-    # ------------------------------------------------------------ memory files (docs/files.md)
-    @mcp.tool(annotations=READ)
-    async def ls_files(
-        ctx: Context,
-        owner_id: OwnerId = None,
-        glob: Annotated[Optional[str], Field(description="Only paths matching this glob ('skills/**', '*.md')")] = None,
-    ) -> FileListResponse:
-        """List the memory folder: AGENTS.md (your instructions), skills/*/SKILL.md, subagents/,
-        tools.json, notes, and read-only sessions/*.md (past conversations) and proposals.md."""
-        owner, _ = owner_or_self(ctx, owner_id)
-        return await gateway.send(ctx, fcalls.list_files(owner, glob))
-
-    @mcp.tool(annotations=READ)
-    async def read_file(
-        ctx: Context,
-        path: FilePathArg,
-        owner_id: OwnerId = None,
-        offset: Annotated[int, Field(ge=0, description="First line to return, 0-based")] = 0,
-        limit: Annotated[int, Field(ge=1, le=10000, description="How many lines")] = 2000,
-    ) -> FileContent:
-        """Read lines of a memory file (with their numbers: start_line, end_line, total_lines)."""
-        owner, _ = owner_or_self(ctx, owner_id)
-        return await gateway.send(ctx, fcalls.read_file(path, owner, offset, limit))
-
-    @mcp.tool(annotations=READ)
-    async def grep_files(
-        ctx: Context,
-        pattern: Annotated[str, Field(description="A literal string (not a regular expression)")],
-        owner_id: OwnerId = None,
-        glob: Annotated[Optional[str], Field(description="Only files matching this glob")] = None,
-    ) -> GrepResponse:
-        """Find the lines of memory files (past sessions included) that contain a string."""
-        owner, _ = owner_or_self(ctx, owner_id)
-        return await gateway.send(ctx, fcalls.grep_files(pattern, owner, glob))
-
-    @mcp.tool(annotations=WRITE)
-    async def write_file(
-        ctx: Context,
-        path: FilePathArg,
-        content: Annotated[str, Field(description="The whole new text of the file")],
-        owner_id: OwnerId = None,
-        reason: Annotated[Optional[str], Field(description="Why, for the person who approves it")] = None,
-    ) -> FileWriteResult:
-        """Create or replace a memory file. It is validated (SKILL.md frontmatter, tools.json...);
-        unless the folder is in yolo mode it becomes a proposal a person must approve (status
-        proposed): the file does not change until then."""
-        owner, _ = owner_or_self(ctx, owner_id)
-        return await gateway.send(ctx, fcalls.write_file(path, content, owner, reason))
-
-    @mcp.tool(annotations=WRITE)
-    async def edit_file(
-        ctx: Context,
-        path: FilePathArg,
-        old: Annotated[str, Field(description="The exact text to replace (copy it from read_file, unique in the file)")],
-        new: Annotated[str, Field(description="The replacement")],
-        owner_id: OwnerId = None,
-        replace_all: Annotated[bool, Field(description="Replace every occurrence of old")] = False,
-        reason: Annotated[Optional[str], Field(description="Why, for the person who approves it")] = None,
-    ) -> FileWriteResult:
-        """Replace an exact string in a memory file (e.g. a rule in AGENTS.md the user corrected).
-        Validated, and a proposal awaiting approval unless the folder is in yolo mode."""
-        owner, _ = owner_or_self(ctx, owner_id)
-        return await gateway.send(ctx, fcalls.edit_file(path, old, new, owner, replace_all, reason))
-
-    # ------------------------------------------------------------ learning (docs/consolidation.md)
-    @mcp.tool(annotations=WRITE)
-    async def record_outcome(
-        ctx: Context,
-        id: Annotated[str, Field(description="The id of the playbook (a procedural memory) you followed")],
-        success: Annotated[bool, Field(description="Did following it work?")],
-        note: Annotated[Optional[str], Field(max_length=2048, description="What happened, briefly (especially on failure)")] = None,
-    ) -> UpdateResult:
-        """Report whether following a playbook worked. Outcomes rank playbooks in recall and tell
-        consolidation which ones to refine."""
-        return UpdateResult(cell=await gateway.send(ctx, calls.record_outcome(id, success, note)))
-
-    @mcp.tool(annotations=WRITE)
-    async def consolidate(
-        ctx: Context,
-        owner_id: OwnerId = None,
-        session_id: Annotated[Optional[str], Field(description="Only this conversation's episodes")] = None,
-        since: Annotated[Optional[datetime], Field(description="Only episodes from this time on (ISO 8601)")] = None,
-        until: Annotated[Optional[datetime], Field(description="Only episodes before this time (ISO 8601)")] = None,
-        playbooks: Annotated[Literal["propose", "apply"], Field(description="propose: playbook changes are returned for approval, not written")] = "propose",
-        dry_run: Annotated[bool, Field(description="Decide everything, write nothing")] = False,
-        files: Annotated[Literal["off", "propose"], Field(description="propose: also propose an AGENTS.md edit, which a person approves")] = "off",
-    ) -> ConsolidateResponse:
-        """Distil recorded episodes (what happened in conversations) into lasting facts and
-        playbooks, adding, updating or superseding memories. Needs a model configured on the
-        server; returns every decision with its reason."""
-        owner, _ = owner_or_self(ctx, owner_id)
-        return await gateway.send(ctx, calls.consolidate(owner, session_id=session_id, since=since, until=until,
-                                                         playbooks=playbooks, dry_run=dry_run, files=files))
-
-    # ------------------------------------------------------------ AMP's amp-mcp names
-    @mcp.tool(annotations=WRITE)
-    async def amp_remember(
-        ctx: Context,
-        content: Annotated[str, Field(description="What to remember")],
-        owner_id: Annotated[str, Field(description="Whose memory: a user or agent id")],
-        type: MemoryKind = "semantic",
-        importance: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5,
-        readable_by: Patterns = None,
-    ) -> MemoryCell:
-        """AMP amp-mcp compatible: store a memory (same as `remember`)."""
-        fields = _drop_none(importance=importance, readable_by=readable_by)
-        return await gateway.send(ctx, calls.remember(content, owner_id=owner_id, type=type, **fields))
-
-    @mcp.tool(annotations=READ)
-    async def amp_recall(
-        ctx: Context,
-        query: str,
-        owner_id: Annotated[str, Field(description="Whose memories to search")],
-        limit: Annotated[int, Field(ge=1, le=100)] = 5,
-        include_stale: bool = False,
-    ) -> SearchResponse:
-        """AMP amp-mcp compatible: search one owner's memories (same as `recall`)."""
-        call = calls.search(query, owner_id=owner_id, limit=limit, **_drop_none(include_stale=include_stale or None))
-        return await gateway.send(ctx, calls.with_decode(call, SearchResponse.model_validate))
-
-    @mcp.tool(annotations=DESTRUCTIVE)
-    async def amp_forget(
-        ctx: Context,
-        memory_id: MemoryId,
-        owner_id: Annotated[Optional[str], Field(description="Accepted for compatibility; your identity and the memory's access policy decide")] = None,
-    ) -> ForgetResult:
-        """AMP amp-mcp compatible: delete a memory (same as `forget`)."""
-        await _drive(gateway, ctx, calls.forget_flow(memory_id))
-        return ForgetResult(id=memory_id)
-
-    @mcp.tool(annotations=READ)
-    async def amp_list_memories(
-        ctx: Context,
-        owner_id: Annotated[str, Field(description="Whose memories to list")],
-        type: Optional[MemoryKind] = None,
-        limit: Annotated[int, Field(ge=1, le=200)] = 20,
-    ) -> ListResponse:
-        """AMP amp-mcp compatible: list one owner's memories (same as `list_memories`)."""
-        call = calls.list_page(owner_id=owner_id, types=[type] if type else None, page_size=limit)
-        return await gateway.send(ctx, call)
+    mcp.gateway = gateway
 
     # ------------------------------------------------------------ resources
     @mcp.resource("amp://memories/{id}", name="memory", mime_type="application/json",
@@ -561,6 +306,288 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
         return remember_request(focus, owner_id)
 
     return mcp
+
+
+def _gateway(ctx: Context) -> Gateway:
+    """The gateway of the server a tool call came to (tools are shared, see `_tools`)."""
+    return cast(AmpkitMCP, ctx.fastmcp).gateway
+
+
+def _owner_or_self(ctx: Context, owner_id: Optional[str]) -> tuple[str, Optional[str]]:
+    if owner_id:
+        return owner_id, None
+    agent = _gateway(ctx).agent_id(ctx)
+    if not agent:
+        raise ValidationFailed("owner_id is required: this MCP server does not know which agent it acts as "
+                               "(start `ampkit mcp` with --agent-id, or pass owner_id)", {"field": "owner_id"})
+    return agent, "agent"
+
+
+@functools.cache
+def _tools() -> list[Tool]:
+    """The tools, built once per process and shared by every server: building their argument
+    and output models costs ~0.15 s, which every app (and every test server) paid again. A
+    tool finds its server's gateway through its context (`_gateway`)."""
+    built: list[Tool] = []
+
+    def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            built.append(Tool.from_function(fn, annotations=annotations))
+            return fn
+        return register
+
+    @tool(annotations=WRITE)
+    async def remember(
+        ctx: Context,
+        text: Annotated[str, Field(description="What to remember: one short, self-contained statement that makes sense on its own later")],
+        type: Annotated[MemoryKind, Field(description="semantic: a fact or preference; episodic: something that happened; procedural: how to do something")] = "semantic",
+        owner_id: OwnerId = None,
+        importance: Importance = None,
+        metadata: Metadata = None,
+        session_id: SessionId = None,
+        readable_by: Annotated[Optional[list[str]], Field(description="Other agents that may read it (globs such as 'team-*'); by default only you and the owner")] = None,
+        writable_by: Annotated[Optional[list[str]], Field(description="Other agents that may change it (globs); being able to change it does not let them read it")] = None,
+        public: Annotated[Optional[bool], Field(description="true: every agent may read it")] = None,
+        expires_at: Annotated[Optional[datetime], Field(description="When it stops being true (ISO 8601); it is not recalled after that")] = None,
+    ) -> MemoryCell:
+        """Store a new memory in the shared long-term memory. Returns the stored memory with its id."""
+        owner, owner_type = _owner_or_self(ctx, owner_id)
+        fields = _drop_none(owner_type=owner_type, importance=importance, metadata=metadata, session_id=session_id,
+                            readable_by=readable_by, writable_by=writable_by, public=public, expires_at=expires_at)
+        return await _gateway(ctx).send(ctx, calls.remember(text, owner_id=owner, type=type, **fields))
+
+    @tool(annotations=READ)
+    async def recall(
+        ctx: Context,
+        query: Annotated[str, Field(description="What you want to know, in natural language or keywords")],
+        limit: Annotated[int, Field(ge=1, le=100, description="At most this many memories, best first")] = 10,
+        owner_id: Annotated[Optional[str], Field(description="Only memories of this owner (user or agent id)")] = None,
+        types: Annotated[Optional[list[MemoryKind]], Field(description="Only these kinds")] = None,
+        session_id: Annotated[Optional[str], Field(description="Only memories of this conversation or run")] = None,
+        include_stale: Annotated[bool, Field(description="Also memories not used for a long time")] = False,
+        metadata: Annotated[Optional[dict[str, Any]], Field(description="Only memories whose metadata has these key/value pairs")] = None,
+        as_of: AsOf = None,
+    ) -> SearchResponse:
+        """Search the shared memory for what is relevant to a query (hybrid keyword and meaning search).
+        Returns the best matches with a relevance score, and how many memories matched in all."""
+        call = calls.search(query, owner_id=owner_id, types=types, limit=limit,
+                            **_drop_none(session_id=session_id, metadata=metadata, include_stale=include_stale or None,
+                                         as_of=as_of))
+        return await _gateway(ctx).send(ctx, calls.with_decode(call, SearchResponse.model_validate))
+
+    @tool(annotations=READ)
+    async def get_memory(ctx: Context, id: MemoryId, as_of: AsOf = None) -> MemoryCell:
+        """Read one memory by id (also counts as a use, which keeps it fresh; a read of the
+        past with as_of does not)."""
+        return await _gateway(ctx).send(ctx, calls.get(id, as_of=as_of))
+
+    @tool(annotations=WRITE)
+    async def update_memory(
+        ctx: Context,
+        id: MemoryId,
+        text: Annotated[Optional[str], Field(description="New text (to replace a fact that changed, prefer supersede, which keeps the old one in history)")] = None,
+        metadata: Annotated[Optional[dict[str, Any]], Field(description="Replaces the metadata object")] = None,
+        importance: Importance = None,
+        confidence: Annotated[Optional[float], Field(ge=0.0, le=1.0, description="0..1, how sure this is")] = None,
+        readable_by: Patterns = None,
+        writable_by: Patterns = None,
+        public: Optional[bool] = None,
+        expires_at: Annotated[Optional[datetime], Field(description="When it stops being true (ISO 8601)")] = None,
+        session_id: SessionId = None,
+        expected_version: Annotated[Optional[int], Field(description="Only apply if the memory is still at this lifecycle.version")] = None,
+    ) -> UpdateResult:
+        """Change fields of a memory you may write. Fields you leave out stay as they are."""
+        changes = _drop_none(text=text, metadata=metadata, importance=importance, confidence=confidence,
+                             readable_by=readable_by, writable_by=writable_by, public=public,
+                             expires_at=expires_at, session_id=session_id)
+        cell = await _gateway(ctx).send(ctx, calls.update(id, expected_version=expected_version, **changes))
+        return UpdateResult(cell=cell)
+
+    @tool(annotations=DESTRUCTIVE)
+    async def forget(ctx: Context, id: MemoryId) -> ForgetResult:
+        """Delete a memory (archived, then deleted; it is never recalled again)."""
+        await _drive(_gateway(ctx), ctx, calls.forget_flow(id))
+        return ForgetResult(id=id)
+
+    @tool(annotations=WRITE)
+    async def supersede(
+        ctx: Context,
+        id: Annotated[str, Field(description="The id of the memory that is no longer true")],
+        text: Annotated[str, Field(description="What is true now")],
+        importance: Importance = None,
+        metadata: Metadata = None,
+    ) -> MemoryCell:
+        """Replace a memory that is no longer true with a new one. The old one stays in history,
+        linked to its replacement, and is no longer recalled. Returns the new memory."""
+        return await _drive(_gateway(ctx), ctx, calls.supersede_flow(id, text, _drop_none(importance=importance, metadata=metadata)))
+
+    @tool(annotations=READ)
+    async def list_memories(
+        ctx: Context,
+        owner_id: Annotated[Optional[str], Field(description="Only memories of this owner")] = None,
+        types: Annotated[Optional[list[MemoryKind]], Field(description="Only these kinds")] = None,
+        status: Annotated[Optional[list[StatusName]], Field(description="Only these states (default: active)")] = None,
+        session_id: Annotated[Optional[str], Field(description="Only memories of this conversation or run")] = None,
+        include_stale: bool = False,
+        include_superseded: Annotated[bool, Field(description="Also memories replaced by newer ones")] = False,
+        limit: Annotated[int, Field(ge=1, le=200, description="Page size")] = 20,
+        cursor: Annotated[Optional[str], Field(description="next_cursor from the previous page")] = None,
+        as_of: AsOf = None,
+    ) -> ListResponse:
+        """List memories page by page, oldest first. Pass next_cursor back to get the next page;
+        total is how many match in all."""
+        call = calls.list_page(owner_id=owner_id, types=types, status=status, session_id=session_id,
+                               include_stale=include_stale, include_superseded=include_superseded,
+                               page_size=limit, cursor=cursor, as_of=as_of)
+        return await _gateway(ctx).send(ctx, call)
+
+    @tool(annotations=READ)
+    async def memory_history(ctx: Context, id: MemoryId) -> HistoryResponse:
+        """Every change to a memory: who created, changed, superseded or deleted it, and when."""
+        return HistoryResponse(results=await _gateway(ctx).send(ctx, calls.history(id)))
+
+    # ------------------------------------------------------------ memory files (docs/files.md)
+    @tool(annotations=READ)
+    async def ls_files(
+        ctx: Context,
+        owner_id: OwnerId = None,
+        glob: Annotated[Optional[str], Field(description="Only paths matching this glob ('skills/**', '*.md')")] = None,
+    ) -> FileListResponse:
+        """List the memory folder: AGENTS.md (your instructions), skills/*/SKILL.md, subagents/,
+        tools.json, notes, and read-only sessions/*.md (past conversations) and proposals.md."""
+        owner, _ = _owner_or_self(ctx, owner_id)
+        return await _gateway(ctx).send(ctx, fcalls.list_files(owner, glob))
+
+    @tool(annotations=READ)
+    async def read_file(
+        ctx: Context,
+        path: FilePathArg,
+        owner_id: OwnerId = None,
+        offset: Annotated[int, Field(ge=0, description="First line to return, 0-based")] = 0,
+        limit: Annotated[int, Field(ge=1, le=10000, description="How many lines")] = 2000,
+    ) -> FileContent:
+        """Read lines of a memory file (with their numbers: start_line, end_line, total_lines)."""
+        owner, _ = _owner_or_self(ctx, owner_id)
+        return await _gateway(ctx).send(ctx, fcalls.read_file(path, owner, offset, limit))
+
+    @tool(annotations=READ)
+    async def grep_files(
+        ctx: Context,
+        pattern: Annotated[str, Field(description="A literal string (not a regular expression)")],
+        owner_id: OwnerId = None,
+        glob: Annotated[Optional[str], Field(description="Only files matching this glob")] = None,
+    ) -> GrepResponse:
+        """Find the lines of memory files (past sessions included) that contain a string."""
+        owner, _ = _owner_or_self(ctx, owner_id)
+        return await _gateway(ctx).send(ctx, fcalls.grep_files(pattern, owner, glob))
+
+    @tool(annotations=WRITE)
+    async def write_file(
+        ctx: Context,
+        path: FilePathArg,
+        content: Annotated[str, Field(description="The whole new text of the file")],
+        owner_id: OwnerId = None,
+        reason: Annotated[Optional[str], Field(description="Why, for the person who approves it")] = None,
+    ) -> FileWriteResult:
+        """Create or replace a memory file. It is validated (SKILL.md frontmatter, tools.json...);
+        unless the folder is in yolo mode it becomes a proposal a person must approve (status
+        proposed): the file does not change until then."""
+        owner, _ = _owner_or_self(ctx, owner_id)
+        return await _gateway(ctx).send(ctx, fcalls.write_file(path, content, owner, reason))
+
+    @tool(annotations=WRITE)
+    async def edit_file(
+        ctx: Context,
+        path: FilePathArg,
+        old: Annotated[str, Field(description="The exact text to replace (copy it from read_file, unique in the file)")],
+        new: Annotated[str, Field(description="The replacement")],
+        owner_id: OwnerId = None,
+        replace_all: Annotated[bool, Field(description="Replace every occurrence of old")] = False,
+        reason: Annotated[Optional[str], Field(description="Why, for the person who approves it")] = None,
+    ) -> FileWriteResult:
+        """Replace an exact string in a memory file (e.g. a rule in AGENTS.md the user corrected).
+        Validated, and a proposal awaiting approval unless the folder is in yolo mode."""
+        owner, _ = _owner_or_self(ctx, owner_id)
+        return await _gateway(ctx).send(ctx, fcalls.edit_file(path, old, new, owner, replace_all, reason))
+
+    # ------------------------------------------------------------ learning (docs/consolidation.md)
+    @tool(annotations=WRITE)
+    async def record_outcome(
+        ctx: Context,
+        id: Annotated[str, Field(description="The id of the playbook (a procedural memory) you followed")],
+        success: Annotated[bool, Field(description="Did following it work?")],
+        note: Annotated[Optional[str], Field(max_length=2048, description="What happened, briefly (especially on failure)")] = None,
+    ) -> UpdateResult:
+        """Report whether following a playbook worked. Outcomes rank playbooks in recall and tell
+        consolidation which ones to refine."""
+        return UpdateResult(cell=await _gateway(ctx).send(ctx, calls.record_outcome(id, success, note)))
+
+    @tool(annotations=WRITE)
+    async def consolidate(
+        ctx: Context,
+        owner_id: OwnerId = None,
+        session_id: Annotated[Optional[str], Field(description="Only this conversation's episodes")] = None,
+        since: Annotated[Optional[datetime], Field(description="Only episodes from this time on (ISO 8601)")] = None,
+        until: Annotated[Optional[datetime], Field(description="Only episodes before this time (ISO 8601)")] = None,
+        playbooks: Annotated[Literal["propose", "apply"], Field(description="propose: playbook changes are returned for approval, not written")] = "propose",
+        dry_run: Annotated[bool, Field(description="Decide everything, write nothing")] = False,
+        files: Annotated[Literal["off", "propose"], Field(description="propose: also propose an AGENTS.md edit, which a person approves")] = "off",
+    ) -> ConsolidateResponse:
+        """Distil recorded episodes (what happened in conversations) into lasting facts and
+        playbooks, adding, updating or superseding memories. Needs a model configured on the
+        server; returns every decision with its reason."""
+        owner, _ = _owner_or_self(ctx, owner_id)
+        return await _gateway(ctx).send(ctx, calls.consolidate(owner, session_id=session_id, since=since, until=until,
+                                                         playbooks=playbooks, dry_run=dry_run, files=files))
+
+    # ------------------------------------------------------------ AMP's amp-mcp names
+    @tool(annotations=WRITE)
+    async def amp_remember(
+        ctx: Context,
+        content: Annotated[str, Field(description="What to remember")],
+        owner_id: Annotated[str, Field(description="Whose memory: a user or agent id")],
+        type: MemoryKind = "semantic",
+        importance: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5,
+        readable_by: Patterns = None,
+    ) -> MemoryCell:
+        """AMP amp-mcp compatible: store a memory (same as `remember`)."""
+        fields = _drop_none(importance=importance, readable_by=readable_by)
+        return await _gateway(ctx).send(ctx, calls.remember(content, owner_id=owner_id, type=type, **fields))
+
+    @tool(annotations=READ)
+    async def amp_recall(
+        ctx: Context,
+        query: str,
+        owner_id: Annotated[str, Field(description="Whose memories to search")],
+        limit: Annotated[int, Field(ge=1, le=100)] = 5,
+        include_stale: bool = False,
+    ) -> SearchResponse:
+        """AMP amp-mcp compatible: search one owner's memories (same as `recall`)."""
+        call = calls.search(query, owner_id=owner_id, limit=limit, **_drop_none(include_stale=include_stale or None))
+        return await _gateway(ctx).send(ctx, calls.with_decode(call, SearchResponse.model_validate))
+
+    @tool(annotations=DESTRUCTIVE)
+    async def amp_forget(
+        ctx: Context,
+        memory_id: MemoryId,
+        owner_id: Annotated[Optional[str], Field(description="Accepted for compatibility; your identity and the memory's access policy decide")] = None,
+    ) -> ForgetResult:
+        """AMP amp-mcp compatible: delete a memory (same as `forget`)."""
+        await _drive(_gateway(ctx), ctx, calls.forget_flow(memory_id))
+        return ForgetResult(id=memory_id)
+
+    @tool(annotations=READ)
+    async def amp_list_memories(
+        ctx: Context,
+        owner_id: Annotated[str, Field(description="Whose memories to list")],
+        type: Optional[MemoryKind] = None,
+        limit: Annotated[int, Field(ge=1, le=200)] = 20,
+    ) -> ListResponse:
+        """AMP amp-mcp compatible: list one owner's memories (same as `list_memories`)."""
+        call = calls.list_page(owner_id=owner_id, types=[type] if type else None, page_size=limit)
+        return await _gateway(ctx).send(ctx, call)
+
+    return built
 
 
 def remember_request(focus: Optional[str] = None, owner_id: Optional[str] = None) -> str:

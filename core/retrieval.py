@@ -231,16 +231,15 @@ class Retriever:
         from the model `model_for` names."""
         if self.embedder is None:
             raise ValueError("no embedder configured")
-        cjk = [i for i, text in enumerate(texts) if self.cjk_model is not None and has_cjk(text)]
+        # One call per model, over the texts `model_for` gives it (the routing rule lives there).
+        by_model: dict[Optional[str], list[int]] = {}
+        for i, text in enumerate(texts):
+            by_model.setdefault(self.model_for(text), []).append(i)
         out: list[Optional[StoredVector]] = [None] * len(texts)
-        if cjk:
-            model = self.embedder.cjk_embedder  # type: ignore[attr-defined]
-            for i, row in zip(cjk, model.embed([texts[i] for i in cjk])):
+        for name, rows in by_model.items():
+            model = self.embedder if name == self.embedder.name else self.embedder.cjk_embedder  # type: ignore[attr-defined]
+            for i, row in zip(rows, model.embed([texts[i] for i in rows])):
                 out[i] = StoredVector(model.name, row)
-        rest = [i for i in range(len(texts)) if out[i] is None]
-        if rest:
-            for i, row in zip(rest, self.embedder.embed([texts[i] for i in rest])):
-                out[i] = StoredVector(self.embedder.name, row)
         return [v for v in out if v is not None]
 
     def candidates(self, store: Store, query: str, flt: CellFilter, pool: int) -> list[tuple[str, float, list[Candidate]]]:

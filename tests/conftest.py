@@ -20,7 +20,10 @@ os.environ.update({
     "TRANSFORMERS_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
 })
-for _var in [v for v in os.environ if v.startswith("AMPKIT_")]:
+# A developer's AMPKIT_* server settings must not reach the tests' servers; the two variables
+# that steer the tests themselves stay (read below and in tests/test_fuzz.py).
+TEST_CONTROLS = ("AMPKIT_HYPOTHESIS_PROFILE", "AMPKIT_FUZZ_EXAMPLES")
+for _var in [v for v in os.environ if v.startswith("AMPKIT_") and v not in TEST_CONTROLS]:
     del os.environ[_var]
 
 import pytest  # noqa: E402

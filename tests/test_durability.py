@@ -98,3 +98,33 @@ def test_sigkill_during_grouped_writes_keeps_every_acknowledged_write(tmp_path):
     with AppServer(store) as restarted, httpx.Client(base_url=restarted.base_url, headers=headers, timeout=10) as http:
         found = {c["id"]: c["content"]["text"] for c in http.get("/export", params={"owner_id": "user_g"}).json()["cells"]}
     assert [cid for cid, text in acked.items() if found.get(cid) != text] == []
+
+
+def test_checkpoints_run_in_the_background_after_commits(tmp_path):
+    """A commit is durable once it is in the WAL; copying the WAL back into the database file
+    (the checkpoint, with its fsyncs) runs on a background thread after commits, not inside
+    one. Once it has run, the database file alone holds every committed cell."""
+    import shutil
+    import sqlite3
+
+    from ampkit.models import CellCreate
+    from ampkit.service import MemoryService
+    from ampkit.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "ck.db"), checkpoint_interval_s=0.0)
+    store.open()
+    try:
+        service = MemoryService(store=store)
+        service.create_many("writer", [CellCreate.model_validate(
+            {"content": {"text": f"fact number {i}"}, "identity": {"owner_id": "u"}}) for i in range(20)])
+        service.create("writer", CellCreate.model_validate({"content": {"text": "the last one"}, "identity": {"owner_id": "u"}}))
+        assert store.wait_for_checkpoint(timeout=60)
+        assert store.checkpoints >= 1
+        shutil.copyfile(tmp_path / "ck.db", tmp_path / "main-file-only.db")  # without the -wal file
+    finally:
+        store.close()
+    conn = sqlite3.connect(tmp_path / "main-file-only.db")
+    try:
+        assert conn.execute("SELECT COUNT(*) FROM cells").fetchone()[0] == 21
+    finally:
+        conn.close()

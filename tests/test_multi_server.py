@@ -27,7 +27,9 @@ def headers(agent: str, **extra: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_two_servers_on_one_database_lose_no_acknowledged_write(pg_url, server_factory):
-    servers = [server_factory(pg_url, args=["--lifecycle-interval", "0"], process=True) for _ in range(2)]
+    # The second also shows that --no-access-log turns the per-request log lines off.
+    servers = [server_factory(pg_url, args=["--lifecycle-interval", "0", *more], process=True)
+               for more in ([], ["--no-access-log"])]
     clients = [httpx.Client(base_url=s.base_url, timeout=30) for s in servers]
     try:
         shared = []
@@ -114,6 +116,9 @@ def test_two_servers_on_one_database_lose_no_acknowledged_write(pg_url, server_f
                 assert cell["scoring"]["access_count"] == reads[cell_id] + extra
             history = clients[0].get(f"/memories/{cell_id}/history", headers=headers("team")).json()["results"]
             assert [h["action"] for h in history].count("update") == len(marks)
+        logs = [s.log_path.read_text() for s in servers]
+        assert '"POST /amp/v1/memories HTTP/1.1" 201' in logs[0]
+        assert "/amp/v1/memories" not in logs[1] and "Uvicorn running" in logs[1]
     finally:
         for client in clients:
             client.close()

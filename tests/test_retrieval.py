@@ -623,3 +623,45 @@ def test_term_cache_returns_the_tokenizer_counts_and_stays_bounded(tmp_path, mon
     assert sqlite_store.tokenize(conn, texts) == first
     assert cache.get("Running runners ran") is None  # two newer texts pushed it out
     assert cache.get("unique words here") == {"uniqu": 1, "word": 1, "here": 1}
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["owner", "wide"])
+def test_a_purged_rows_vector_never_ranks_the_row_that_takes_its_rowid(tmp_path, wide):
+    """SQLite gives a new row the rowid of a purged one (the highest, once deleted), and vec_seq
+    was MAX + 1, so it went back too: an index that had loaded the purged row's vector kept it
+    under the new row's rowid, and a readable cell was ranked by the text of one its reader
+    could never read (found by the differential test, tests/test_noninterference.py)."""
+    store = SQLiteStore(str(tmp_path / "reuse.db"), **({"keyword_scan_max": 0} if wide else {}))
+    store.open()
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    service = MemoryService(store=store, clock=lambda: now)
+    later = replace(service, clock=lambda: now.replace(year=2028))
+    public = {"access_policy": {"public": True}}
+    secret, other = np.eye(16, dtype=np.float32)[3], np.eye(16, dtype=np.float32)[5]
+
+    def purge(agent: str, cell_id: str) -> None:
+        service.update(agent, cell_id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
+        service.delete(agent, cell_id)
+        assert later.purge("admin", [cell_id]).purged == [cell_id]
+
+    visible = service.create("ann", cell("ann's public note", owner="ann", **public))
+    hidden = service.create("zed", cell("zed's private pin", owner="zed"))
+    with store.write() as tx:
+        tx.update(tx.get(visible.id), StoredVector("m16", other))
+        tx.update(tx.get(hidden.id), StoredVector("m16", secret))
+    flt = CellFilter(reader="bob", **({} if wide else {"owner_id": "ann"}))
+    store.wait_for_vector_index()
+    assert [c.cell_id for c in store.vector_candidates(secret, "m16", flt, 5)] == [visible.id]  # both loaded
+    purge("zed", hidden.id)
+    newcomer = service.create("ann", cell("ann's second note", owner="ann", **public))
+    assert store._query("SELECT rowid FROM cells WHERE id = ?", [newcomer.id]) == [(2,)]  # the purged row's
+    with store.write() as tx:
+        tx.update(tx.get(newcomer.id), StoredVector("m16", other))
+    scores = {c.cell_id: round(c.score, 3) for c in store.vector_candidates(secret, "m16", flt, 5)}
+    assert scores == {visible.id: 0.0, newcomer.id: 0.0}  # not 1.0: the purged vector
+    # A row with no vector yet on a reused rowid is forgotten by the index too.
+    purge("ann", newcomer.id)
+    pending = service.create("ann", cell("ann's third note", owner="ann", **public))
+    assert store._query("SELECT rowid FROM cells WHERE id = ?", [pending.id]) == [(2,)]
+    assert [c.cell_id for c in store.vector_candidates(other, "m16", flt, 5)] == [visible.id]
+    store.close()

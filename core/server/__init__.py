@@ -17,4 +17,5 @@ def run(settings: Settings, service: Optional[MemoryService] = None) -> None:
     import uvicorn
 
     uvicorn.run(create_app(settings, service), host=settings.host, port=settings.port, log_level="info",
+                access_log=settings.access_log,
                 **uvicorn_options(settings.max_header_bytes))
