@@ -58,6 +58,8 @@ class Deferred:
         return self._resolve()(*args, **kwargs)
 
     def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):  # pytest probes module attributes (`__wrapped__`, `_pytestfixturefunction`...)
+            raise AttributeError(attr)
         return getattr(self._resolve(), attr)
 
 
