@@ -375,6 +375,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         self._dirty_windows: set[int] = set()
         self._inserted: list[int] = []  # new rows, whose windows `flush` marks in one pass
         self._vec_seq: Optional[int] = None  # last vec_seq given out in this transaction
+        self._vec_seq_stored: Optional[int] = None  # the counter as stored (read with it)
 
     def _vector_columns(self, vector: StoredVector) -> dict[str, Any]:
         """A vector as stored: float16 (half the bytes; cosine ranking is unchanged to ~1e-3)
@@ -384,10 +385,10 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
                 "embedding": vec.astype(np.float16).tobytes(), "vec_seq": self._next_vec_seq()}
 
     def _next_vec_seq(self) -> int:
-        if self._vec_seq is None:  # writes are serialised, so one read per transaction
-            self._vec_seq = self.conn.execute("SELECT value FROM store_counters WHERE name = 'vec_seq'").fetchone()[0]
+        if self._vec_seq is None:  # writes are serialised: one read per transaction, one write (`flush`)
+            self._vec_seq = self._vec_seq_stored = self.conn.execute(
+                "SELECT value FROM store_counters WHERE name = 'vec_seq'").fetchone()[0]
         self._vec_seq += 1
-        self.conn.execute("UPDATE store_counters SET value = ? WHERE name = 'vec_seq'", (self._vec_seq,))
         return self._vec_seq
 
     def _write_vector(self, cell_id: str, vector: Optional[StoredVector]) -> None:
@@ -487,7 +488,11 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
 
     def flush(self) -> None:
         """Rewrite the marked keyword windows (text, term frequencies, length); runs once
-        before COMMIT, so a batch of turns in one session rewrites each window once."""
+        before COMMIT, so a batch of turns in one session rewrites each window once. The
+        vec_seq counter is stored here too, once for the transaction."""
+        if self._vec_seq != self._vec_seq_stored:
+            self.conn.execute("UPDATE store_counters SET value = ? WHERE name = 'vec_seq'", (self._vec_seq,))
+            self._vec_seq_stored = self._vec_seq
         if self._inserted:
             self._touch_inserted()
         dirty = sorted(self._dirty_windows)
@@ -1210,21 +1215,23 @@ class SQLiteStore(SQLFileReads, SQLStore):
             with self._vectors_lock:
                 if self._writer is None:  # closed meanwhile
                     return
-                # Rows without a vector too, once an index exists: a new row on a purged row's
-                # rowid must not keep that row's vector (it would rank a readable cell by the
-                # text of one its reader could not read).
                 rows = self._query(
                     "SELECT rowid, embed_model, embedding, vec_seq, embed_dim FROM cells "
-                    "WHERE vec_seq > ? AND (embedding IS NOT NULL OR ?) ORDER BY vec_seq LIMIT 20000",
-                    (self._vectors_seq, bool(self._vectors)),
+                    "WHERE vec_seq > ? ORDER BY vec_seq LIMIT 20000",
+                    (self._vectors_seq,),
                 )
                 if not rows:
                     return
+                # Each row's vector is now its model's, or none (a row written without one):
+                # every other index forgets the rowid. So a vector that moved to another model
+                # leaves the old index, and a purged row's vector never stays under its rowid
+                # when a new row reuses it (it would rank a readable cell by the text of one
+                # its reader could not read).
+                changed = np.asarray([row[0] for row in rows], dtype=np.int64)
+                now_of = np.asarray([row[1] if row[2] is not None else None for row in rows], dtype=object)
+                for name, loaded in self._vectors.items():
+                    loaded.discard(changed[now_of != name])
                 by_model: dict[str, tuple[list[int], list[bytes], list[Optional[int]]]] = {}
-                vectorless = [rowid for rowid, _, blob, _, _ in rows if blob is None]
-                if vectorless:
-                    for loaded in self._vectors.values():
-                        loaded.discard(np.asarray(vectorless, dtype=np.int64))
                 for rowid, model, blob, _, dim in rows:
                     if blob is None:
                         continue
@@ -1243,11 +1250,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     index = self._vectors.get(model)
                     if index is None or index.dim != matrix.shape[1]:
                         index = self._vectors[model] = VectorIndex(matrix.shape[1], self.ann_threshold)
-                    rowids = np.asarray(ids, dtype=np.int64)
-                    index.upsert(rowids, matrix)
-                    for other, other_index in self._vectors.items():
-                        if other != model:  # a row's vector now of this model: gone from the others
-                            other_index.discard(rowids)
+                    index.upsert(np.asarray(ids, dtype=np.int64), matrix)
                 self._vectors_seq = rows[-1][3]
 
     def has_vectors(self, model: str, flt: CellFilter) -> bool:
