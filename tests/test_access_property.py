@@ -156,6 +156,17 @@ def service_reads(service: MemoryService, agent: str) -> Reads:
     )
 
 
+def build_service_world(service: MemoryService, specs: list[CellSpec]) -> list[MemoryCell]:
+    """`build_world` through the service's own create, archive and delete."""
+    return build_world(
+        specs,
+        create=lambda agent, body: service.create(agent, CellCreate.model_validate(body)),
+        archive=lambda agent, cid: service.update(agent, cid, CellPatch.model_validate({"lifecycle": {"status": "archived"}})),
+        delete=service.delete,
+        fetch=service.store.get,
+    )
+
+
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds)
 def test_service_read_paths_agree_with_can_read(specs):
@@ -164,13 +175,7 @@ def test_service_read_paths_agree_with_can_read(specs):
         store.open()
         try:
             service = MemoryService(store=store)
-            cells = build_world(
-                specs,
-                create=lambda agent, body: service.create(agent, CellCreate.model_validate(body)),
-                archive=lambda agent, cid: service.update(agent, cid, CellPatch.model_validate({"lifecycle": {"status": "archived"}})),
-                delete=service.delete,
-                fetch=store.get,
-            )
+            cells = build_service_world(service, specs)
             owners = [None] + sorted({c.identity.owner_id for c in cells})
             check_world(cells, AGENTS, owners, lambda agent: service_reads(service, agent))
         finally:
@@ -191,13 +196,7 @@ def test_access_snapshot_admits_what_can_read_allows(specs):
         try:
             store._access_snapshot()  # loaded empty: every cell below arrives as a change
             service = MemoryService(store=store)
-            cells = build_world(
-                specs,
-                create=lambda agent, body: service.create(agent, CellCreate.model_validate(body)),
-                archive=lambda agent, cid: service.update(agent, cid, CellPatch.model_validate({"lifecycle": {"status": "archived"}})),
-                delete=service.delete,
-                fetch=store.get,
-            )
+            cells = build_service_world(service, specs)
             rowid = {cid: r for r, cid in store._query("SELECT rowid, id FROM cells")}
             for agent in AGENTS:
                 rowids, _ = store._access_snapshot().admitted(CellFilter(reader=agent, statuses=ALL_STATUSES))
@@ -331,13 +330,7 @@ def test_as_of_read_paths_agree_with_can_read(specs):
         store.open()
         try:
             service = MemoryService(store=store)
-            cells = build_world(
-                specs,
-                create=lambda agent, body: service.create(agent, CellCreate.model_validate(body)),
-                archive=lambda agent, cid: service.update(agent, cid, CellPatch.model_validate({"lifecycle": {"status": "archived"}})),
-                delete=service.delete,
-                fetch=store.get,
-            )
+            cells = build_service_world(service, specs)
             owners = [None] + sorted({c.identity.owner_id for c in cells})
             check_world(cells, AGENTS, owners, lambda agent: as_of_reads(service, agent))
         finally:
