@@ -114,8 +114,9 @@ def decode_cursor(cursor: str) -> str:
     return value
 
 
-# `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`, one encoder for every cell.
-_CLASS_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+# `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`, one encoder for every call
+# (window classes here, window terms in the SQLite store).
+COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def window_class(owner_id: str, session_id: Optional[str], created_by: Optional[str], public: bool,
@@ -127,7 +128,7 @@ def window_class(owner_id: str, session_id: Optional[str], created_by: Optional[
     cell, or one without a session, has no class and no neighbours."""
     if session_id is None or status == "deleted" or superseded_by is not None:
         return None
-    key = _CLASS_JSON.encode([owner_id, session_id, created_by, bool(public), sorted(set(readable_by)), status])
+    key = COMPACT_JSON.encode([owner_id, session_id, created_by, bool(public), sorted(set(readable_by)), status])
     return hashlib.blake2b(key.encode("utf-8"), digest_size=16).hexdigest()
 
 

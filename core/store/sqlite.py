@@ -39,7 +39,7 @@ from .sql import SQLITE, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
 from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
 from .base import (
-    CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns_text, window_class,
+    COMPACT_JSON, CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns_text, window_class,
 )
 
 MIGRATIONS: list[tuple[int, str, str]] = [
@@ -268,10 +268,6 @@ _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(m
 # less often and for less (a batch load's main thread in process: blocked 0.09-0.12 -> 0.06 ms a cell).
 CHECKPOINT_INTERVAL_S = 1.0
 AUTOCHECKPOINT_PAGES = 4_000
-
-
-# `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`, one encoder for every window.
-_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 class _TermCache:
@@ -515,7 +511,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
                     for term, n in part_tf[r].items():
                         tf[term] = tf.get(term, 0) + n
                 rows.append((rowid, index_text("\n".join(t for _, t in window)), owner_token(owner),
-                             _COMPACT_JSON.encode(dict(sorted(tf.items()))),
+                             COMPACT_JSON.encode(dict(sorted(tf.items()))),
                              sum(tf.values())))
             self.conn.executemany("INSERT INTO cell_context(rowid, text, owner, terms, len) VALUES (?, ?, ?, ?, ?)", rows)
         self._dirty_windows.clear()
