@@ -15,6 +15,7 @@ import math
 import random
 import sqlite3
 from dataclasses import replace
+from typing import Callable
 
 import pytest
 
@@ -314,5 +315,140 @@ def test_caches_follow_this_process_writes_row_by_row(corpus, tmp_path):
                     deleted.clear()
             check()
         assert store._snapshot is snapshot and snapshot.generation > generation  # patched, never reloaded
+    finally:
+        store.close()
+
+
+def _wide_world(path: str, searcher: SQLiteStore) -> tuple[list[CellFilter], list[str], Callable[[], None]]:
+    """The reader-wide filters and queries the row-by-row tests check, and the check: every
+    admitted set equals the SQL filter's, every answer the straightforward BM25's."""
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime.now(timezone.utc)
+    wide = [f for f in FILTERS if f.owner_id is None] + [CellFilter(reader="eve", not_expired_at=now + timedelta(days=2))]
+    queries = ["lena oslo", "quokka piano", "dark-roast march the", "coffee quokka budget"]
+
+    def check() -> None:
+        for flt in wide:
+            rowids, _ = searcher._access_snapshot().admitted(flt)
+            assert rowids.tolist() == _sql_admitted(path, flt), flt
+            for query in queries:
+                got = [(c.cell_id, c.score) for c in searcher.keyword_candidates(query, flt, 30)]
+                assert got == reference(path, query, flt, 30), (query, flt)
+
+    return wide, queries, check
+
+
+def test_another_process_writes_are_patched_in_not_reloaded(corpus, tmp_path):
+    """A second store on the same file (another process) creates, rewrites, re-permissions,
+    archives, deletes and purges cells; the first store's next reader-wide search takes those
+    rows from the change log (migration 11) into its access snapshot and term rows, without
+    loading either again, and answers as the straightforward BM25 over the file (bit for bit),
+    as a store opened afresh does."""
+    import shutil
+    from datetime import datetime, timedelta, timezone
+
+    path = str(tmp_path / "copy.db")
+    shutil.copy(corpus, path)
+    searcher, other = SQLiteStore(path, keyword_scan_max=0), SQLiteStore(path)
+    searcher.open()
+    other.open()
+    rng = random.Random(5)
+    now = datetime.now(timezone.utc)
+    service = MemoryService(store=other, allow_clock_override=True)
+    try:
+        _, queries, check = _wide_world(path, searcher)
+        check()
+        snapshot, postings, generation = searcher._snapshot, searcher._postings, searcher._snapshot.generation
+        ids: list[tuple[str, str]] = []
+        deleted: list[str] = []
+        for step in range(16):
+            owner = rng.choice(["ada", "bob", "cy", "eve"])
+            kind = step % 8 if ids else 0
+            if kind in (0, 7):
+                text = "quokka " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6)))
+                policy = rng.choice([{}, {"readable_by": ["team-*"]}, {"readable_by": ["eve"]}, {"public": True}])
+                cell = service.create(owner, CellCreate(content={"text": text}, access_policy=policy,
+                                                        identity={"owner_id": owner, "session_id": f"{owner}-s{rng.randint(0, 6)}"}))
+                ids.append((owner, cell.id))
+            else:
+                owner, cid = rng.choice(ids)
+                if kind == 1:
+                    service.update(owner, cid, CellPatch(content={"text": "quokka coffee " + rng.choice(WORDS)}))
+                elif kind == 2:
+                    service.update(owner, cid, CellPatch(access_policy={"readable_by": [rng.choice(["team-*", "eve", "nobody"])]}))
+                elif kind in (3, 4):
+                    service.update(owner, cid, CellPatch(lifecycle={"status": "archived"}))
+                elif kind == 5:
+                    service.update(owner, cid, CellPatch(lifecycle={"status": "archived"}))
+                    service.delete(owner, cid)
+                    ids.remove((owner, cid))
+                    deleted.append(cid)
+                else:
+                    assert service.purge("admin", deleted, as_of=now + timedelta(days=400)).purged == deleted
+                    deleted.clear()
+            check()
+        assert searcher._snapshot is snapshot and snapshot.generation > generation  # patched, never reloaded
+        assert searcher._postings is postings
+        fresh = SQLiteStore(path, keyword_scan_max=0)
+        fresh.open()
+        try:
+            for flt in FILTERS:
+                if flt.owner_id is None:
+                    for query in queries:
+                        assert [(c.cell_id, c.score) for c in searcher.keyword_candidates(query, flt, 50)] == \
+                               [(c.cell_id, c.score) for c in fresh.keyword_candidates(query, flt, 50)], (query, flt)
+        finally:
+            fresh.close()
+    finally:
+        searcher.close()
+        other.close()
+
+
+def test_caches_load_afresh_when_the_change_log_cannot_say(corpus, tmp_path, monkeypatch):
+    """Another process wrote more rows than a patch takes (or the log was pruned past what
+    this process saw): the caches load again, and answers stay exact."""
+    import shutil
+
+    import ampkit.store.sqlite as sqlite_store
+
+    path = str(tmp_path / "copy.db")
+    shutil.copy(corpus, path)
+    searcher, other = SQLiteStore(path, keyword_scan_max=0), SQLiteStore(path)
+    searcher.open()
+    other.open()
+    try:
+        _, _, check = _wide_world(path, searcher)
+        check()
+        snapshot = searcher._snapshot
+        monkeypatch.setattr(sqlite_store, "CHANGE_LOG_PATCH_MAX", 3)
+        service = MemoryService(store=other)
+        for i in range(4):
+            service.create("ada", CellCreate(content={"text": f"quokka piano {i}"}, identity={"owner_id": "ada"},
+                                             access_policy={"readable_by": ["team-*"]}))
+        check()
+        assert searcher._snapshot is not snapshot  # loaded again
+        snapshot = searcher._snapshot
+        service.create("cy", CellCreate(content={"text": "quokka oslo"}, identity={"owner_id": "cy"}))
+        # as if pruned past what this process saw (the pruning keeps the newest entry)
+        other._require_writer().execute("DELETE FROM change_log WHERE seq < (SELECT MAX(seq) FROM change_log)")
+        service.create("bob", CellCreate(content={"text": "quokka lena"}, identity={"owner_id": "bob"}, access_policy={"public": True}))
+        check()
+        assert searcher._snapshot is not snapshot
+    finally:
+        searcher.close()
+        other.close()
+
+
+def test_change_log_keeps_its_last_million_entries(tmp_path):
+    """Migration 11's pruning: at every 4096th entry, entries a million or more behind go."""
+    store = SQLiteStore(str(tmp_path / "log.db"))
+    store.open()
+    try:
+        conn = store._require_writer()
+        conn.executemany("INSERT INTO change_log(seq, rid) VALUES (?, 7)", [(1,), (4095,), (4097 + 1_000_000,)])
+        assert [s for (s,) in conn.execute("SELECT seq FROM change_log")] == [1, 4095, 1_004_097]
+        conn.execute("INSERT INTO change_log(seq, rid) VALUES (?, 7)", (4096 * 245,))  # 1,003,520: prunes <= 3,520
+        assert [s for (s,) in conn.execute("SELECT seq FROM change_log ORDER BY seq")] == [4095, 1_003_520, 1_004_097]
     finally:
         store.close()

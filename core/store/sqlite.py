@@ -22,7 +22,7 @@ import tempfile
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Iterator, Optional, Sequence, cast
 
@@ -219,7 +219,41 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         INSERT INTO store_counters(name, value) SELECT 'vec_seq', COALESCE(MAX(vec_seq), 0) FROM cells;
         """,
     ),
+    (
+        11,
+        "change log: the rows each commit touched, for every process's in-memory caches",
+        # Every writer (any process, any connection: these are triggers in the file) appends
+        # the rowid of each row it changes, in the same transaction. A process's access
+        # snapshot and term rows then catch up with another process's commits by reading the
+        # rows logged since the last sequence number they saw (`SQLiteStore._catch_up`)
+        # instead of loading everything again. A window deleted without being written again
+        # is its cell's deletion (logged on `cells`); every other window delete is followed by
+        # its insert. The log keeps its last million entries (pruned every 4096
+        # appends); a process further behind loads afresh.
+        """
+        CREATE TABLE change_log (seq INTEGER PRIMARY KEY, rid INTEGER NOT NULL);
+        CREATE TRIGGER change_log_cells_ai AFTER INSERT ON cells BEGIN
+            INSERT INTO change_log(rid) VALUES (new.rowid);
+        END;
+        CREATE TRIGGER change_log_cells_au AFTER UPDATE OF owner_id, created_by, type, status, public, superseded_by,
+            expires_at, body ON cells BEGIN
+            INSERT INTO change_log(rid) VALUES (new.rowid);
+        END;
+        CREATE TRIGGER change_log_cells_ad AFTER DELETE ON cells BEGIN
+            INSERT INTO change_log(rid) VALUES (old.rowid);
+        END;
+        CREATE TRIGGER change_log_context_ai AFTER INSERT ON cell_context BEGIN
+            INSERT INTO change_log(rid) VALUES (new.rowid);
+        END;
+        CREATE TRIGGER change_log_prune AFTER INSERT ON change_log WHEN new.seq % 4096 = 0 BEGIN
+            DELETE FROM change_log WHERE seq <= new.seq - 1000000;
+        END;
+        """,
+    ),
 ]
+# Past this many rows logged by other processes since this one last looked, its caches load
+# afresh instead of patching (one scan then costs less than reading that many rows' state).
+CHANGE_LOG_PATCH_MAX = 200_000
 
 # Every occurrence of one term in the window text (column 0 of cells_fts), read from the FTS
 # index itself, as one comma-separated string of rowids in rowid order (fts5vocab `instance`
@@ -239,23 +273,6 @@ _TOKENIZER = (
     "text, content='', tokenize='porter unicode61 remove_diacritics 2')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_token_instances USING fts5vocab(temp, ampkit_tokens, instance)",
 )
-# The writer connection notes every row a transaction touches (TEMP triggers: this connection
-# only, whatever code path wrote), so the commit can hand their new state to the in-memory
-# access snapshot and postings cache (`SQLiteStore._collect_changes`).
-_TRACK_CHANGES = (
-    "CREATE TEMP TABLE IF NOT EXISTS ampkit_touched(rid INTEGER PRIMARY KEY)",
-    *(f"CREATE TEMP TRIGGER IF NOT EXISTS ampkit_touch_{name} AFTER {event} ON main.{table} "
-      f"BEGIN INSERT OR IGNORE INTO ampkit_touched(rid) VALUES ({row}.rowid); END"
-      for name, event, table, row in (
-          ("cells_ai", "INSERT", "cells", "new"),
-          ("cells_au", "UPDATE OF owner_id, created_by, type, status, public, superseded_by, expires_at, body",
-           "cells", "new"),
-          ("cells_ad", "DELETE", "cells", "old"),
-          ("context_ai", "INSERT", "cell_context", "new"),
-          ("context_ad", "DELETE", "cell_context", "old"),
-      )),
-)
-
 _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
 
 # Checkpoints (the WAL copied back into the database file, with its fsyncs): a background
@@ -268,6 +285,18 @@ _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(m
 # less often and for less (a batch load's main thread in process: blocked 0.09-0.12 -> 0.06 ms a cell).
 CHECKPOINT_INTERVAL_S = 1.0
 AUTOCHECKPOINT_PAGES = 4_000
+
+
+@dataclass(frozen=True)
+class _Changes:
+    """Rows logged since the caches last took the change log in: each one's state now and its
+    window's term counts (`SQLiteStore._collect_changes`), up to log entry `seq`; `reload`:
+    the log cannot say (pruned, or too long), the caches load afresh."""
+
+    seq: int
+    states: dict[int, Optional[RowState]]
+    terms: dict[int, Optional[dict[str, int]]]
+    reload: bool = False
 
 
 class _TermCache:
@@ -618,7 +647,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._stats_cache: Optional[tuple[int, dict[tuple[str, tuple[Any, ...], bool], builtins.list[Any]], builtins.list[builtins.list[float]]]] = None
         self._postings: Optional[tuple[int, PostingsCache]] = None  # (foreign generation, cache)
         # Reader-wide filters: the access snapshot (`_access_snapshot`), kept in step with
-        # this process's commits, rebuilt after another connection's (`_foreign_generation`).
+        # every process's commits through the change log (`_collect_changes`).
         self._snapshot: Optional[AccessSnapshot] = None
         self._snapshot_build_lock = threading.Lock()
         self._snapshot_backlog: Optional[builtins.list[dict[int, Optional[RowState]]]] = None
@@ -626,7 +655,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._foreign = 0
         self._seen_version: Optional[int] = None
         self._writer_version: Optional[int] = None
-        self._tracking = False  # the TEMP triggers are in place (open)
+        self._tracking = False  # the change log exists (open)
+        self._log_seq = 0  # the last change_log entry the in-memory caches have taken in
 
     # ------------------------------------------------------------ connections
     def _connect(self) -> sqlite3.Connection:
@@ -658,11 +688,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
         except sqlite3.Error as exc:
             raise Unavailable(f"cannot open SQLite store at {self.path}: {exc}") from exc
         self.migrate()
-        # (A store a test holds at an old schema has no keyword windows: nothing to track.)
-        self._tracking = self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'cell_context'").fetchone() is not None
+        # (A store a test holds at an old schema has no change log: nothing to track.)
+        self._tracking = self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'change_log'").fetchone() is not None
         if self._tracking:
-            for statement in _TRACK_CHANGES:
-                self._writer.execute(statement)
+            self._log_seq = self._writer.execute("SELECT COALESCE(MAX(seq), 0) FROM change_log").fetchone()[0]
         self._writer.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
         if self._checkpointer is None:  # (an open store opened again keeps its thread)
             self._checkpoint_stop.clear()
@@ -826,18 +855,28 @@ class SQLiteStore(SQLFileReads, SQLStore):
             self._apply_changes(changes)
             self._checkpoint_wanted.set()
 
-    def _collect_changes(self, conn: sqlite3.Connection) -> Optional[tuple[dict[int, Optional[RowState]], dict[int, Optional[dict[str, int]]]]]:
-        """Inside the transaction, before COMMIT: the rows it touched, each with its state now
-        (access columns, None when gone) and its keyword window's term counts (None when it has
-        none), for the in-memory caches; None when no cache is kept."""
+    def _collect_changes(self, conn: sqlite3.Connection, limit: Optional[int] = None) -> Optional[_Changes]:
+        """Inside a transaction (a write's, before COMMIT, or a read's): the rows logged since
+        the caches last took the log in (this transaction's and any other process's), each
+        with its state now (access columns, None when gone) and its keyword window's term
+        counts (None when it has none), for the in-memory caches. Its `reload` is set when
+        the log no longer reaches back that far (pruned) or holds more than `limit` rows:
+        the caches load afresh. None when nothing was logged since."""
         if not self._tracking:
             return None
-        touched = [r for (r,) in conn.execute("SELECT rid FROM temp.ampkit_touched")]
-        if not touched:
+        since = self._log_seq
+        first, top = conn.execute("SELECT MIN(seq), MAX(seq) FROM change_log").fetchone()
+        if top is None or top == since:
             return None
-        conn.execute("DELETE FROM temp.ampkit_touched")
+        if top < since:  # the log started afresh (emptied by hand): it cannot say
+            return _Changes(top, {}, {}, reload=True)
         if self._snapshot is None and self._snapshot_backlog is None and self._postings is None:
-            return None
+            return _Changes(top, {}, {})  # no cache to patch
+        if first > since + 1:  # pruned past what the caches have seen
+            return _Changes(top, {}, {}, reload=True)
+        if limit is not None and top - since > limit:
+            return _Changes(top, {}, {}, reload=True)
+        touched = sorted({r for (r,) in conn.execute("SELECT rid FROM change_log WHERE seq > ?", (since,))})
         states: dict[int, Optional[RowState]] = dict.fromkeys(touched)
         terms: dict[int, Optional[dict[str, int]]] = dict.fromkeys(touched)
         patterns: dict[Optional[str], tuple[str, ...]] = {}
@@ -848,22 +887,44 @@ class SQLiteStore(SQLFileReads, SQLStore):
             ):
                 states[row[0]] = row_state(row[1:-1], patterns)
                 terms[row[0]] = None if row[-1] is None else json.loads(row[-1])
-        return states, terms
+        return _Changes(top, states, terms)
 
-    def _apply_changes(self, changes: Optional[tuple[dict[int, Optional[RowState]], dict[int, Optional[dict[str, int]]]]]) -> None:
-        """After COMMIT, still under the write lock (so in commit order): the touched rows'
-        new state into the snapshot (or the backlog of one being built) and the postings log."""
+    def _apply_changes(self, changes: Optional[_Changes]) -> None:
+        """After COMMIT, under the write lock (so in commit order): the logged rows' new state
+        into the snapshot (or the backlog of one being built) and the postings log, or, when
+        the log could not say, every cache loads afresh (the foreign generation moves)."""
         if changes is None:
             return
-        states, terms = changes
+        self._log_seq = changes.seq
+        if changes.reload:
+            self._foreign += 1
+            return
+        if not changes.states:
+            return
         if self._snapshot_backlog is not None:
-            self._snapshot_backlog.append(states)
+            self._snapshot_backlog.append(changes.states)
         snapshot = self._snapshot
         if snapshot is not None:
-            snapshot.apply(states)
+            snapshot.apply(changes.states)
         postings = self._postings
         if postings is not None:
+            terms = changes.terms
             postings[1].record(np.fromiter(sorted(terms), dtype=np.int64, count=len(terms)), terms)
+
+    def _catch_up(self) -> None:
+        """Under the write lock, after another connection committed: its logged rows into
+        the caches, read in one read transaction of the writer connection (no write of ours
+        is under way)."""
+        if not self._tracking:  # an old schema without the log: load afresh
+            self._foreign += 1
+            return
+        conn = self._require_writer()
+        conn.execute("BEGIN")
+        try:
+            changes = self._collect_changes(conn, CHANGE_LOG_PATCH_MAX)
+        finally:
+            conn.execute("COMMIT")
+        self._apply_changes(changes)
 
     # ------------------------------------------------------------ reads
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
@@ -1021,9 +1082,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
             return int(self._version_conn.execute("PRAGMA data_version").fetchone()[0])
 
     def _foreign_generation(self) -> int:
-        """A number that moves whenever another connection (another process, another store on
-        the same file) has committed since the last call, and only then: this process's own
-        commits reach the in-memory caches row by row (`_apply_changes`). The writer's
+        """The caches' generation, after taking in what other connections (another process,
+        another store on the same file) committed since the last call: their logged rows
+        patch the caches as this process's own commits do (`_catch_up`); the number moves
+        only when that cannot be done and the caches must load afresh. The writer's
         `PRAGMA data_version` is unchanged by its own commits and moves on everyone else's;
         it is read (under the write lock, the writer's owner) only when `_data_version`
         says something committed at all."""
@@ -1032,15 +1094,15 @@ class SQLiteStore(SQLFileReads, SQLStore):
             if version != self._seen_version:
                 with self._write_lock:
                     writer = int(self._require_writer().execute("PRAGMA data_version").fetchone()[0])
-                if self._writer_version is not None and writer != self._writer_version:
-                    self._foreign += 1
-                self._writer_version = writer
+                    if self._writer_version is not None and writer != self._writer_version:
+                        self._catch_up()
+                    self._writer_version = writer
                 self._seen_version = version
             return self._foreign
 
     def _postings_cache(self) -> PostingsCache:
-        """Every row's postings per term (all threads): patched with this process's commits,
-        started afresh after another connection's."""
+        """Every row's postings per term (all threads): patched with every logged commit,
+        started afresh when the change log cannot say what changed."""
         foreign = self._foreign_generation()
         cached = self._postings
         if cached is None or cached[0] != foreign:
@@ -1051,9 +1113,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return cached[1]
 
     def _access_snapshot(self) -> AccessSnapshot:
-        """The access snapshot, current with every commit so far: loaded on first use, and
-        again after another connection committed (one scan of the table). A search that
-        needs it while it loads waits for that load instead of scanning too."""
+        """The access snapshot, current with every commit so far: loaded on first use (one
+        scan of the table), then patched from the change log; loaded again only when the log
+        cannot say what changed. A search that needs it while it loads waits for that load
+        instead of scanning too."""
         snapshot = self._snapshot
         if snapshot is not None and snapshot.foreign == self._foreign_generation():
             return snapshot
@@ -1062,11 +1125,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
             if snapshot is not None and snapshot.foreign == self._foreign_generation():
                 return snapshot
             conn = self._reader()
-            # The generation is read first: another connection's commit after it (before or
-            # during the load) moves it, and this snapshot is loaded again at its next use.
-            # This connection's read transaction starts under the write lock, with no commit
-            # of ours half done; our commits from then on are kept in the backlog and applied
-            # on top (each is a row's whole state: one the load already saw changes nothing).
+            # The generation is read first (a reload the log asks for meanwhile moves it, and
+            # this snapshot is loaded again at its next use). This connection's read
+            # transaction starts under the write lock, with no commit of ours half done; the
+            # logged rows taken in from then on (ours, or another process's caught up) are
+            # kept in the backlog and applied on top (each is a row's whole state: one the
+            # load already saw changes nothing).
             foreign = self._foreign_generation()
             with self._write_lock:
                 self._snapshot = None
