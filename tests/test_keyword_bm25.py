@@ -452,3 +452,26 @@ def test_change_log_keeps_its_last_million_entries(tmp_path):
         assert [s for (s,) in conn.execute("SELECT seq FROM change_log ORDER BY seq")] == [4095, 1_003_520, 1_004_097]
     finally:
         store.close()
+
+
+def test_a_word_spelled_like_an_owner_token_counts_only_its_text_occurrences(tmp_path):
+    """Term rows are read without fts5vocab's column test, except for a word spelled like
+    an owner token (the FTS `owner` column holds those): its owner-column occurrences must
+    not count as text."""
+    from ampkit.textindex import owner_token
+
+    path = str(tmp_path / "tok.db")
+    store = SQLiteStore(path, keyword_scan_max=0)
+    store.open()
+    try:
+        service = MemoryService(store=store)
+        token = owner_token("bob")
+        for owner, text in [("bob", "piano lessons"), ("bob", "piano again"), ("ada", f"the word {token} {token}"),
+                            ("ada", "piano")]:
+            service.create(owner, CellCreate(content={"text": text}, identity={"owner_id": owner}, access_policy={"public": True}))
+        flt = CellFilter(reader="cy")
+        for query in (token, f"piano {token}"):
+            want = reference(path, query, flt, 10)
+            assert want and [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 10)] == want
+    finally:
+        store.close()

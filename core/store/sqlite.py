@@ -17,6 +17,7 @@ import builtins
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import tempfile
 import threading
@@ -264,6 +265,11 @@ CHANGE_LOG_PATCH_MAX = 200_000
 ADMITTED_CACHE_ROWS = 4_000_000
 POSTINGS_CACHE_ROWS = 32_000_000
 _TERM_ROWS = "SELECT group_concat(doc) FROM temp.ampkit_vocab WHERE term = ? AND col = 'text'"
+# The same for a term the `owner` column cannot hold (it holds only owner tokens, "o" and 16
+# hex digits: `owner_token`): without the column test, which fts5vocab evaluates per
+# occurrence (half the time of a common word's read).
+_TERM_ROWS_ANY_COLUMN = "SELECT group_concat(doc) FROM temp.ampkit_vocab WHERE term = ?"
+_OWNER_TOKEN = re.compile(r"o[0-9a-f]{16}")
 _UNIT_ROWS = "SELECT group_concat(rowid) FROM cells_fts WHERE cells_fts MATCH ?"
 
 # FTS5 is also the tokenizer: a contentless temporary index per connection turns texts into
@@ -347,6 +353,11 @@ def tokenize(conn: sqlite3.Connection, texts: Sequence[str]) -> list[dict[str, i
             out[i] = fresh[j]
             _TERMS.put(texts[i], fresh[j])
     return [tf if tf is not None else {} for tf in out]
+
+
+def term_rows_sql(term: str) -> str:
+    """The query for a term's occurrences in the window text (`_TERM_ROWS`)."""
+    return _TERM_ROWS if _OWNER_TOKEN.fullmatch(term) else _TERM_ROWS_ANY_COLUMN
 
 
 def _term_matrix(rows: Sequence[tuple], n_terms: int) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -1022,7 +1033,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
 
         def load_term(term: str) -> tuple[np.ndarray, np.ndarray]:
             def load() -> tuple[np.ndarray, np.ndarray]:
-                return doc_counts(int_list(conn.execute(_TERM_ROWS, (term,)).fetchone()[0]))
+                return doc_counts(int_list(conn.execute(term_rows_sql(term), (term,)).fetchone()[0]))
             rowids, tf = postings.get("t:" + term, load)
             return rowids, tf
 
