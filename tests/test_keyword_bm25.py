@@ -475,3 +475,25 @@ def test_a_word_spelled_like_an_owner_token_counts_only_its_text_occurrences(tmp
             assert want and [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 10)] == want
     finally:
         store.close()
+
+
+def test_term_rows_warmed_at_open_answer_as_loaded_ones(corpus, expected):
+    """Past `warm_terms_min_cells`, open() reads the most common words' term rows in the
+    background; searches answering from them give the same bits."""
+    store = SQLiteStore(corpus, keyword_scan_max=0, warm_terms_min_cells=0)
+    store.open()
+    try:
+        assert store.wait_for_term_warmup(60)
+        assert store._postings is not None and len(store._postings[1].items) > 10
+        for query in QUERIES:
+            for i, flt in enumerate(FILTERS):
+                got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 80)]
+                assert got == expected[query, i][:80], (query, flt)
+    finally:
+        store.close()
+    cold = SQLiteStore(corpus, keyword_scan_max=0)  # a small store: nothing read ahead
+    cold.open()
+    try:
+        assert cold.wait_for_term_warmup(60) and cold._postings is None
+    finally:
+        cold.close()

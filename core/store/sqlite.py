@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import Unavailable
 from ..glob import upgrade_stored
 from ..models import MemoryCell
-from ..textindex import CJK_CLASS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
+from ..textindex import CJK_CLASS, STOP_WORDS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
 from ._access_snapshot import SNAPSHOT_COLUMNS, SNAPSHOT_FROM, AccessSnapshot, RowState, row_state
 from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, doc_counts, int_list, top_k, union_positions
@@ -280,6 +280,11 @@ _TOKENIZER = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_token_instances USING fts5vocab(temp, ampkit_tokens, instance)",
 )
 _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
+_VOCAB_COLUMNS = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab_columns USING fts5vocab(main, cells_fts, col)"
+# Past this many cells, open() reads the most common words' term rows in the background, up
+# to this share of the postings cache (the rest is left for the words searches ask for).
+WARM_TERMS_MIN_CELLS = 100_000
+WARM_TERMS_SHARE = 0.75
 
 # Checkpoints (the WAL copied back into the database file, with its fsyncs): a background
 # thread copies what commits wrote, at most once per CHECKPOINT_INTERVAL_S while they arrive
@@ -624,7 +629,13 @@ class SQLiteStore(SQLFileReads, SQLStore):
         keyword_scan_max: int = 5000,
         warm_exact_max: int = 20000,
         checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
+        warm_terms_min_cells: Optional[int] = WARM_TERMS_MIN_CELLS,
     ):
+        # Past this many cells, open() reads the term rows of the words in the most windows
+        # in the background (`_warm_terms`); None: never.
+        self.warm_terms_min_cells = warm_terms_min_cells
+        self._warm_lock = threading.Lock()  # held by `_warm_terms` per word, and by close()
+        self._terms_warm = threading.Event()
         self.checkpoint_interval_s = checkpoint_interval_s
         self._checkpoint_wanted = threading.Event()  # set by each commit
         self._checkpoint_stop = threading.Event()
@@ -712,6 +723,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
         # dense leg meanwhile ranks small filtered sets from the table, see vector_candidates).
         self._vectors_ready.clear()
         self._start_index_thread(self._warm_vectors)
+        self._terms_warm.clear()
+        if self.warm_terms_min_cells is not None and self._tracking:
+            threading.Thread(target=self._warm_terms, daemon=True, name="ampkit-terms").start()
+        else:
+            self._terms_warm.set()
 
     def _checkpoint_loop(self) -> None:
         """The background checkpoints (see CHECKPOINT_INTERVAL_S), on a connection of their own."""
@@ -762,6 +778,44 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._index_threads.append(thread)
         thread.start()
 
+    def _warm_terms(self) -> None:
+        """Background, from open() of a store past `warm_terms_min_cells`: the term rows of
+        the words in the most keyword windows (stop words aside: a query drops them) into the
+        postings cache, up to WARM_TERMS_SHARE of it, most common first. A reader-wide
+        search otherwise reads each at its first use (a tenth of a second for a word in half
+        of a million windows). One word per hold of `_warm_lock`, which close() takes before
+        closing connections; searches never wait for it (one that needs a word first reads
+        it itself)."""
+        try:
+            with self._warm_lock:
+                if self._writer is None:
+                    return
+                if self._query("SELECT COALESCE(MAX(rowid), 0) FROM cells")[0][0] < (self.warm_terms_min_cells or 0):
+                    return
+                conn = self._reader()
+                conn.execute(_VOCAB)
+                conn.execute(_VOCAB_COLUMNS)
+                terms = [t for (t,) in conn.execute(
+                    "SELECT term FROM temp.ampkit_vocab_columns WHERE col = 'text' ORDER BY doc DESC LIMIT 5000")
+                    if t not in STOP_WORDS]
+            for term in terms:
+                with self._warm_lock:
+                    if self._writer is None:
+                        return
+                    postings = self._postings_cache()
+                    if postings.size > POSTINGS_CACHE_ROWS * WARM_TERMS_SHARE:
+                        return
+                    postings.get("t:" + term, lambda: doc_counts(int_list(
+                        conn.execute(term_rows_sql(term), (term,)).fetchone()[0])))
+        except Exception:  # noqa: BLE001  (closed meanwhile: searches read words themselves)
+            return
+        finally:
+            self._terms_warm.set()
+
+    def wait_for_term_warmup(self, timeout: Optional[float] = None) -> bool:
+        """Until the background term warm-up started by open() is done; False on timeout."""
+        return self._terms_warm.wait(timeout)
+
     def wait_for_vector_index(self, timeout: Optional[float] = None) -> None:
         """Until the background loading and graph building started so far are done."""
         for thread in list(self._index_threads):
@@ -808,7 +862,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     self._save_ann(model, index)
                 except OSError:
                     pass
-        with self._vectors_lock:  # the background warm-up reads under it (_catch_up_vectors)
+        with self._warm_lock, self._vectors_lock:  # the background warm-ups read under them
             with self._readers_lock:
                 for conn in self._readers:
                     conn.close()
