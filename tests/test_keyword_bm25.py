@@ -497,3 +497,25 @@ def test_term_rows_warmed_at_open_answer_as_loaded_ones(corpus, expected):
         assert cold.wait_for_term_warmup(60) and cold._postings is None
     finally:
         cold.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_k_over_many_scores_keeps_the_plain_answer(seed):
+    """`top_k` past a few thousand scores partitions only those past a floor (the k-th best
+    block maximum): the same indices as taking every positive score, ties at the k-th kept."""
+    import numpy as np
+
+    from ampkit.store._bm25 import top_k
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(70_000, 300_000))
+    scores = np.round(rng.random(n) * rng.choice([3, 50, 10_000]), 1)  # many ties
+    scores[rng.random(n) < rng.choice([0.1, 0.9, 0.9999])] = 0.0
+    for k in (1, 10, 80):
+        positive = np.flatnonzero(scores > 0)
+        if positive.size <= k:
+            want = positive
+        else:
+            kth = np.sort(scores[positive])[::-1][k - 1]
+            want = positive[scores[positive] >= kth]
+        assert top_k(scores, k).tolist() == want.tolist()

@@ -34,13 +34,15 @@ def idf(n: int, df: int) -> float:
 @dataclass
 class AdmittedSet:
     """The rows a filter admits (sorted rowids) with their window lengths, and the admitted
-    postings of the terms asked so far (positions into `rowids`, term frequencies)."""
+    postings of the terms asked so far (positions into `rowids`, term frequencies), and
+    each such term's BM25 term score per row (its statistics are this set's: fixed with it)."""
 
     rowids: np.ndarray
     lengths: np.ndarray
     total: int
     postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     matches: dict[str, np.ndarray] = field(default_factory=dict)
+    contributions: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     _norm: Optional[np.ndarray] = None
     _where: Optional[np.ndarray] = None
 
@@ -76,18 +78,28 @@ class AdmittedSet:
             hit = self.postings[term] = (pos, tf[mask])
         return hit
 
-    def scores(self, term_hits: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    def contribution(self, term: str, load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, the term's BM25 score at each) for a query whose words are each one
+        term: every row holding a term is matched, so its document frequency is its row
+        count here, and its score per row depends on this set alone (kept with it: a
+        query then only adds them up). The operations of `bm25_scores` (equal bits)."""
+        hit = self.contributions.get(term)
+        if hit is None:
+            pos, tf = self.term(term, load)
+            weight = idf(self.n, int(pos.size))
+            hit = self.contributions[term] = (pos, weight * tf * (BM25_K1 + 1) / (tf + self.norm()[pos]))
+        return hit
+
+    def scores(self, terms: list[str], load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         """BM25 of every admitted row (0 where no term is held) for a query whose words are
-        each one term: every row holding a term is matched, so a term's document frequency
-        is its row count here. Term by term, in the order given, the operations of
-        `bm25_scores` (equal inputs, equal bits)."""
+        each one term: the terms' scores (`contribution`) added term by term, in the order
+        given, as `bm25_scores` adds them (equal inputs, equal bits)."""
         scores = np.zeros(self.n, dtype=np.float64)
         if not self.n:
             return scores
-        norm = self.norm()
-        for pos, tf in term_hits:
-            weight = idf(self.n, int(pos.size))
-            scores[pos] += weight * tf * (BM25_K1 + 1) / (tf + norm[pos])
+        for term in terms:
+            pos, contribution = self.contribution(term, load)
+            scores[pos] += contribution
         return scores
 
     def norm(self) -> np.ndarray:
@@ -220,9 +232,23 @@ def bm25_scores(n: int, total_len: int, lengths: np.ndarray, matched: np.ndarray
     return scores
 
 
+TOP_K_BLOCK = 64
+
+
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the positive scores that can be among the best k once ties are broken by id:
     the best k and every score equal to the k-th."""
+    if k > 0 and scores.size >= 16 * TOP_K_BLOCK * k:
+        # Over a million scores, most of them positive: a floor first. At least k blocks
+        # hold a score >= the k-th best block maximum, so the k-th best score is at least
+        # that: only the scores past it are partitioned (the same rows, in the same order).
+        whole = scores.size // TOP_K_BLOCK * TOP_K_BLOCK
+        maxima = scores[:whole].reshape(-1, TOP_K_BLOCK).max(axis=1)
+        floor = np.partition(maxima, maxima.size - k)[maxima.size - k]
+        if floor > 0:
+            candidates = np.flatnonzero(scores >= floor)
+            kth = -np.partition(-scores[candidates], k - 1)[k - 1]
+            return candidates[scores[candidates] >= kth]
     positive = np.flatnonzero(scores > 0)
     if positive.size <= k:
         return positive

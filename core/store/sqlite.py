@@ -1102,7 +1102,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
             # term, each term's document frequency is its admitted row count, so the scores
             # are summed straight into one array over the admitted rows (same terms, same
             # order, same operations as bm25_scores: the same bits) without marking matches.
-            scores = admitted.scores([admitted.term(t, load_term) for t in terms])
+            scores = admitted.scores(terms, load_term)
             best = top_k(scores, k)
             rowids = admitted.rowids[best]
         else:
