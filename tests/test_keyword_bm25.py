@@ -519,3 +519,16 @@ def test_top_k_over_many_scores_keeps_the_plain_answer(seed):
             kth = np.sort(scores[positive])[::-1][k - 1]
             want = positive[scores[positive] >= kth]
         assert top_k(scores, k).tolist() == want.tolist()
+
+
+def test_opening_an_open_store_keeps_its_connections_and_warm_ups(corpus):
+    """`ampkit serve` opens the store, then the app opens it again at startup: the second
+    open() changes nothing (a second writer and second background warm-ups raced the first)."""
+    store = SQLiteStore(corpus)
+    store.open()
+    try:
+        writer, threads = store._writer, list(store._index_threads)
+        store.open()
+        assert store._writer is writer and store._index_threads == threads
+    finally:
+        store.close()

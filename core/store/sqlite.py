@@ -699,6 +699,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return conn
 
     def open(self) -> None:
+        if self._writer is not None:
+            # Already open (`ampkit serve` opens before binding, the app again at startup): a
+            # second writer connection and second background warm-ups would race the first
+            # (a vector warm-up restarted mid-way loaded the saved graph over a partial index,
+            # then added the rest of a million vectors to the graph one by one).
+            return
         if self.path in (":memory:", ""):
             # An ephemeral store is a real file in a temporary directory, so that it behaves
             # exactly like the persistent one (WAL, one writer, many readers).
