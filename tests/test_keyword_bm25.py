@@ -532,3 +532,20 @@ def test_opening_an_open_store_keeps_its_connections_and_warm_ups(corpus):
         assert store._writer is writer and store._index_threads == threads
     finally:
         store.close()
+
+
+def test_each_commit_reads_the_change_log_by_its_key_not_by_a_scan(tmp_path):
+    """Every commit reads the log's bounds and the entries past what the caches saw: each
+    a step of the primary key (a scan of a million-entry log at every commit otherwise; the
+    bounds as MIN and MAX in one query were one)."""
+    from ampkit.store.sqlite import _LOG_BOUNDS, _LOG_SINCE
+
+    store = SQLiteStore(str(tmp_path / "plan.db"))
+    store.open()
+    try:
+        conn = store._require_writer()
+        for sql, params in ((_LOG_BOUNDS, ()), (_LOG_SINCE, (1,))):
+            plan = [row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+            assert not any(step.startswith("SCAN change_log") for step in plan), plan
+    finally:
+        store.close()

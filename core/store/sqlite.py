@@ -255,6 +255,11 @@ MIGRATIONS: list[tuple[int, str, str]] = [
 # Past this many rows logged by other processes since this one last looked, its caches load
 # afresh instead of patching (one scan then costs less than reading that many rows' state).
 CHANGE_LOG_PATCH_MAX = 200_000
+# The log's first and last sequence numbers: two subqueries, each one step of the primary key
+# (SQLite's min/max shortcut takes a query with a single min() or max(); both in one query
+# scan the whole log, at every commit).
+_LOG_BOUNDS = "SELECT (SELECT MIN(seq) FROM change_log), (SELECT MAX(seq) FROM change_log)"
+_LOG_SINCE = "SELECT rid FROM change_log WHERE seq > ?"
 
 # Every occurrence of one term in the window text (column 0 of cells_fts), read from the FTS
 # index itself, as one comma-separated string of rowids in rowid order (fts5vocab `instance`
@@ -936,7 +941,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         if not self._tracking:
             return None
         since = self._log_seq
-        first, top = conn.execute("SELECT MIN(seq), MAX(seq) FROM change_log").fetchone()
+        first, top = conn.execute(_LOG_BOUNDS).fetchone()
         if top is None or top == since:
             return None
         if top < since:  # the log started afresh (emptied by hand): it cannot say
@@ -947,7 +952,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
             return _Changes(top, {}, {}, reload=True)
         if limit is not None and top - since > limit:
             return _Changes(top, {}, {}, reload=True)
-        touched = sorted({r for (r,) in conn.execute("SELECT rid FROM change_log WHERE seq > ?", (since,))})
+        touched = sorted({r for (r,) in conn.execute(_LOG_SINCE, (since,))})
         states: dict[int, Optional[RowState]] = dict.fromkeys(touched)
         terms: dict[int, Optional[dict[str, int]]] = dict.fromkeys(touched)
         patterns: dict[Optional[str], tuple[str, ...]] = {}
