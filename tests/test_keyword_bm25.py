@@ -549,3 +549,17 @@ def test_each_commit_reads_the_change_log_by_its_key_not_by_a_scan(tmp_path):
             assert not any(step.startswith("SCAN change_log") for step in plan), plan
     finally:
         store.close()
+
+
+def test_cached_term_counts_widen_when_a_patched_row_needs_it():
+    """Term rows keep their counts in the smallest type (one byte for most words); a changed
+    window counting a word more often than that type holds widens it, losing nothing."""
+    import numpy as np
+
+    from ampkit.store._bm25 import doc_counts, patch_postings
+
+    rowids, tf = doc_counts(np.array([3, 3, 7, 9], dtype=np.int64))
+    assert tf.dtype == np.uint8 and tf.tolist() == [2, 1, 1]
+    rows, counts = patch_postings("w", (rowids, tf), [(np.array([5, 7]), {5: {"w": 300}, 7: None})])
+    assert rows.tolist() == [3, 5, 9] and counts.tolist() == [2, 300, 1] and counts.dtype == np.uint16
+    assert doc_counts(np.repeat(np.array([4], dtype=np.int64), 70_000))[1].tolist() == [70_000]

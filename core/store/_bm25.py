@@ -121,18 +121,18 @@ class AdmittedSet:
 
 
 class PostingsCache:
-    """Every row's postings per term (filter-independent), bounded by the number of rows it
-    holds. Kept across this process's writes: each commit's changed windows (their rows and
-    new term counts) go to a log (`record`), and a cached term's rows are patched from the
-    entries it has not seen when it is next asked for (`get`); a key that cannot be patched
-    (an FTS phrase, "u:") is loaded again. Another process's commit replaces the whole cache
-    (the store's foreign-commit generation)."""
+    """Every row's postings per term (filter-independent), bounded by the bytes its arrays
+    hold. Kept across commits: each commit's changed windows (their rows and new term
+    counts, from the store's change log) go to a log (`record`), and a cached term's rows are
+    patched from the entries it has not seen when it is next asked for (`get`); a key that
+    cannot be patched (an FTS phrase, "u:") is loaded again. The store replaces the whole
+    cache when the change log cannot say what changed (its foreign generation)."""
 
     MAX_LOG_ROWS = 200_000  # changed rows kept for patching; past this, start afresh
 
-    def __init__(self, max_entries: int):
-        self.max_entries = max_entries
-        self.size = 0
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.size = 0  # bytes held
         self.items: dict[str, tuple[tuple[np.ndarray, ...], int]] = {}  # key -> (arrays, log position)
         self.log: list[tuple[np.ndarray, dict[int, Optional[dict[str, int]]]]] = []
         self.log_rows = 0
@@ -173,14 +173,18 @@ class PostingsCache:
             if self.epoch == epoch:  # not started afresh meanwhile
                 old = self.items.pop(key, None)
                 if old is not None:
-                    self.size -= int(old[0][0].size)
-                size = int(arrays[0].size)
-                while self.items and self.size + size > self.max_entries:  # least recently used out
+                    self.size -= _nbytes(old[0])
+                size = _nbytes(arrays)
+                while self.items and self.size + size > self.max_bytes:  # least recently used out
                     evicted = self.items.pop(next(iter(self.items)))
-                    self.size -= int(evicted[0][0].size)
+                    self.size -= _nbytes(evicted[0])
                 self.items[key] = (arrays, at)
                 self.size += size
         return arrays
+
+
+def _nbytes(arrays: tuple[np.ndarray, ...]) -> int:
+    return sum(int(a.nbytes) for a in arrays)
 
 
 def patch_postings(term: str, arrays: tuple[np.ndarray, ...],
@@ -198,9 +202,11 @@ def patch_postings(term: str, arrays: tuple[np.ndarray, ...],
     added = [(r, t[term]) for r, t in sorted(latest.items()) if t and term in t]
     if added:
         new_rows = np.array([r for r, _ in added], dtype=rowids.dtype)
+        new_tf = np.array([n for _, n in added], dtype=np.int64)
         where = np.searchsorted(rowids, new_rows)
         rowids = np.insert(rowids, where, new_rows)
-        tf = np.insert(tf, where, np.array([n for _, n in added], dtype=tf.dtype))
+        tf = tf.astype(np.promote_types(tf.dtype, count_dtype(int(new_tf.max()))), copy=False)
+        tf = np.insert(tf, where, new_tf.astype(tf.dtype))
     return rowids, tf
 
 
@@ -270,16 +276,23 @@ def int_list(text: Optional[str]) -> np.ndarray:
     return np.fromstring(text, dtype=np.int64, sep=",")  # text mode: parsed in C
 
 
+def count_dtype(largest: int) -> np.dtype:
+    """The smallest unsigned integer type holding term counts up to `largest` (most words
+    occur once or twice in a window: one byte a cached posting instead of four; the scores
+    computed from them are the same, exact integers promoted to float64)."""
+    return np.dtype(np.uint8 if largest < 256 else np.uint16 if largest < 65536 else np.uint32)
+
+
 def doc_counts(docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct row ids, occurrences of each) of a row id per occurrence, as int32 (half
-    the memory of a cached posting); in row id order, as FTS lists them, without a sort."""
+    """(distinct row ids as int32, occurrences of each in the smallest type that holds them:
+    5 bytes a cached posting for most words); in row id order, as FTS lists them, without a sort."""
     if not docs.size:
-        return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int32)
+        return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.uint8)
     if not (docs[1:] >= docs[:-1]).all():
         docs = np.sort(docs)
     starts = np.flatnonzero(np.concatenate(([True], docs[1:] != docs[:-1])))
     counts = np.diff(np.append(starts, docs.size))
-    return docs[starts].astype(np.int32), counts.astype(np.int32)
+    return docs[starts].astype(np.int32), counts.astype(count_dtype(int(counts.max())))
 
 
 def union_positions(parts: list[np.ndarray], n: int) -> np.ndarray:

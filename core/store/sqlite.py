@@ -265,10 +265,11 @@ _LOG_SINCE = "SELECT rid FROM change_log WHERE seq > ?"
 # index itself, as one comma-separated string of rowids in rowid order (fts5vocab `instance`
 # has a row per occurrence): one string instead of a Python row per match is most of the speed.
 # Shared by every thread: the admitted rows of recent wide filters (16 bytes a row), and every
-# row's postings of recent terms (8 bytes a row; at most 256 MB: the most common words of a
-# million short windows, half a million rows each, are the ones a wide search needs again).
+# row's postings of recent terms (5 bytes a row for most words; at most 256 MB: the most
+# common words of a million short windows, half a million rows each, are the ones a wide
+# search needs again).
 ADMITTED_CACHE_ROWS = 4_000_000
-POSTINGS_CACHE_ROWS = 32_000_000
+POSTINGS_CACHE_BYTES = 256 * 2**20
 _TERM_ROWS = "SELECT group_concat(doc) FROM temp.ampkit_vocab WHERE term = ? AND col = 'text'"
 # The same for a term the `owner` column cannot hold (it holds only owner tokens, "o" and 16
 # hex digits: `owner_token`): without the column test, which fts5vocab evaluates per
@@ -814,7 +815,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     if self._writer is None:
                         return
                     postings = self._postings_cache()
-                    if postings.size > POSTINGS_CACHE_ROWS * WARM_TERMS_SHARE:
+                    if postings.size > POSTINGS_CACHE_BYTES * WARM_TERMS_SHARE:
                         return
                     postings.get("t:" + term, lambda: doc_counts(int_list(
                         conn.execute(term_rows_sql(term), (term,)).fetchone()[0])))
@@ -1185,7 +1186,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
             # Made under the write lock: no transaction is between its change capture and
             # its commit, so every later commit is recorded into this cache's log.
             with self._write_lock:
-                cached = self._postings = (foreign, PostingsCache(POSTINGS_CACHE_ROWS))
+                cached = self._postings = (foreign, PostingsCache(POSTINGS_CACHE_BYTES))
         return cached[1]
 
     def _access_snapshot(self) -> AccessSnapshot:
