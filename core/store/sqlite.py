@@ -796,19 +796,22 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return self._writer is not None and self._opened == opened
 
     def _warm_terms(self, opened: int) -> None:
-        """Background, from open() of a store past `warm_terms_min_cells`: the term rows of
-        the words in the most keyword windows (stop words aside: a query drops them) into the
-        postings cache, up to WARM_TERMS_SHARE of it, most common first. A reader-wide
-        search otherwise reads each at its first use (a tenth of a second for a word in half
-        of a million windows). One word per hold of `_warm_lock`, which close() takes before
-        closing connections; searches never wait for it (one that needs a word first reads
-        it itself)."""
+        """Background, from open() of a store past `warm_terms_min_cells`: the access
+        snapshot, then the term rows of the words in the most keyword windows (stop words
+        aside: a query drops them) into the postings cache, up to WARM_TERMS_SHARE of it,
+        most common first. A reader-wide search otherwise reads each at its first use (a
+        tenth of a second for a word in half of a million windows). One word per hold of
+        `_warm_lock`, which close() takes before closing connections; searches never wait
+        for a word (one that needs it first reads it itself)."""
         try:
             with self._warm_lock:
                 if not self._current(opened):
                     return
                 if self._query("SELECT COALESCE(MAX(rowid), 0) FROM cells")[0][0] < (self.warm_terms_min_cells or 0):
                     return
+                # The access snapshot first (seconds at a million cells): the first wide
+                # search after a start then finds it loaded, or waits for this load.
+                self._access_snapshot()
                 conn = self._reader()
                 conn.execute(_VOCAB)
                 conn.execute(_VOCAB_COLUMNS)
