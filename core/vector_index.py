@@ -38,6 +38,11 @@ class VectorIndex:
         self.ann_state = "none"  # none | building | ready | unavailable
         self.ann_dirty = False  # changed since it was last saved
         self._lock = threading.Lock()
+        # The slots of recent allowed sets (a wide filter's admitted rows, the same array
+        # object while its cache holds it), valid until a row is placed or forgotten:
+        # id(allowed) -> (allowed, version, slots, [mark per slot or None]).
+        self._version = 0
+        self._allowed_slots: dict[int, tuple[np.ndarray, int, np.ndarray, list[Optional[np.ndarray]]]] = {}
 
     def __len__(self) -> int:
         return self._count
@@ -53,6 +58,7 @@ class VectorIndex:
         vectors = np.asarray(vectors, dtype=np.float32).reshape(len(rowids), self.dim)
         added_rowids, added_vectors = rowids, vectors
         with self._lock:
+            self._version += 1
             top = int(rowids.max())
             if top >= len(self._slot_of):
                 grown = np.full(max(top + 1, 2 * len(self._slot_of)), -1, dtype=np.int64)
@@ -86,6 +92,7 @@ class VectorIndex:
         """Forget these rows (their vector is now another model's); a search never returns
         them (a row stays in the graph, unreachable: its slot is gone)."""
         with self._lock:
+            self._version += 1
             rowids = rowids[(rowids >= 0) & (rowids < len(self._slot_of))]
             self._slot_of[rowids] = -1
 
@@ -157,13 +164,11 @@ class VectorIndex:
         """Top-k (rowid, cosine) among the `allowed` row ids, best first."""
         query = np.asarray(query, dtype=np.float32).reshape(self.dim)
         with self._lock:
-            allowed = allowed[(allowed >= 0) & (allowed < len(self._slot_of))]
-            slots = self._slot_of[allowed]
-            slots = slots[slots >= 0]
+            slots, marks = self._slots(allowed)
             if len(slots) == 0 or k <= 0:
                 return []
             if self._ann is not None and len(slots) > 4 * k:
-                hits = self._search_ann(query, slots, k)
+                hits = self._search_ann(query, slots, k, marks)
                 if hits is not None:
                     return hits
             # Only the allowed rows, gathered: a product over everything would give the same
@@ -172,7 +177,26 @@ class VectorIndex:
             top = _top_k(scores, k)
             return [(int(self._rowids[slots[i]]), float(scores[i])) for i in top]
 
-    def _search_ann(self, query: np.ndarray, slots: np.ndarray, k: int) -> Optional[list[tuple[int, float]]]:
+    def _slots(self, allowed: np.ndarray) -> tuple[np.ndarray, list[Optional[np.ndarray]]]:
+        """The current slots of the allowed rows, and a holder for their mark per slot; kept
+        for an allowed array searched again (a million rows for an analyst's filter) until a
+        row is placed or forgotten."""
+        memo = self._allowed_slots.get(id(allowed))
+        if memo is not None and memo[0] is allowed and memo[1] == self._version:
+            return memo[2], memo[3]
+        given = allowed
+        allowed = allowed[(allowed >= 0) & (allowed < len(self._slot_of))]
+        slots = self._slot_of[allowed]
+        slots = slots[slots >= 0]
+        marks: list[Optional[np.ndarray]] = [None]
+        if given.size > 10_000:  # small sets cost little to find again
+            if len(self._allowed_slots) >= 16:
+                self._allowed_slots.clear()
+            self._allowed_slots[id(given)] = (given, self._version, slots, marks)
+        return slots, marks
+
+    def _search_ann(self, query: np.ndarray, slots: np.ndarray, k: int,
+                    marks: list[Optional[np.ndarray]]) -> Optional[list[tuple[int, float]]]:
         # A selective filter (a team's tenth of the store) keeps about its share of the graph's
         # neighbours: ask for enough that k survive, rather than fall back to an exact scan
         # of a hundred thousand gathered rows; past MAX_ANN_FETCH the exact scan is cheaper.
@@ -182,8 +206,10 @@ class VectorIndex:
         labels, distances = self._ann.knn_query(query, k=fetch)
         # Membership by slot (a mark per slot, not a set of up to a million Python ints):
         # a label counts when its row's current slot is among the allowed ones.
-        allowed = np.zeros(self._count, dtype=bool)
-        allowed[slots] = True
+        allowed = marks[0]
+        if allowed is None or allowed.size != self._count:
+            allowed = marks[0] = np.zeros(self._count, dtype=bool)
+            allowed[slots] = True
         rows = labels[0].astype(np.int64)
         in_range = (rows >= 0) & (rows < len(self._slot_of))
         label_slots = np.full(rows.size, -1, dtype=np.int64)

@@ -4,9 +4,19 @@ crewai writes under $HOME at import time, so HOME and the XDG dirs point into a 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
+from pg import scratch_dir  # noqa: E402  (stdlib and psycopg only: no framework yet)
+
+# Test files (pytest's tmp_path, tempfile's directories, the servers' SQLite files) live in
+# memory (/dev/shm) when it has room: every SQLite commit fsyncs, ~2 ms on this disk, and no
+# test is about power loss (what SIGKILL may not lose is still in the page cache, tested so).
+# Children (`ampkit serve`, the CLI) inherit TMPDIR.
+_TEMP_ROOT = scratch_dir()
+if _TEMP_ROOT is not None:
+    tempfile.tempdir = os.environ["TMPDIR"] = _TEMP_ROOT
 _SANDBOX = Path(tempfile.mkdtemp(prefix="ampkit-tests-"))
 for _var, _sub in (("HOME", "home"), ("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config"),
                    ("XDG_CACHE_HOME", "cache"), ("CREWAI_STORAGE_DIR", "crewai")):
@@ -41,6 +51,10 @@ hypothesis_settings.load_profile(os.environ.get("AMPKIT_HYPOTHESIS_PROFILE", "de
 
 from support import AppServer, ServerProcess  # noqa: E402
 from pg import pg_server, pg_url  # noqa: E402,F401  (embedded PostgreSQL fixtures)
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_SANDBOX, ignore_errors=True)  # in memory, when /dev/shm had room
 
 
 def pytest_addoption(parser):

@@ -15,7 +15,7 @@ import httpx
 import ampkit
 from ampkit.store import store_from_url
 from ampkit.store.sqlite import MIGRATIONS
-from support import ROOT, free_port, run_cli
+from support import ROOT, TLS, free_port, run_cli
 
 OPTIONAL = ("ampkit.adapters.", "ampkit.store.postgres")
 
@@ -50,7 +50,7 @@ def test_serve_defaults_to_sqlite_in_user_data_dir(tmp_path):
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
-                health = httpx.get(f"http://127.0.0.1:{port}/amp/v1/health", timeout=1).json()
+                health = httpx.get(f"http://127.0.0.1:{port}/amp/v1/health", timeout=1, verify=TLS).json()
                 break
             except httpx.HTTPError:
                 time.sleep(0.1)

@@ -15,12 +15,13 @@ from ampkit.consolidation import BackgroundConsolidation, Consolidator
 from ampkit.playbooks import wilson_lower_bound
 from ampkit.store import store_from_url
 from fake_llm import FakeModel, extraction
+from support import TLS
 
 H = {"X-AMP-Agent-ID": "writer"}
 
 
 def post(server, body, agent="writer"):
-    return httpx.post(f"{server.base_url}/memories", json=body, headers={"X-AMP-Agent-ID": agent})
+    return httpx.post(f"{server.base_url}/memories", json=body, headers={"X-AMP-Agent-ID": agent}, verify=TLS)
 
 
 def cell(text, owner="dd-owner", **extra):

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from ampkit.server.http import fast_http_available
-from support import ServerProcess, run_cli
+from support import TLS, ServerProcess, run_cli
 
 AGENT = {"X-AMP-Agent-ID": "fault-tester"}
 
@@ -32,7 +32,7 @@ def cell(text: str, owner: str = "fault-tester") -> dict:
 
 def assert_alive(base_url: str) -> None:
     """The server answers health and takes a normal write that reads back."""
-    with httpx.Client(base_url=base_url, timeout=10) as http:
+    with httpx.Client(base_url=base_url, timeout=10, verify=TLS) as http:
         assert http.get("/health").status_code == 200
         # dedup off: a new cell every time, so the write path itself is exercised
         made = http.post("/memories", json={**cell("still alive"), "dedup": "off"}, headers=AGENT)
@@ -151,7 +151,7 @@ def test_read_only_disk_answers_503_and_recovers_after_repair(tmp_path):
         with ServerProcess(url, log_path=tmp_path / "server2.log") as srv:
             assert_alive(srv.base_url)
             for cid in acked:
-                assert httpx.get(f"{srv.base_url}/memories/{cid}", headers=AGENT).status_code == 200
+                assert httpx.get(f"{srv.base_url}/memories/{cid}", headers=AGENT, verify=TLS).status_code == 200
 
 
 def test_read_only_store_at_startup_fails_fast_with_the_reason(tmp_path):

@@ -16,6 +16,7 @@ import json
 import os
 
 import pytest
+import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
 
@@ -64,8 +65,8 @@ def fuzz_server(request, tmp_path_factory):
         headers = {"Authorization": f"Bearer {create_key(store, 'fuzzer', 'read,write,admin').token}"}
         store.close()
         args = ["--auth", "--rate-limit", "0"]
-    with AppServer(url, args=args, log_path=tmp / "server.log") as proc:
-        yield proc, headers
+    with AppServer(url, args=args, log_path=tmp / "server.log") as proc, requests.Session() as session:
+        yield proc, headers, session  # one keep-alive connection for all of the module's cases
 
 
 def _origin(base_url: str) -> str:
@@ -99,12 +100,13 @@ def check_error_envelope(ctx, response, case) -> None:
 @settings(max_examples=MAX_EXAMPLES, deadline=None,
           suppress_health_check=list(HealthCheck))
 def test_no_server_errors_and_every_error_in_the_envelope(case, fuzz_server):
-    server, headers = fuzz_server
+    server, headers, session = fuzz_server
     generated = {k.lower() for k in (case.headers or {})}
     # Let the fuzzer's own (maybe hostile) identity headers through.
     headers = {k: v for k, v in headers.items() if k.lower() not in generated}
     case.call_and_validate(
         base_url=_origin(server.base_url),
+        session=session,
         headers=headers,
         checks=[check_no_undocumented_server_error, check_error_envelope],
         timeout=30,

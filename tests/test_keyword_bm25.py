@@ -15,6 +15,7 @@ import math
 import random
 import sqlite3
 from dataclasses import replace
+from typing import Callable
 
 import pytest
 
@@ -316,3 +317,249 @@ def test_caches_follow_this_process_writes_row_by_row(corpus, tmp_path):
         assert store._snapshot is snapshot and snapshot.generation > generation  # patched, never reloaded
     finally:
         store.close()
+
+
+def _wide_world(path: str, searcher: SQLiteStore) -> tuple[list[CellFilter], list[str], Callable[[], None]]:
+    """The reader-wide filters and queries the row-by-row tests check, and the check: every
+    admitted set equals the SQL filter's, every answer the straightforward BM25's."""
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime.now(timezone.utc)
+    wide = [f for f in FILTERS if f.owner_id is None] + [CellFilter(reader="eve", not_expired_at=now + timedelta(days=2))]
+    queries = ["lena oslo", "quokka piano", "dark-roast march the", "coffee quokka budget"]
+
+    def check() -> None:
+        for flt in wide:
+            rowids, _ = searcher._access_snapshot().admitted(flt)
+            assert rowids.tolist() == _sql_admitted(path, flt), flt
+            for query in queries:
+                got = [(c.cell_id, c.score) for c in searcher.keyword_candidates(query, flt, 30)]
+                assert got == reference(path, query, flt, 30), (query, flt)
+
+    return wide, queries, check
+
+
+def test_another_process_writes_are_patched_in_not_reloaded(corpus, tmp_path):
+    """A second store on the same file (another process) creates, rewrites, re-permissions,
+    archives, deletes and purges cells; the first store's next reader-wide search takes those
+    rows from the change log (migration 11) into its access snapshot and term rows, without
+    loading either again, and answers as the straightforward BM25 over the file (bit for bit),
+    as a store opened afresh does."""
+    import shutil
+    from datetime import datetime, timedelta, timezone
+
+    path = str(tmp_path / "copy.db")
+    shutil.copy(corpus, path)
+    searcher, other = SQLiteStore(path, keyword_scan_max=0), SQLiteStore(path)
+    searcher.open()
+    other.open()
+    rng = random.Random(5)
+    now = datetime.now(timezone.utc)
+    service = MemoryService(store=other, allow_clock_override=True)
+    try:
+        _, queries, check = _wide_world(path, searcher)
+        check()
+        snapshot, postings, generation = searcher._snapshot, searcher._postings, searcher._snapshot.generation
+        ids: list[tuple[str, str]] = []
+        deleted: list[str] = []
+        for step in range(16):
+            owner = rng.choice(["ada", "bob", "cy", "eve"])
+            kind = step % 8 if ids else 0
+            if kind in (0, 7):
+                text = "quokka " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6)))
+                policy = rng.choice([{}, {"readable_by": ["team-*"]}, {"readable_by": ["eve"]}, {"public": True}])
+                cell = service.create(owner, CellCreate(content={"text": text}, access_policy=policy,
+                                                        identity={"owner_id": owner, "session_id": f"{owner}-s{rng.randint(0, 6)}"}))
+                ids.append((owner, cell.id))
+            else:
+                owner, cid = rng.choice(ids)
+                if kind == 1:
+                    service.update(owner, cid, CellPatch(content={"text": "quokka coffee " + rng.choice(WORDS)}))
+                elif kind == 2:
+                    service.update(owner, cid, CellPatch(access_policy={"readable_by": [rng.choice(["team-*", "eve", "nobody"])]}))
+                elif kind in (3, 4):
+                    service.update(owner, cid, CellPatch(lifecycle={"status": "archived"}))
+                elif kind == 5:
+                    service.update(owner, cid, CellPatch(lifecycle={"status": "archived"}))
+                    service.delete(owner, cid)
+                    ids.remove((owner, cid))
+                    deleted.append(cid)
+                else:
+                    assert service.purge("admin", deleted, as_of=now + timedelta(days=400)).purged == deleted
+                    deleted.clear()
+            check()
+        assert searcher._snapshot is snapshot and snapshot.generation > generation  # patched, never reloaded
+        assert searcher._postings is postings
+        fresh = SQLiteStore(path, keyword_scan_max=0)
+        fresh.open()
+        try:
+            for flt in FILTERS:
+                if flt.owner_id is None:
+                    for query in queries:
+                        assert [(c.cell_id, c.score) for c in searcher.keyword_candidates(query, flt, 50)] == \
+                               [(c.cell_id, c.score) for c in fresh.keyword_candidates(query, flt, 50)], (query, flt)
+        finally:
+            fresh.close()
+    finally:
+        searcher.close()
+        other.close()
+
+
+def test_caches_load_afresh_when_the_change_log_cannot_say(corpus, tmp_path, monkeypatch):
+    """Another process wrote more rows than a patch takes (or the log was pruned past what
+    this process saw): the caches load again, and answers stay exact."""
+    import shutil
+
+    import ampkit.store.sqlite as sqlite_store
+
+    path = str(tmp_path / "copy.db")
+    shutil.copy(corpus, path)
+    searcher, other = SQLiteStore(path, keyword_scan_max=0), SQLiteStore(path)
+    searcher.open()
+    other.open()
+    try:
+        _, _, check = _wide_world(path, searcher)
+        check()
+        snapshot = searcher._snapshot
+        monkeypatch.setattr(sqlite_store, "CHANGE_LOG_PATCH_MAX", 3)
+        service = MemoryService(store=other)
+        for i in range(4):
+            service.create("ada", CellCreate(content={"text": f"quokka piano {i}"}, identity={"owner_id": "ada"},
+                                             access_policy={"readable_by": ["team-*"]}))
+        check()
+        assert searcher._snapshot is not snapshot  # loaded again
+        snapshot = searcher._snapshot
+        service.create("cy", CellCreate(content={"text": "quokka oslo"}, identity={"owner_id": "cy"}))
+        # as if pruned past what this process saw (the pruning keeps the newest entry)
+        other._require_writer().execute("DELETE FROM change_log WHERE seq < (SELECT MAX(seq) FROM change_log)")
+        service.create("bob", CellCreate(content={"text": "quokka lena"}, identity={"owner_id": "bob"}, access_policy={"public": True}))
+        check()
+        assert searcher._snapshot is not snapshot
+    finally:
+        searcher.close()
+        other.close()
+
+
+def test_change_log_keeps_its_last_million_entries(tmp_path):
+    """Migration 11's pruning: at every 4096th entry, entries a million or more behind go."""
+    store = SQLiteStore(str(tmp_path / "log.db"))
+    store.open()
+    try:
+        conn = store._require_writer()
+        conn.executemany("INSERT INTO change_log(seq, rid) VALUES (?, 7)", [(1,), (4095,), (4097 + 1_000_000,)])
+        assert [s for (s,) in conn.execute("SELECT seq FROM change_log")] == [1, 4095, 1_004_097]
+        conn.execute("INSERT INTO change_log(seq, rid) VALUES (?, 7)", (4096 * 245,))  # 1,003,520: prunes <= 3,520
+        assert [s for (s,) in conn.execute("SELECT seq FROM change_log ORDER BY seq")] == [4095, 1_003_520, 1_004_097]
+    finally:
+        store.close()
+
+
+def test_a_word_spelled_like_an_owner_token_counts_only_its_text_occurrences(tmp_path):
+    """Term rows are read without fts5vocab's column test, except for a word spelled like
+    an owner token (the FTS `owner` column holds those): its owner-column occurrences must
+    not count as text."""
+    from ampkit.textindex import owner_token
+
+    path = str(tmp_path / "tok.db")
+    store = SQLiteStore(path, keyword_scan_max=0)
+    store.open()
+    try:
+        service = MemoryService(store=store)
+        token = owner_token("bob")
+        for owner, text in [("bob", "piano lessons"), ("bob", "piano again"), ("ada", f"the word {token} {token}"),
+                            ("ada", "piano")]:
+            service.create(owner, CellCreate(content={"text": text}, identity={"owner_id": owner}, access_policy={"public": True}))
+        flt = CellFilter(reader="cy")
+        for query in (token, f"piano {token}"):
+            want = reference(path, query, flt, 10)
+            assert want and [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 10)] == want
+    finally:
+        store.close()
+
+
+def test_term_rows_warmed_at_open_answer_as_loaded_ones(corpus, expected):
+    """Past `warm_terms_min_cells`, open() reads the most common words' term rows in the
+    background; searches answering from them give the same bits."""
+    store = SQLiteStore(corpus, keyword_scan_max=0, warm_terms_min_cells=0)
+    store.open()
+    try:
+        assert store.wait_for_term_warmup(60)
+        assert store._postings is not None and len(store._postings[1].items) > 10
+        for query in QUERIES:
+            for i, flt in enumerate(FILTERS):
+                got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 80)]
+                assert got == expected[query, i][:80], (query, flt)
+    finally:
+        store.close()
+    cold = SQLiteStore(corpus, keyword_scan_max=0)  # a small store: nothing read ahead
+    cold.open()
+    try:
+        assert cold.wait_for_term_warmup(60) and cold._postings is None
+    finally:
+        cold.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_k_over_many_scores_keeps_the_plain_answer(seed):
+    """`top_k` past a few thousand scores partitions only those past a floor (the k-th best
+    block maximum): the same indices as taking every positive score, ties at the k-th kept."""
+    import numpy as np
+
+    from ampkit.store._bm25 import top_k
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(70_000, 300_000))
+    scores = np.round(rng.random(n) * rng.choice([3, 50, 10_000]), 1)  # many ties
+    scores[rng.random(n) < rng.choice([0.1, 0.9, 0.9999])] = 0.0
+    for k in (1, 10, 80):
+        positive = np.flatnonzero(scores > 0)
+        if positive.size <= k:
+            want = positive
+        else:
+            kth = np.sort(scores[positive])[::-1][k - 1]
+            want = positive[scores[positive] >= kth]
+        assert top_k(scores, k).tolist() == want.tolist()
+
+
+def test_opening_an_open_store_keeps_its_connections_and_warm_ups(corpus):
+    """`ampkit serve` opens the store, then the app opens it again at startup: the second
+    open() changes nothing (a second writer and second background warm-ups raced the first)."""
+    store = SQLiteStore(corpus)
+    store.open()
+    try:
+        writer, threads = store._writer, list(store._index_threads)
+        store.open()
+        assert store._writer is writer and store._index_threads == threads
+    finally:
+        store.close()
+
+
+def test_each_commit_reads_the_change_log_by_its_key_not_by_a_scan(tmp_path):
+    """Every commit reads the log's bounds and the entries past what the caches saw: each
+    a step of the primary key (a scan of a million-entry log at every commit otherwise; the
+    bounds as MIN and MAX in one query were one)."""
+    from ampkit.store.sqlite import _LOG_BOUNDS, _LOG_SINCE
+
+    store = SQLiteStore(str(tmp_path / "plan.db"))
+    store.open()
+    try:
+        conn = store._require_writer()
+        for sql, params in ((_LOG_BOUNDS, ()), (_LOG_SINCE, (1,))):
+            plan = [row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+            assert not any(step.startswith("SCAN change_log") for step in plan), plan
+    finally:
+        store.close()
+
+
+def test_cached_term_counts_widen_when_a_patched_row_needs_it():
+    """Term rows keep their counts in the smallest type (one byte for most words); a changed
+    window counting a word more often than that type holds widens it, losing nothing."""
+    import numpy as np
+
+    from ampkit.store._bm25 import doc_counts, patch_postings
+
+    rowids, tf = doc_counts(np.array([3, 3, 7, 9], dtype=np.int64))
+    assert tf.dtype == np.uint8 and tf.tolist() == [2, 1, 1]
+    rows, counts = patch_postings("w", (rowids, tf), [(np.array([5, 7]), {5: {"w": 300}, 7: None})])
+    assert rows.tolist() == [3, 5, 9] and counts.tolist() == [2, 300, 1] and counts.dtype == np.uint16
+    assert doc_counts(np.repeat(np.array([4], dtype=np.int64), 70_000))[1].tolist() == [70_000]

@@ -246,7 +246,7 @@ def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
     root = Path(tempfile.mkdtemp(prefix="ampkit-pg-outage-", dir=scratch_dir()))
     pg = EmbeddedPostgres(root / "data", root / "sock").start()
     try:
-        url = pg.url() + "&pool_timeout=1"
+        url = pg.url() + "&pool_timeout=0.3"  # each request below waits this long for a connection
         server = server_factory(url, args=["--lifecycle-interval", "0"])
         created = httpx.post(f"{server.base_url}/memories", headers=AGENT,
                              json={"content": {"text": "survives the outage"}, "identity": {"owner_id": "agent_a"}})

@@ -686,3 +686,29 @@ def test_a_purged_rows_vector_never_ranks_the_row_that_takes_its_rowid(tmp_path,
     assert store._query("SELECT rowid FROM cells WHERE id = ?", [pending.id]) == [(2,)]
     assert [c.cell_id for c in store.vector_candidates(other, "m16", flt, 5)] == [visible.id]
     store.close()
+
+
+def test_vector_index_search_with_a_kept_allowed_array_follows_changes():
+    """The slots of an allowed array searched again are kept (`VectorIndex._slots`) until a
+    row is placed or forgotten: a forgotten row never comes back, a new allowed row does,
+    exact and approximate alike."""
+    import numpy as np
+
+    from ampkit.vector_index import VectorIndex
+
+    rng = np.random.default_rng(4)
+    for threshold in (10**9, 100):
+        index = VectorIndex(8, ann_threshold=threshold)
+        vectors = rng.standard_normal((20_000, 8)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        index.upsert(np.arange(20_000, dtype=np.int64), vectors[:20_000])
+        if index.wants_ann():
+            index.build_ann()
+        allowed = np.arange(0, 30_000, 2, dtype=np.int64)  # even rows, some not yet there
+        query = vectors[10]
+        first = index.search(query, allowed, 5)
+        assert first[0][0] == 10 and index.search(query, allowed, 5) == first
+        index.discard(np.array([10], dtype=np.int64))
+        assert all(r != 10 for r, _ in index.search(query, allowed, 5))
+        index.upsert(np.array([20_002], dtype=np.int64), query.reshape(1, 8))
+        assert index.search(query, allowed, 5)[0][0] == 20_002

@@ -27,7 +27,7 @@ from ampkit.access import can_read
 from ampkit.store import CellFilter, store_from_url
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import AppServer, examples
+from support import TLS, AppServer, examples
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -45,7 +45,7 @@ def server(request, tmp_path_factory) -> Iterator[AppServer]:
 
 
 def call(server: AppServer, agent: str, method: str, path: str, body: Any = None) -> httpx.Response:
-    return httpx.request(method, server.base_url + path, json=body, headers={"X-AMP-Agent-ID": agent}, timeout=30)
+    return httpx.request(method, server.base_url + path, json=body, headers={"X-AMP-Agent-ID": agent}, timeout=30, verify=TLS)
 
 
 def create(server: AppServer, agent: str, text: str, owner: str, session: str | None = None, **policy: Any) -> str:

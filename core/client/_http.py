@@ -9,6 +9,8 @@ before doing anything. No httpx exception leaves this module: connection failure
 
 from __future__ import annotations
 
+import functools
+import ssl
 from typing import Any, Optional, Union
 
 import httpx
@@ -28,6 +30,15 @@ MAX_RETRY_AFTER = 30.0
 
 TimeoutTypes = Union[None, float, httpx.Timeout]
 USER_AGENT = f"ampkit-python/{AMP_VERSION}"
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """One TLS context (httpx's default verification) shared by every client of the process:
+    httpx otherwise builds one per client, reading the whole CA bundle, ~30 ms of CPU per
+    `connect()` even for plain-HTTP URLs. Read once: SSL_CERT_FILE / SSL_CERT_DIR set later
+    are not seen; pass your own `http_client` for another trust store."""
+    return httpx.create_ssl_context()
 
 
 def _headers(agent_id: Optional[str], api_key: Optional[str]) -> dict[str, str]:
@@ -131,7 +142,7 @@ class HTTPTransport(_HTTPTransportBase):
     def __init__(self, url: str, *, agent_id: Optional[str], api_key: Optional[str] = None,
                  timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
                  http_client: Optional[httpx.Client] = None):
-        super().__init__(url, http_client or httpx.Client(timeout=timeout), agent_id, api_key, retries)
+        super().__init__(url, http_client or httpx.Client(timeout=timeout, verify=tls_context()), agent_id, api_key, retries)
 
     def _send_once(self, call: Call) -> Any:
         try:
@@ -156,7 +167,7 @@ class AsyncHTTPTransport(_HTTPTransportBase):
     def __init__(self, url: str, *, agent_id: Optional[str], api_key: Optional[str] = None,
                  timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
                  http_client: Optional[httpx.AsyncClient] = None):
-        super().__init__(url, http_client or httpx.AsyncClient(timeout=timeout), agent_id, api_key, retries)
+        super().__init__(url, http_client or httpx.AsyncClient(timeout=timeout, verify=tls_context()), agent_id, api_key, retries)
 
     async def _send_once(self, call: Call) -> Any:
         try:

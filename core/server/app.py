@@ -5,24 +5,28 @@ serialises. Errors are translated once, in `errors.py` of this package."""
 
 import asyncio
 import contextvars
+import functools
 import importlib.util
 import inspect
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Optional
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.routing import BaseRoute
 
 from .. import portable
 from ..bootstrap import build_service, load_settings
 from ..config import Settings
 from ..embed_queue import EmbeddingWorker
 from ..errors import UnsupportedMediaType
+from ..limits import Limits
 from ..models import AMP_VERSION, ErrorEnvelope, IdString
 from ..operations import OPERATIONS, PREFIX, Answer, Context, Operation
 from ..service import MemoryService
@@ -105,52 +109,13 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     app.add_middleware(BodySizeLimit, max_bytes=service.limits.max_request_bytes)
     app.add_middleware(HeaderSizeLimit, max_bytes=settings.max_header_bytes)
     app.add_middleware(CatchUnexpected)  # outermost of ours: see its docstring
-
-    router = APIRouter(prefix=PREFIX, responses=_ERRORS)
-    auth = identity.describe()
     serves_mcp = _serves_mcp(settings)
-    for op in OPERATIONS:
-        endpoint = _endpoint(op, service, identity, auth, MCP_CAPABILITY if serves_mcp else None, workers)
-        options: dict[str, Any] = dict(
-            methods=[op.method], name=op.name, response_model=op.response, status_code=op.status_code,
-            tags=list(op.tags), responses=dict(op.responses) or None,
-            dependencies=[Depends(require_json)] if op.request is not None and op.body_required else None,
-        )
-        router.add_api_route(op.path, endpoint, **options)
-        for path, summary in op.aliases:
-            router.add_api_route(path, endpoint, summary=summary, **options)
 
-    # Byte streams, not JSON operations: NDJSON export and import (docs/time-travel.md) are
-    # written here rather than as rows, since neither has a model body nor an in-process twin.
-    admin = Annotated[Caller, Depends(identity.admin)]
-
-    @router.get("/admin/export", tags=["admin"], response_class=StreamingResponse,
-                responses={200: {"content": {portable.MEDIA_TYPE: {"schema": {"type": "string"}}},
-                                 "description": "the NDJSON export (docs/time-travel.md), streamed"}})
-    def export_ndjson(
-        caller: admin,
-        owner_id: Optional[IdString] = None,
-        cursor: Annotated[Optional[str], Query(description="resume after the line carrying this cursor")] = None,
-    ) -> StreamingResponse:
-        # Every parameter is checked before the stream starts: once the 200 and the first chunk
-        # are sent, an error can only break the stream, never become a 4xx in the envelope.
-        portable.check_cursor(cursor)
-        lines = portable.export_lines(service.store, owner_id, cursor)
-        return StreamingResponse(portable.in_chunks(lines), media_type=portable.MEDIA_TYPE)
-
-    @router.post("/admin/import", response_model=portable.ImportReport, tags=["admin"],
-                 openapi_extra={"requestBody": {"required": True, "content": {
-                     portable.MEDIA_TYPE: {"schema": {"type": "string", "description": "an NDJSON export"}}}}})
-    async def import_ndjson(request: Request, caller: admin) -> portable.ImportReport:
-        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if ctype not in (portable.MEDIA_TYPE, "application/jsonl"):
-            raise UnsupportedMediaType(f"the body must be NDJSON (Content-Type: {portable.MEDIA_TYPE})",
-                                       {"content_type": ctype or None})
-        body = await request.body()  # bounded by max_request_bytes; larger files: `ampkit import`
-        return await run_in_threadpool(
-            portable.import_lines, service.store, lambda: body.splitlines(), service.retriever)
-
-    app.include_router(router)
+    app.state.serving = Serving(service, identity, identity.describe(),
+                                MCP_CAPABILITY if serves_mcp else None, workers)
+    # The shared routes themselves, not `include_router`: an included router is re-made for
+    # each app (prefix, dependencies) on its first request, rebuilding every route.
+    app.router.routes.extend(api_routes(service.limits))
     if settings.ui:
         _mount_inspector(app, service, identity, settings)
     mcp = _mount_mcp(app, service, identity, settings) if serves_mcp else None
@@ -214,23 +179,97 @@ def _with_security_schemes(app: FastAPI):
     return openapi
 
 
-def _endpoint(op: Operation, service: MemoryService, identity: IdentityResolver,
-              auth: dict[str, Any], mcp: Optional[dict[str, Any]], workers: ThreadPoolExecutor) -> Callable[..., Any]:
+@dataclass(frozen=True)
+class Serving:
+    """What one app's routes run against (`app.state.serving`): the routes themselves are
+    built once per process (`api_router`) and find their app's service here."""
+
+    service: MemoryService
+    identity: IdentityResolver
+    auth: dict[str, Any]  # GET /spec's description of how callers identify themselves
+    mcp: Optional[dict[str, Any]]  # GET /spec's MCP capability, when /mcp is served
+    workers: ThreadPoolExecutor  # where the rows run (the service blocks: SQLite, group commit)
+
+
+def _serving(request: Request) -> Serving:
+    return request.app.state.serving
+
+
+async def _caller(request: Request) -> Caller:
+    return await _serving(request).identity.caller(request)
+
+
+async def _admin(request: Request) -> Caller:
+    return await _serving(request).identity.admin(request)
+
+
+@functools.lru_cache(maxsize=8)
+def api_routes(limits: Limits) -> tuple[BaseRoute, ...]:
+    """The /amp/v1 routes for servers with these limits (they bound query parameters), made
+    from the operations table once per process and shared by every app: building a route
+    makes pydantic validators for each of its parameters and responses, ~0.15 s for all."""
+    router = APIRouter(prefix=PREFIX, responses=_ERRORS)
+    for op in OPERATIONS:
+        endpoint = _endpoint(op, limits)
+        options: dict[str, Any] = dict(
+            methods=[op.method], name=op.name, response_model=op.response, status_code=op.status_code,
+            tags=list(op.tags), responses=dict(op.responses) or None,
+            dependencies=[Depends(require_json)] if op.request is not None and op.body_required else None,
+        )
+        router.add_api_route(op.path, endpoint, **options)
+        for path, summary in op.aliases:
+            router.add_api_route(path, endpoint, summary=summary, **options)
+
+    # Byte streams, not JSON operations: NDJSON export and import (docs/time-travel.md) are
+    # written here rather than as rows, since neither has a model body nor an in-process twin.
+    admin = Annotated[Caller, Depends(_admin)]
+
+    @router.get("/admin/export", tags=["admin"], response_class=StreamingResponse,
+                responses={200: {"content": {portable.MEDIA_TYPE: {"schema": {"type": "string"}}},
+                                 "description": "the NDJSON export (docs/time-travel.md), streamed"}})
+    def export_ndjson(
+        request: Request,
+        caller: admin,
+        owner_id: Optional[IdString] = None,
+        cursor: Annotated[Optional[str], Query(description="resume after the line carrying this cursor")] = None,
+    ) -> StreamingResponse:
+        # Every parameter is checked before the stream starts: once the 200 and the first chunk
+        # are sent, an error can only break the stream, never become a 4xx in the envelope.
+        portable.check_cursor(cursor)
+        lines = portable.export_lines(_serving(request).service.store, owner_id, cursor)
+        return StreamingResponse(portable.in_chunks(lines), media_type=portable.MEDIA_TYPE)
+
+    @router.post("/admin/import", response_model=portable.ImportReport, tags=["admin"],
+                 openapi_extra={"requestBody": {"required": True, "content": {
+                     portable.MEDIA_TYPE: {"schema": {"type": "string", "description": "an NDJSON export"}}}}})
+    async def import_ndjson(request: Request, caller: admin) -> portable.ImportReport:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in (portable.MEDIA_TYPE, "application/jsonl"):
+            raise UnsupportedMediaType(f"the body must be NDJSON (Content-Type: {portable.MEDIA_TYPE})",
+                                       {"content_type": ctype or None})
+        body = await request.body()  # bounded by max_request_bytes; larger files: `ampkit import`
+        service = _serving(request).service
+        return await run_in_threadpool(
+            portable.import_lines, service.store, lambda: body.splitlines(), service.retriever)
+
+    return tuple(router.routes)
+
+
+def _endpoint(op: Operation, limits: Limits) -> Callable[..., Any]:
     """A FastAPI endpoint for one row: its signature declares the row's body, parameters and
     identity dependency (FastAPI reads it for validation and the OpenAPI document); its body
-    runs the row in one of `workers` (the service blocks: SQLite, group commit). A plain
-    executor rather than FastAPI's thread pool (anyio): per request that hop cost about a
-    tenth of the event loop's CPU time (a cancel scope, a capacity limiter, an extra
-    checkpoint), measured by bench/writes.py."""
-    parameters = []
+    runs the row in one of the app's `workers`. A plain executor rather than FastAPI's thread
+    pool (anyio): per request that hop cost about a tenth of the event loop's CPU time (a
+    cancel scope, a capacity limiter, an extra checkpoint), measured by bench/writes.py."""
+    parameters = [inspect.Parameter("request", KEYWORD, annotation=Request)]
     if op.scope is not None:
-        resolve = identity.admin if op.scope == "admin" else identity.caller
+        resolve = _admin if op.scope == "admin" else _caller
         parameters.append(inspect.Parameter("caller", KEYWORD, annotation=Annotated[Caller, Depends(resolve)]))
     for param in op.params:
         annotation = param.annotation
         if param.source != "path":
             marker = Query if param.source == "query" else Header
-            bounds = param.bounds(service.limits) if param.bounds else {}
+            bounds = param.bounds(limits) if param.bounds else {}
             annotation = Annotated[annotation, marker(description=param.description, **bounds)]
         default = inspect.Parameter.empty if param.required else param.default
         parameters.append(inspect.Parameter(param.name, KEYWORD, annotation=annotation, default=default))
@@ -239,7 +278,7 @@ def _endpoint(op: Operation, service: MemoryService, identity: IdentityResolver,
         default = inspect.Parameter.empty if op.body_required else None
         parameters.append(inspect.Parameter("body", KEYWORD, annotation=body_type, default=default))
 
-    def run_row(inputs: dict[str, Any]) -> Any:
+    def run_row(serving: Serving, inputs: dict[str, Any]) -> Any:
         caller: Optional[Caller] = inputs.pop("caller", None)
         agent = "" if caller is None else caller.agent_id if op.scope == "admin" else caller.need(op.scope or "")
         for scope in op.extra_scopes:
@@ -247,14 +286,16 @@ def _endpoint(op: Operation, service: MemoryService, identity: IdentityResolver,
                 caller.need(scope)
         may_read = caller is None or caller.may("read")
         scopes = caller.scopes if caller is not None else frozenset()
-        result = op.run(Context(service, agent, auth, mcp, may_read=may_read, scopes=scopes), inputs)
+        context = Context(serving.service, agent, serving.auth, serving.mcp, may_read=may_read, scopes=scopes)
+        result = op.run(context, inputs)
         if isinstance(result, Answer):
             return JSONResponse(jsonable_encoder(result.value), status_code=result.status_code, headers=dict(result.headers))
         return Response(status_code=204) if result is None else result
 
-    async def endpoint(**inputs: Any) -> Any:
+    async def endpoint(request: Request, **inputs: Any) -> Any:
+        serving = _serving(request)
         context = contextvars.copy_context()  # what FastAPI's pool would have carried over
-        return await asyncio.get_running_loop().run_in_executor(workers, context.run, run_row, inputs)
+        return await asyncio.get_running_loop().run_in_executor(serving.workers, context.run, run_row, serving, inputs)
 
     endpoint.__name__ = op.name
     endpoint.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]

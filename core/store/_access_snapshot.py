@@ -8,11 +8,12 @@ the filter look at (owner, creator, type, status, public, superseded, expiry, th
 operations. The rule itself is `ampkit.access.can_read_columns` (the column form of
 `can_read`, same pattern matcher): nothing here decides who may read.
 
-It is kept in step row by row: the store's write transaction hands over the current state of
-every row it touched (`RowState`, read inside the transaction, applied after the commit), so
-a write by this process costs the next search nothing but the changed rows. A commit by any
-other connection (another process on the same file) is noticed by the store
-(`SQLiteStore._foreign_generation`) and the snapshot is rebuilt from the table.
+It is kept in step row by row: every writer logs the rows it touches in the file
+(`change_log`, SQLite migration 11), and the store hands over the current state of the rows
+logged since it last looked (`RowState`, read inside a transaction, applied after it), at
+its own commits and when it notices another connection's (`SQLiteStore._foreign_generation`),
+so a write by any process costs the next search nothing but the changed rows. Only when the
+log cannot say (pruned past, or very long) is the snapshot rebuilt from the table.
 """
 
 from __future__ import annotations

@@ -34,26 +34,39 @@ def idf(n: int, df: int) -> float:
 @dataclass
 class AdmittedSet:
     """The rows a filter admits (sorted rowids) with their window lengths, and the admitted
-    postings of the terms asked so far (positions into `rowids`, term frequencies)."""
+    postings of the terms asked so far (positions into `rowids`, term frequencies), and
+    each such term's BM25 term score per row (its statistics are this set's: fixed with it)."""
 
     rowids: np.ndarray
     lengths: np.ndarray
     total: int
     postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     matches: dict[str, np.ndarray] = field(default_factory=dict)
+    contributions: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     _norm: Optional[np.ndarray] = None
+    _where: Optional[np.ndarray] = None
 
     @property
     def n(self) -> int:
         return int(self.rowids.size)
 
     def positions(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions in this set, mask over `rowids`) of the given sorted rowids it admits."""
+        """(positions in this set, mask over `rowids`) of the given sorted rowids it admits:
+        one lookup per row in a rowid -> position map (built at first use, 4 bytes per rowid
+        up to the highest admitted), not a binary search (half a million rows for a common word)."""
         if not self.rowids.size or not rowids.size:
-            return np.empty(0, dtype=np.int64), np.zeros(rowids.size, dtype=bool)
-        at = np.searchsorted(self.rowids, rowids)
-        clipped = np.minimum(at, self.rowids.size - 1)
-        mask = self.rowids[clipped] == rowids
+            return np.empty(0, dtype=np.int32), np.zeros(rowids.size, dtype=bool)
+        if self._where is None:
+            where = np.full(int(self.rowids[-1]) + 1, -1, dtype=np.int32)
+            where[self.rowids] = np.arange(self.rowids.size, dtype=np.int32)
+            self._where = where
+        if rowids[-1] < self._where.size:  # sorted: every one inside the map
+            at = self._where[rowids]
+        else:
+            inside = rowids < self._where.size
+            at = np.full(rowids.size, -1, dtype=np.int32)
+            at[inside] = self._where[rowids[inside]]
+        mask = at >= 0
         return at[mask], mask
 
     def term(self, term: str, load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -65,18 +78,28 @@ class AdmittedSet:
             hit = self.postings[term] = (pos, tf[mask])
         return hit
 
-    def scores(self, term_hits: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    def contribution(self, term: str, load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, the term's BM25 score at each) for a query whose words are each one
+        term: every row holding a term is matched, so its document frequency is its row
+        count here, and its score per row depends on this set alone (kept with it: a
+        query then only adds them up). The operations of `bm25_scores` (equal bits)."""
+        hit = self.contributions.get(term)
+        if hit is None:
+            pos, tf = self.term(term, load)
+            weight = idf(self.n, int(pos.size))
+            hit = self.contributions[term] = (pos, weight * tf * (BM25_K1 + 1) / (tf + self.norm()[pos]))
+        return hit
+
+    def scores(self, terms: list[str], load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         """BM25 of every admitted row (0 where no term is held) for a query whose words are
-        each one term: every row holding a term is matched, so a term's document frequency
-        is its row count here. Term by term, in the order given, the operations of
-        `bm25_scores` (equal inputs, equal bits)."""
+        each one term: the terms' scores (`contribution`) added term by term, in the order
+        given, as `bm25_scores` adds them (equal inputs, equal bits)."""
         scores = np.zeros(self.n, dtype=np.float64)
         if not self.n:
             return scores
-        norm = self.norm()
-        for pos, tf in term_hits:
-            weight = idf(self.n, int(pos.size))
-            scores[pos] += weight * tf * (BM25_K1 + 1) / (tf + norm[pos])
+        for term in terms:
+            pos, contribution = self.contribution(term, load)
+            scores[pos] += contribution
         return scores
 
     def norm(self) -> np.ndarray:
@@ -98,18 +121,18 @@ class AdmittedSet:
 
 
 class PostingsCache:
-    """Every row's postings per term (filter-independent), bounded by the number of rows it
-    holds. Kept across this process's writes: each commit's changed windows (their rows and
-    new term counts) go to a log (`record`), and a cached term's rows are patched from the
-    entries it has not seen when it is next asked for (`get`); a key that cannot be patched
-    (an FTS phrase, "u:") is loaded again. Another process's commit replaces the whole cache
-    (the store's foreign-commit generation)."""
+    """Every row's postings per term (filter-independent), bounded by the bytes its arrays
+    hold. Kept across commits: each commit's changed windows (their rows and new term
+    counts, from the store's change log) go to a log (`record`), and a cached term's rows are
+    patched from the entries it has not seen when it is next asked for (`get`); a key that
+    cannot be patched (an FTS phrase, "u:") is loaded again. The store replaces the whole
+    cache when the change log cannot say what changed (its foreign generation)."""
 
     MAX_LOG_ROWS = 200_000  # changed rows kept for patching; past this, start afresh
 
-    def __init__(self, max_entries: int):
-        self.max_entries = max_entries
-        self.size = 0
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.size = 0  # bytes held
         self.items: dict[str, tuple[tuple[np.ndarray, ...], int]] = {}  # key -> (arrays, log position)
         self.log: list[tuple[np.ndarray, dict[int, Optional[dict[str, int]]]]] = []
         self.log_rows = 0
@@ -150,14 +173,18 @@ class PostingsCache:
             if self.epoch == epoch:  # not started afresh meanwhile
                 old = self.items.pop(key, None)
                 if old is not None:
-                    self.size -= int(old[0][0].size)
-                size = int(arrays[0].size)
-                while self.items and self.size + size > self.max_entries:  # least recently used out
+                    self.size -= _nbytes(old[0])
+                size = _nbytes(arrays)
+                while self.items and self.size + size > self.max_bytes:  # least recently used out
                     evicted = self.items.pop(next(iter(self.items)))
-                    self.size -= int(evicted[0][0].size)
+                    self.size -= _nbytes(evicted[0])
                 self.items[key] = (arrays, at)
                 self.size += size
         return arrays
+
+
+def _nbytes(arrays: tuple[np.ndarray, ...]) -> int:
+    return sum(int(a.nbytes) for a in arrays)
 
 
 def patch_postings(term: str, arrays: tuple[np.ndarray, ...],
@@ -175,9 +202,11 @@ def patch_postings(term: str, arrays: tuple[np.ndarray, ...],
     added = [(r, t[term]) for r, t in sorted(latest.items()) if t and term in t]
     if added:
         new_rows = np.array([r for r, _ in added], dtype=rowids.dtype)
+        new_tf = np.array([n for _, n in added], dtype=np.int64)
         where = np.searchsorted(rowids, new_rows)
         rowids = np.insert(rowids, where, new_rows)
-        tf = np.insert(tf, where, np.array([n for _, n in added], dtype=tf.dtype))
+        tf = tf.astype(np.promote_types(tf.dtype, count_dtype(int(new_tf.max()))), copy=False)
+        tf = np.insert(tf, where, new_tf.astype(tf.dtype))
     return rowids, tf
 
 
@@ -209,9 +238,23 @@ def bm25_scores(n: int, total_len: int, lengths: np.ndarray, matched: np.ndarray
     return scores
 
 
+TOP_K_BLOCK = 64
+
+
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the positive scores that can be among the best k once ties are broken by id:
     the best k and every score equal to the k-th."""
+    if k > 0 and scores.size >= 16 * TOP_K_BLOCK * k:
+        # Over a million scores, most of them positive: a floor first. At least k blocks
+        # hold a score >= the k-th best block maximum, so the k-th best score is at least
+        # that: only the scores past it are partitioned (the same rows, in the same order).
+        whole = scores.size // TOP_K_BLOCK * TOP_K_BLOCK
+        maxima = scores[:whole].reshape(-1, TOP_K_BLOCK).max(axis=1)
+        floor = np.partition(maxima, maxima.size - k)[maxima.size - k]
+        if floor > 0:
+            candidates = np.flatnonzero(scores >= floor)
+            kth = -np.partition(-scores[candidates], k - 1)[k - 1]
+            return candidates[scores[candidates] >= kth]
     positive = np.flatnonzero(scores > 0)
     if positive.size <= k:
         return positive
@@ -233,16 +276,23 @@ def int_list(text: Optional[str]) -> np.ndarray:
     return np.fromstring(text, dtype=np.int64, sep=",")  # text mode: parsed in C
 
 
+def count_dtype(largest: int) -> np.dtype:
+    """The smallest unsigned integer type holding term counts up to `largest` (most words
+    occur once or twice in a window: one byte a cached posting instead of four; the scores
+    computed from them are the same, exact integers promoted to float64)."""
+    return np.dtype(np.uint8 if largest < 256 else np.uint16 if largest < 65536 else np.uint32)
+
+
 def doc_counts(docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct row ids, occurrences of each) of a row id per occurrence, as int32 (half
-    the memory of a cached posting); in row id order, as FTS lists them, without a sort."""
+    """(distinct row ids as int32, occurrences of each in the smallest type that holds them:
+    5 bytes a cached posting for most words); in row id order, as FTS lists them, without a sort."""
     if not docs.size:
-        return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int32)
+        return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.uint8)
     if not (docs[1:] >= docs[:-1]).all():
         docs = np.sort(docs)
     starts = np.flatnonzero(np.concatenate(([True], docs[1:] != docs[:-1])))
     counts = np.diff(np.append(starts, docs.size))
-    return docs[starts].astype(np.int32), counts.astype(np.int32)
+    return docs[starts].astype(np.int32), counts.astype(count_dtype(int(counts.max())))
 
 
 def union_positions(parts: list[np.ndarray], n: int) -> np.ndarray:

@@ -17,12 +17,13 @@ import builtins
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import tempfile
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Iterator, Optional, Sequence, cast
 
@@ -31,7 +32,7 @@ import numpy as np
 from ..errors import Unavailable
 from ..glob import upgrade_stored
 from ..models import MemoryCell
-from ..textindex import CJK_CLASS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
+from ..textindex import CJK_CLASS, STOP_WORDS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
 from ._access_snapshot import SNAPSHOT_COLUMNS, SNAPSHOT_FROM, AccessSnapshot, RowState, row_state
 from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, doc_counts, int_list, top_k, union_positions
@@ -219,17 +220,62 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         INSERT INTO store_counters(name, value) SELECT 'vec_seq', COALESCE(MAX(vec_seq), 0) FROM cells;
         """,
     ),
+    (
+        11,
+        "change log: the rows each commit touched, for every process's in-memory caches",
+        # Every writer (any process, any connection: these are triggers in the file) appends
+        # the rowid of each row it changes, in the same transaction. A process's access
+        # snapshot and term rows then catch up with another process's commits by reading the
+        # rows logged since the last sequence number they saw (`SQLiteStore._catch_up`)
+        # instead of loading everything again. A window deleted without being written again
+        # is its cell's deletion (logged on `cells`); every other window delete is followed by
+        # its insert. The log keeps its last million entries (pruned every 4096
+        # appends); a process further behind loads afresh.
+        """
+        CREATE TABLE change_log (seq INTEGER PRIMARY KEY, rid INTEGER NOT NULL);
+        CREATE TRIGGER change_log_cells_ai AFTER INSERT ON cells BEGIN
+            INSERT INTO change_log(rid) VALUES (new.rowid);
+        END;
+        CREATE TRIGGER change_log_cells_au AFTER UPDATE OF owner_id, created_by, type, status, public, superseded_by,
+            expires_at, body ON cells BEGIN
+            INSERT INTO change_log(rid) VALUES (new.rowid);
+        END;
+        CREATE TRIGGER change_log_cells_ad AFTER DELETE ON cells BEGIN
+            INSERT INTO change_log(rid) VALUES (old.rowid);
+        END;
+        CREATE TRIGGER change_log_context_ai AFTER INSERT ON cell_context BEGIN
+            INSERT INTO change_log(rid) VALUES (new.rowid);
+        END;
+        CREATE TRIGGER change_log_prune AFTER INSERT ON change_log WHEN new.seq % 4096 = 0 BEGIN
+            DELETE FROM change_log WHERE seq <= new.seq - 1000000;
+        END;
+        """,
+    ),
 ]
+# Past this many rows logged by other processes since this one last looked, its caches load
+# afresh instead of patching (one scan then costs less than reading that many rows' state).
+CHANGE_LOG_PATCH_MAX = 200_000
+# The log's first and last sequence numbers: two subqueries, each one step of the primary key
+# (SQLite's min/max shortcut takes a query with a single min() or max(); both in one query
+# scan the whole log, at every commit).
+_LOG_BOUNDS = "SELECT (SELECT MIN(seq) FROM change_log), (SELECT MAX(seq) FROM change_log)"
+_LOG_SINCE = "SELECT rid FROM change_log WHERE seq > ?"
 
 # Every occurrence of one term in the window text (column 0 of cells_fts), read from the FTS
 # index itself, as one comma-separated string of rowids in rowid order (fts5vocab `instance`
 # has a row per occurrence): one string instead of a Python row per match is most of the speed.
 # Shared by every thread: the admitted rows of recent wide filters (16 bytes a row), and every
-# row's postings of recent terms (8 bytes a row; at most 256 MB: the most common words of a
-# million short windows, half a million rows each, are the ones a wide search needs again).
+# row's postings of recent terms (5 bytes a row for most words; at most 256 MB: the most
+# common words of a million short windows, half a million rows each, are the ones a wide
+# search needs again).
 ADMITTED_CACHE_ROWS = 4_000_000
-POSTINGS_CACHE_ROWS = 32_000_000
+POSTINGS_CACHE_BYTES = 256 * 2**20
 _TERM_ROWS = "SELECT group_concat(doc) FROM temp.ampkit_vocab WHERE term = ? AND col = 'text'"
+# The same for a term the `owner` column cannot hold (it holds only owner tokens, "o" and 16
+# hex digits: `owner_token`): without the column test, which fts5vocab evaluates per
+# occurrence (half the time of a common word's read).
+_TERM_ROWS_ANY_COLUMN = "SELECT group_concat(doc) FROM temp.ampkit_vocab WHERE term = ?"
+_OWNER_TOKEN = re.compile(r"o[0-9a-f]{16}")
 _UNIT_ROWS = "SELECT group_concat(rowid) FROM cells_fts WHERE cells_fts MATCH ?"
 
 # FTS5 is also the tokenizer: a contentless temporary index per connection turns texts into
@@ -242,24 +288,12 @@ _TOKENIZER = (
     # row per term, instead of one per occurrence grouped (~25% of a tokenize call).
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_token_rows USING fts5vocab(temp, ampkit_tokens, row)",
 )
-# The writer connection notes every row a transaction touches (TEMP triggers: this connection
-# only, whatever code path wrote), so the commit can hand their new state to the in-memory
-# access snapshot and postings cache (`SQLiteStore._collect_changes`).
-_TRACK_CHANGES = (
-    "CREATE TEMP TABLE IF NOT EXISTS ampkit_touched(rid INTEGER PRIMARY KEY)",
-    *(f"CREATE TEMP TRIGGER IF NOT EXISTS ampkit_touch_{name} AFTER {event} ON main.{table} "
-      f"BEGIN INSERT OR IGNORE INTO ampkit_touched(rid) VALUES ({row}.rowid); END"
-      for name, event, table, row in (
-          ("cells_ai", "INSERT", "cells", "new"),
-          ("cells_au", "UPDATE OF owner_id, created_by, type, status, public, superseded_by, expires_at, body",
-           "cells", "new"),
-          ("cells_ad", "DELETE", "cells", "old"),
-          ("context_ai", "INSERT", "cell_context", "new"),
-          ("context_ad", "DELETE", "cell_context", "old"),
-      )),
-)
-
 _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
+_VOCAB_COLUMNS = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab_columns USING fts5vocab(main, cells_fts, col)"
+# Past this many cells, open() reads the most common words' term rows in the background, up
+# to this share of the postings cache (the rest is left for the words searches ask for).
+WARM_TERMS_MIN_CELLS = 100_000
+WARM_TERMS_SHARE = 0.75
 
 # Checkpoints (the WAL copied back into the database file, with its fsyncs): a background
 # thread copies what commits wrote, at most once per CHECKPOINT_INTERVAL_S while they arrive
@@ -271,6 +305,18 @@ _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(m
 # less often and for less (a batch load's main thread in process: blocked 0.09-0.12 -> 0.06 ms a cell).
 CHECKPOINT_INTERVAL_S = 1.0
 AUTOCHECKPOINT_PAGES = 4_000
+
+
+@dataclass(frozen=True)
+class _Changes:
+    """Rows logged since the caches last took the change log in: each one's state now and its
+    window's term counts (`SQLiteStore._collect_changes`), up to log entry `seq`; `reload`:
+    the log cannot say (pruned, or too long), the caches load afresh."""
+
+    seq: int
+    states: dict[int, Optional[RowState]]
+    terms: dict[int, Optional[dict[str, int]]]
+    reload: bool = False
 
 
 class _TermCache:
@@ -324,6 +370,11 @@ def tokenize(conn: sqlite3.Connection, texts: Sequence[str]) -> list[dict[str, i
             out[i] = fresh[j]
             _TERMS.put(texts[i], fresh[j])
     return [tf if tf is not None else {} for tf in out]
+
+
+def term_rows_sql(term: str) -> str:
+    """The query for a term's occurrences in the window text (`_TERM_ROWS`)."""
+    return _TERM_ROWS if _OWNER_TOKEN.fullmatch(term) else _TERM_ROWS_ANY_COLUMN
 
 
 def _term_matrix(rows: Sequence[tuple], n_terms: int) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -590,7 +641,13 @@ class SQLiteStore(SQLFileReads, SQLStore):
         keyword_scan_max: int = 5000,
         warm_exact_max: int = 20000,
         checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
+        warm_terms_min_cells: Optional[int] = WARM_TERMS_MIN_CELLS,
     ):
+        # Past this many cells, open() reads the term rows of the words in the most windows
+        # in the background (`_warm_terms`); None: never.
+        self.warm_terms_min_cells = warm_terms_min_cells
+        self._warm_lock = threading.Lock()  # held by `_warm_terms` per word, and by close()
+        self._terms_warm = threading.Event()
         self.checkpoint_interval_s = checkpoint_interval_s
         self._checkpoint_wanted = threading.Event()  # set by each commit
         self._checkpoint_stop = threading.Event()
@@ -624,7 +681,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._stats_cache: Optional[tuple[int, dict[tuple[str, tuple[Any, ...], bool], builtins.list[Any]], builtins.list[builtins.list[float]]]] = None
         self._postings: Optional[tuple[int, PostingsCache]] = None  # (foreign generation, cache)
         # Reader-wide filters: the access snapshot (`_access_snapshot`), kept in step with
-        # this process's commits, rebuilt after another connection's (`_foreign_generation`).
+        # every process's commits through the change log (`_collect_changes`).
         self._snapshot: Optional[AccessSnapshot] = None
         self._snapshot_build_lock = threading.Lock()
         self._snapshot_backlog: Optional[builtins.list[dict[int, Optional[RowState]]]] = None
@@ -632,7 +689,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._foreign = 0
         self._seen_version: Optional[int] = None
         self._writer_version: Optional[int] = None
-        self._tracking = False  # the TEMP triggers are in place (open)
+        self._tracking = False  # the change log exists (open)
+        self._log_seq = 0  # the last change_log entry the in-memory caches have taken in
 
     # ------------------------------------------------------------ connections
     def _connect(self) -> sqlite3.Connection:
@@ -653,6 +711,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return conn
 
     def open(self) -> None:
+        if self._writer is not None:
+            # Already open (`ampkit serve` opens before binding, the app again at startup): a
+            # second writer connection and second background warm-ups would race the first
+            # (a vector warm-up restarted mid-way loaded the saved graph over a partial index,
+            # then added the rest of a million vectors to the graph one by one).
+            return
         if self.path in (":memory:", ""):
             # An ephemeral store is a real file in a temporary directory, so that it behaves
             # exactly like the persistent one (WAL, one writer, many readers).
@@ -664,11 +728,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
         except sqlite3.Error as exc:
             raise Unavailable(f"cannot open SQLite store at {self.path}: {exc}") from exc
         self.migrate()
-        # (A store a test holds at an old schema has no keyword windows: nothing to track.)
-        self._tracking = self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'cell_context'").fetchone() is not None
+        # (A store a test holds at an old schema has no change log: nothing to track.)
+        self._tracking = self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'change_log'").fetchone() is not None
         if self._tracking:
-            for statement in _TRACK_CHANGES:
-                self._writer.execute(statement)
+            self._log_seq = self._writer.execute("SELECT COALESCE(MAX(seq), 0) FROM change_log").fetchone()[0]
         self._writer.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
         if self._checkpointer is None:  # (an open store opened again keeps its thread)
             self._checkpoint_stop.clear()
@@ -678,6 +741,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
         # dense leg meanwhile ranks small filtered sets from the table, see vector_candidates).
         self._vectors_ready.clear()
         self._start_index_thread(self._warm_vectors)
+        self._terms_warm.clear()
+        if self.warm_terms_min_cells is not None and self._tracking:
+            threading.Thread(target=self._warm_terms, daemon=True, name="ampkit-terms").start()
+        else:
+            self._terms_warm.set()
 
     def _checkpoint_loop(self) -> None:
         """The background checkpoints (see CHECKPOINT_INTERVAL_S), on a connection of their own."""
@@ -728,6 +796,44 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._index_threads.append(thread)
         thread.start()
 
+    def _warm_terms(self) -> None:
+        """Background, from open() of a store past `warm_terms_min_cells`: the term rows of
+        the words in the most keyword windows (stop words aside: a query drops them) into the
+        postings cache, up to WARM_TERMS_SHARE of it, most common first. A reader-wide
+        search otherwise reads each at its first use (a tenth of a second for a word in half
+        of a million windows). One word per hold of `_warm_lock`, which close() takes before
+        closing connections; searches never wait for it (one that needs a word first reads
+        it itself)."""
+        try:
+            with self._warm_lock:
+                if self._writer is None:
+                    return
+                if self._query("SELECT COALESCE(MAX(rowid), 0) FROM cells")[0][0] < (self.warm_terms_min_cells or 0):
+                    return
+                conn = self._reader()
+                conn.execute(_VOCAB)
+                conn.execute(_VOCAB_COLUMNS)
+                terms = [t for (t,) in conn.execute(
+                    "SELECT term FROM temp.ampkit_vocab_columns WHERE col = 'text' ORDER BY doc DESC LIMIT 5000")
+                    if t not in STOP_WORDS]
+            for term in terms:
+                with self._warm_lock:
+                    if self._writer is None:
+                        return
+                    postings = self._postings_cache()
+                    if postings.size > POSTINGS_CACHE_BYTES * WARM_TERMS_SHARE:
+                        return
+                    postings.get("t:" + term, lambda: doc_counts(int_list(
+                        conn.execute(term_rows_sql(term), (term,)).fetchone()[0])))
+        except Exception:  # noqa: BLE001  (closed meanwhile: searches read words themselves)
+            return
+        finally:
+            self._terms_warm.set()
+
+    def wait_for_term_warmup(self, timeout: Optional[float] = None) -> bool:
+        """Until the background term warm-up started by open() is done; False on timeout."""
+        return self._terms_warm.wait(timeout)
+
     def wait_for_vector_index(self, timeout: Optional[float] = None) -> None:
         """Until the background loading and graph building started so far are done."""
         for thread in list(self._index_threads):
@@ -774,7 +880,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     self._save_ann(model, index)
                 except OSError:
                     pass
-        with self._vectors_lock:  # the background warm-up reads under it (_catch_up_vectors)
+        with self._warm_lock, self._vectors_lock:  # the background warm-ups read under them
             with self._readers_lock:
                 for conn in self._readers:
                     conn.close()
@@ -832,18 +938,28 @@ class SQLiteStore(SQLFileReads, SQLStore):
             self._apply_changes(changes)
             self._checkpoint_wanted.set()
 
-    def _collect_changes(self, conn: sqlite3.Connection) -> Optional[tuple[dict[int, Optional[RowState]], dict[int, Optional[dict[str, int]]]]]:
-        """Inside the transaction, before COMMIT: the rows it touched, each with its state now
-        (access columns, None when gone) and its keyword window's term counts (None when it has
-        none), for the in-memory caches; None when no cache is kept."""
+    def _collect_changes(self, conn: sqlite3.Connection, limit: Optional[int] = None) -> Optional[_Changes]:
+        """Inside a transaction (a write's, before COMMIT, or a read's): the rows logged since
+        the caches last took the log in (this transaction's and any other process's), each
+        with its state now (access columns, None when gone) and its keyword window's term
+        counts (None when it has none), for the in-memory caches. Its `reload` is set when
+        the log no longer reaches back that far (pruned) or holds more than `limit` rows:
+        the caches load afresh. None when nothing was logged since."""
         if not self._tracking:
             return None
-        touched = [r for (r,) in conn.execute("SELECT rid FROM temp.ampkit_touched")]
-        if not touched:
+        since = self._log_seq
+        first, top = conn.execute(_LOG_BOUNDS).fetchone()
+        if top is None or top == since:
             return None
-        conn.execute("DELETE FROM temp.ampkit_touched")
+        if top < since:  # the log started afresh (emptied by hand): it cannot say
+            return _Changes(top, {}, {}, reload=True)
         if self._snapshot is None and self._snapshot_backlog is None and self._postings is None:
-            return None
+            return _Changes(top, {}, {})  # no cache to patch
+        if first > since + 1:  # pruned past what the caches have seen
+            return _Changes(top, {}, {}, reload=True)
+        if limit is not None and top - since > limit:
+            return _Changes(top, {}, {}, reload=True)
+        touched = sorted({r for (r,) in conn.execute(_LOG_SINCE, (since,))})
         states: dict[int, Optional[RowState]] = dict.fromkeys(touched)
         terms: dict[int, Optional[dict[str, int]]] = dict.fromkeys(touched)
         patterns: dict[Optional[str], tuple[str, ...]] = {}
@@ -854,22 +970,44 @@ class SQLiteStore(SQLFileReads, SQLStore):
             ):
                 states[row[0]] = row_state(row[1:-1], patterns)
                 terms[row[0]] = None if row[-1] is None else json.loads(row[-1])
-        return states, terms
+        return _Changes(top, states, terms)
 
-    def _apply_changes(self, changes: Optional[tuple[dict[int, Optional[RowState]], dict[int, Optional[dict[str, int]]]]]) -> None:
-        """After COMMIT, still under the write lock (so in commit order): the touched rows'
-        new state into the snapshot (or the backlog of one being built) and the postings log."""
+    def _apply_changes(self, changes: Optional[_Changes]) -> None:
+        """After COMMIT, under the write lock (so in commit order): the logged rows' new state
+        into the snapshot (or the backlog of one being built) and the postings log, or, when
+        the log could not say, every cache loads afresh (the foreign generation moves)."""
         if changes is None:
             return
-        states, terms = changes
+        self._log_seq = changes.seq
+        if changes.reload:
+            self._foreign += 1
+            return
+        if not changes.states:
+            return
         if self._snapshot_backlog is not None:
-            self._snapshot_backlog.append(states)
+            self._snapshot_backlog.append(changes.states)
         snapshot = self._snapshot
         if snapshot is not None:
-            snapshot.apply(states)
+            snapshot.apply(changes.states)
         postings = self._postings
         if postings is not None:
+            terms = changes.terms
             postings[1].record(np.fromiter(sorted(terms), dtype=np.int64, count=len(terms)), terms)
+
+    def _catch_up(self) -> None:
+        """Under the write lock, after another connection committed: its logged rows into
+        the caches, read in one read transaction of the writer connection (no write of ours
+        is under way)."""
+        if not self._tracking:  # an old schema without the log: load afresh
+            self._foreign += 1
+            return
+        conn = self._require_writer()
+        conn.execute("BEGIN")
+        try:
+            changes = self._collect_changes(conn, CHANGE_LOG_PATCH_MAX)
+        finally:
+            conn.execute("COMMIT")
+        self._apply_changes(changes)
 
     # ------------------------------------------------------------ reads
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
@@ -967,7 +1105,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
 
         def load_term(term: str) -> tuple[np.ndarray, np.ndarray]:
             def load() -> tuple[np.ndarray, np.ndarray]:
-                return doc_counts(int_list(conn.execute(_TERM_ROWS, (term,)).fetchone()[0]))
+                return doc_counts(int_list(conn.execute(term_rows_sql(term), (term,)).fetchone()[0]))
             rowids, tf = postings.get("t:" + term, load)
             return rowids, tf
 
@@ -982,7 +1120,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
             # term, each term's document frequency is its admitted row count, so the scores
             # are summed straight into one array over the admitted rows (same terms, same
             # order, same operations as bm25_scores: the same bits) without marking matches.
-            scores = admitted.scores([admitted.term(t, load_term) for t in terms])
+            scores = admitted.scores(terms, load_term)
             best = top_k(scores, k)
             rowids = admitted.rowids[best]
         else:
@@ -1027,9 +1165,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
             return int(self._version_conn.execute("PRAGMA data_version").fetchone()[0])
 
     def _foreign_generation(self) -> int:
-        """A number that moves whenever another connection (another process, another store on
-        the same file) has committed since the last call, and only then: this process's own
-        commits reach the in-memory caches row by row (`_apply_changes`). The writer's
+        """The caches' generation, after taking in what other connections (another process,
+        another store on the same file) committed since the last call: their logged rows
+        patch the caches as this process's own commits do (`_catch_up`); the number moves
+        only when that cannot be done and the caches must load afresh. The writer's
         `PRAGMA data_version` is unchanged by its own commits and moves on everyone else's;
         it is read (under the write lock, the writer's owner) only when `_data_version`
         says something committed at all."""
@@ -1038,28 +1177,29 @@ class SQLiteStore(SQLFileReads, SQLStore):
             if version != self._seen_version:
                 with self._write_lock:
                     writer = int(self._require_writer().execute("PRAGMA data_version").fetchone()[0])
-                if self._writer_version is not None and writer != self._writer_version:
-                    self._foreign += 1
-                self._writer_version = writer
+                    if self._writer_version is not None and writer != self._writer_version:
+                        self._catch_up()
+                    self._writer_version = writer
                 self._seen_version = version
             return self._foreign
 
     def _postings_cache(self) -> PostingsCache:
-        """Every row's postings per term (all threads): patched with this process's commits,
-        started afresh after another connection's."""
+        """Every row's postings per term (all threads): patched with every logged commit,
+        started afresh when the change log cannot say what changed."""
         foreign = self._foreign_generation()
         cached = self._postings
         if cached is None or cached[0] != foreign:
             # Made under the write lock: no transaction is between its change capture and
             # its commit, so every later commit is recorded into this cache's log.
             with self._write_lock:
-                cached = self._postings = (foreign, PostingsCache(POSTINGS_CACHE_ROWS))
+                cached = self._postings = (foreign, PostingsCache(POSTINGS_CACHE_BYTES))
         return cached[1]
 
     def _access_snapshot(self) -> AccessSnapshot:
-        """The access snapshot, current with every commit so far: loaded on first use, and
-        again after another connection committed (one scan of the table). A search that
-        needs it while it loads waits for that load instead of scanning too."""
+        """The access snapshot, current with every commit so far: loaded on first use (one
+        scan of the table), then patched from the change log; loaded again only when the log
+        cannot say what changed. A search that needs it while it loads waits for that load
+        instead of scanning too."""
         snapshot = self._snapshot
         if snapshot is not None and snapshot.foreign == self._foreign_generation():
             return snapshot
@@ -1068,11 +1208,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
             if snapshot is not None and snapshot.foreign == self._foreign_generation():
                 return snapshot
             conn = self._reader()
-            # The generation is read first: another connection's commit after it (before or
-            # during the load) moves it, and this snapshot is loaded again at its next use.
-            # This connection's read transaction starts under the write lock, with no commit
-            # of ours half done; our commits from then on are kept in the backlog and applied
-            # on top (each is a row's whole state: one the load already saw changes nothing).
+            # The generation is read first (a reload the log asks for meanwhile moves it, and
+            # this snapshot is loaded again at its next use). This connection's read
+            # transaction starts under the write lock, with no commit of ours half done; the
+            # logged rows taken in from then on (ours, or another process's caught up) are
+            # kept in the backlog and applied on top (each is a row's whole state: one the
+            # load already saw changes nothing).
             foreign = self._foreign_generation()
             with self._write_lock:
                 self._snapshot = None
