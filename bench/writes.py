@@ -47,6 +47,40 @@ def server_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def server_thread_cpu_seconds(pid: int) -> tuple[float, float]:
+    """(main thread, all other threads) CPU time so far. The main thread runs uvicorn's event
+    loop (HTTP parsing, routing, validation, the access log); the others run the operations
+    (the service and the store) and the store's background work."""
+    main = other = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # a thread that just ended
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        if task.name == str(pid):
+            main += seconds
+        else:
+            other += seconds
+    return main, other
+
+
+class ServerCPU:
+    """The server's CPU time over a phase, split as `server_thread_cpu_seconds`, per write."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.main, self.other = server_thread_cpu_seconds(pid)
+
+    def per_write(self, writes: int) -> dict[str, float]:
+        main, other = server_thread_cpu_seconds(self.pid)
+        n = max(1, writes)
+        main, other = main - self.main, other - self.other
+        # (an ended thread's time is lost to the split: the total is read from the process)
+        return {"server_cpu_event_loop_ms_per_write": round(1000 * main / n, 3),
+                "server_cpu_other_threads_ms_per_write": round(1000 * other / n, 3)}
+
+
 def client(base: str, tag: str, c: int, count: int, start: "multiprocessing.synchronize.Event", out) -> None:
     """One client process: `count` writes in a row over one connection; sends back
     (latencies, acknowledged (id, owner, text), errors)."""
@@ -81,6 +115,7 @@ def single_writes(server: Server, clients: int, total: int, tag: str, acked: dic
         p.start()
     time.sleep(0.5)  # let the processes import and connect (they wait for `start`)
     cpu = server_cpu_seconds(server.proc.pid)
+    split = ServerCPU(server.proc.pid)
     started = time.perf_counter()
     start.set()
     latencies: list[float] = []
@@ -97,11 +132,14 @@ def single_writes(server: Server, clients: int, total: int, tag: str, acked: dic
         p.join()
     return {"clients": clients, "writes": len(latencies), "errors": len(errors), "first_error": errors[:1],
             "writes_per_s": round(len(latencies) / elapsed, 1), **percentiles(latencies),
-            "server_cpu_ms_per_write": round(1000 * cpu / max(1, len(latencies)), 2)}
+            "server_cpu_ms_per_write": round(1000 * cpu / max(1, len(latencies)), 2), **split.per_write(len(latencies))}
 
 
-def batch_writes(base: str, cells: int, acked: dict[str, tuple[str, str]]) -> dict:
+def batch_writes(server: Server, cells: int, acked: dict[str, tuple[str, str]]) -> dict:
     """Batches of 500 cells of one owner (about 100 cells per owner, sessions of 10)."""
+    base = server.base
+    cpu = server_cpu_seconds(server.proc.pid)
+    split = ServerCPU(server.proc.pid)
     rng = random.Random(42)
     latencies: list[float] = []
     owners = max(1, cells // 100)
@@ -121,8 +159,11 @@ def batch_writes(base: str, cells: int, acked: dict[str, tuple[str, str]]) -> di
                 acked[cell["id"]] = (owner, text)
             done += n
         elapsed = time.perf_counter() - started
+    cpu = server_cpu_seconds(server.proc.pid) - cpu
     return {"cells": cells, "batches": len(latencies), "cells_per_s": round(cells / elapsed, 1),
-            **(percentiles(latencies) if len(latencies) > 1 else {})}
+            **(percentiles(latencies) if len(latencies) > 1 else {}),
+            "server_cpu_ms_per_cell": round(1000 * cpu / max(1, cells), 3),
+            **{k.replace("per_write", "per_cell"): v for k, v in split.per_write(cells).items()}}
 
 
 def lost_writes(base: str, acked: dict[str, tuple[str, str]]) -> int:
@@ -160,7 +201,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 "store": store.split(":")[0], "embedder": args.embedder, "server_args": args.server_args,
                 "single_1_client": single_writes(server, 1, args.single, "one", acked),
                 f"single_{args.clients}_clients": single_writes(server, args.clients, args.single, "many", acked),
-                "batch": batch_writes(server.base, args.batch_cells, acked) if args.batch_cells else None,
+                "batch": batch_writes(server, args.batch_cells, acked) if args.batch_cells else None,
             }
             result["acked_writes"] = len(acked)
             result["lost_writes"] = lost_writes(server.base, acked)
@@ -169,14 +210,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     result["machine"] = {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
                          "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}
     print(f"writes over HTTP: store {result['store']}, embedder {result['embedder']} {args.server_args}")
-    print("| phase | clients | writes/s | p50 ms | p95 ms | p99 ms | server CPU ms/write |\n|---|---|---|---|---|---|---|")
+    print("| phase | clients | writes/s | p50 ms | p95 ms | p99 ms | server CPU ms/write | of which event loop / other threads |\n"
+          "|---|---|---|---|---|---|---|---|")
     for name in ("single_1_client", f"single_{args.clients}_clients"):
         p = result[name]
         print(f"| {name} | {p['clients']} | {p['writes_per_s']} | {p['p50_ms']} | {p['p95_ms']} | {p['p99_ms']} "
-              f"| {p['server_cpu_ms_per_write']} |")
+              f"| {p['server_cpu_ms_per_write']} | {p['server_cpu_event_loop_ms_per_write']} / "
+              f"{p['server_cpu_other_threads_ms_per_write']} |")
     if result["batch"]:
         b = result["batch"]
-        print(f"| batch of 500 (cells/s) | 1 | {b['cells_per_s']} | {b.get('p50_ms')} | {b.get('p95_ms')} | {b.get('p99_ms')} | |")
+        print(f"| batch of 500 (cells/s; CPU per cell) | 1 | {b['cells_per_s']} | {b.get('p50_ms')} | {b.get('p95_ms')} "
+              f"| {b.get('p99_ms')} | {b['server_cpu_ms_per_cell']} | {b['server_cpu_event_loop_ms_per_cell']} / "
+              f"{b['server_cpu_other_threads_ms_per_cell']} |")
     print(f"acked {result['acked_writes']}, lost {result['lost_writes']}; machine {result['machine']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

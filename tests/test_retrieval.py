@@ -625,6 +625,27 @@ def test_term_cache_returns_the_tokenizer_counts_and_stays_bounded(tmp_path, mon
     assert cache.get("unique words here") == {"uniqu": 1, "word": 1, "here": 1}
 
 
+def test_one_text_is_tokenized_as_it_is_among_others(tmp_path, monkeypatch):
+    """A single text (a single-cell create's new turn) is read from the fts5vocab row table,
+    several from the instance table: the same terms and counts either way (repeated words,
+    stems, CJK bigrams, diacritics, punctuation only, empty)."""
+    import sqlite3
+
+    from ampkit.store import sqlite as sqlite_store
+
+    conn = sqlite3.connect(tmp_path / "t.db")
+    for stmt in sqlite_store._TOKENIZER:
+        conn.execute(stmt)
+    monkeypatch.setattr(sqlite_store, "_TERMS", sqlite_store._TermCache(max_entries=0))
+    texts = ["Running runners ran, and ran again", "서울에서 강아지를 키워요 서울", "Café naïve CAFÉ cafe",
+             "... !!! ---", "", "The user prefers dark roast coffee; the user travels to Osaka.",
+             sqlite_store.index_text("東京で働いています 東京")]
+    together = sqlite_store.tokenize(conn, texts)
+    for text, expected in zip(texts, together):
+        assert sqlite_store.tokenize(conn, [text]) == [expected]
+    assert together[0] == {"again": 1, "and": 1, "ran": 2, "run": 1, "runner": 1}
+
+
 @pytest.mark.parametrize("wide", [False, True], ids=["owner", "wide"])
 def test_a_purged_rows_vector_never_ranks_the_row_that_takes_its_rowid(tmp_path, wide):
     """SQLite gives a new row the rowid of a purged one (the highest, once deleted), and vec_seq

@@ -284,6 +284,9 @@ _TOKENIZER = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_tokens USING fts5("
     "text, content='', tokenize='porter unicode61 remove_diacritics 2')",
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_token_instances USING fts5vocab(temp, ampkit_tokens, instance)",
+    # One text (a single-cell create's new turn): its terms with their counts directly, one
+    # row per term, instead of one per occurrence grouped (~25% of a tokenize call).
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_token_rows USING fts5vocab(temp, ampkit_tokens, row)",
 )
 _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
 _VOCAB_COLUMNS = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab_columns USING fts5vocab(main, cells_fts, col)"
@@ -355,10 +358,13 @@ def tokenize(conn: sqlite3.Connection, texts: Sequence[str]) -> list[dict[str, i
         fresh: list[dict[str, int]] = [{} for _ in missing]
         conn.executemany("INSERT INTO temp.ampkit_tokens(rowid, text) VALUES (?, ?)",
                          [(j, texts[i]) for j, i in enumerate(missing)])
-        for doc, term, count in conn.execute(
-            "SELECT doc, term, COUNT(*) FROM temp.ampkit_token_instances GROUP BY doc, term ORDER BY doc, term"
-        ):
-            fresh[doc][term] = count
+        if len(missing) == 1:  # the index holds one document: a term's count over all is its count
+            fresh[0].update(conn.execute("SELECT term, cnt FROM temp.ampkit_token_rows"))
+        else:
+            for doc, term, count in conn.execute(
+                "SELECT doc, term, COUNT(*) FROM temp.ampkit_token_instances GROUP BY doc, term ORDER BY doc, term"
+            ):
+                fresh[doc][term] = count
         conn.execute("INSERT INTO temp.ampkit_tokens(ampkit_tokens) VALUES ('delete-all')")
         for j, i in enumerate(missing):
             out[i] = fresh[j]
