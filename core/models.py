@@ -595,6 +595,10 @@ class VectorIndexHealth(Closed):
     approximate: Literal["none", "building", "ready", "unavailable"] = Field(
         default="none", description="the HNSW graph for wide searches: building (the exact scan answers meanwhile), "
                                     "ready (built, or loaded from where the store saved it), unavailable (no hnswlib)")
+    keyword_warmup: Literal["none", "warming", "ready"] = Field(
+        default="none", description="warming: after a start, a large store loads its access snapshot and the common "
+                                    "words' term rows in the background; until ready a reader-wide search may load "
+                                    "them itself (slower)")
 
 
 class Health(Closed):

@@ -564,3 +564,20 @@ def test_cached_term_counts_widen_when_a_patched_row_needs_it():
     rows, counts = patch_postings("w", (rowids, tf), [(np.array([5, 7]), {5: {"w": 300}, 7: None})])
     assert rows.tolist() == [3, 5, 9] and counts.tolist() == [2, 300, 1] and counts.dtype == np.uint16
     assert doc_counts(np.repeat(np.array([4], dtype=np.int64), 70_000))[1].tolist() == [70_000]
+
+
+def test_health_says_when_the_keyword_warm_up_is_done(corpus):
+    """`/health`'s vector_index.keyword_warmup (the store's `vector_index_state`): warming
+    while open()'s background reads run, ready after."""
+    store = SQLiteStore(corpus, keyword_scan_max=0, warm_terms_min_cells=0)
+    store._warm_lock.acquire()  # hold the warm-up at its first step
+    store.open()
+    try:
+        assert store.vector_index_state()["keyword_warmup"] == "warming"
+        store._warm_lock.release()
+        assert store.wait_for_term_warmup(60)
+        assert store.vector_index_state()["keyword_warmup"] == "ready"
+    finally:
+        if store._warm_lock.locked():
+            store._warm_lock.release()
+        store.close()

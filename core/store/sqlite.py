@@ -647,6 +647,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         # in the background (`_warm_terms`); None: never.
         self.warm_terms_min_cells = warm_terms_min_cells
         self._warm_lock = threading.Lock()  # held by `_warm_terms` per word, and by close()
+        self._snapshot_warm_lock = threading.Lock()  # held by `_warm_snapshot`, and by close()
         self._terms_warm = threading.Event()
         self._opened = 0  # open() calls so far (`_warm_vectors`, `_warm_terms` belong to one)
         self.checkpoint_interval_s = checkpoint_interval_s
@@ -803,21 +804,22 @@ class SQLiteStore(SQLFileReads, SQLStore):
 
     def _warm_terms(self, opened: int) -> None:
         """Background, from open() of a store past `warm_terms_min_cells`: the access
-        snapshot, then the term rows of the words in the most keyword windows (stop words
-        aside: a query drops them) into the postings cache, up to WARM_TERMS_SHARE of it,
-        most common first. A reader-wide search otherwise reads each at its first use (a
-        tenth of a second for a word in half of a million windows). One word per hold of
-        `_warm_lock`, which close() takes before closing connections; searches never wait
-        for a word (one that needs it first reads it itself)."""
+        snapshot (in a thread of its own, beside this one), and the term rows of the words in
+        the most keyword windows (stop words aside: a query drops them) into the postings
+        cache, up to WARM_TERMS_SHARE of it, most common first. A reader-wide search
+        otherwise loads the snapshot (seconds at a million cells) and reads each word at its
+        first use (a tenth of a second for a word in half of a million windows). Each step
+        holds a lock close() takes before closing connections; searches never wait for a word
+        (one that needs it first reads it itself), and one that needs the snapshot while it
+        loads waits for that load. `/health` says `keyword_warmup: warming` until both end."""
+        snapshot = threading.Thread(target=self._warm_snapshot, args=(opened,), daemon=True, name="ampkit-snapshot")
         try:
             with self._warm_lock:
                 if not self._current(opened):
                     return
                 if self._query("SELECT COALESCE(MAX(rowid), 0) FROM cells")[0][0] < (self.warm_terms_min_cells or 0):
                     return
-                # The access snapshot first (seconds at a million cells): the first wide
-                # search after a start then finds it loaded, or waits for this load.
-                self._access_snapshot()
+                snapshot.start()
                 conn = self._reader()
                 conn.execute(_VOCAB)
                 conn.execute(_VOCAB_COLUMNS)
@@ -836,8 +838,19 @@ class SQLiteStore(SQLFileReads, SQLStore):
         except Exception:  # noqa: BLE001  (closed meanwhile: searches read words themselves)
             return
         finally:
+            if snapshot.is_alive():
+                snapshot.join()
             if self._opened == opened:
                 self._terms_warm.set()
+
+    def _warm_snapshot(self, opened: int) -> None:
+        with self._snapshot_warm_lock:
+            if not self._current(opened):
+                return
+            try:
+                self._access_snapshot()
+            except Exception:  # noqa: BLE001  (closed meanwhile: the first wide search loads it)
+                return
 
     def wait_for_term_warmup(self, timeout: Optional[float] = None) -> bool:
         """Until the background term warm-up started by open() is done; False on timeout."""
@@ -889,7 +902,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     self._save_ann(model, index)
                 except OSError:
                     pass
-        with self._warm_lock, self._vectors_lock:  # the background warm-ups read under them
+        with self._warm_lock, self._snapshot_warm_lock, self._vectors_lock:  # the background warm-ups read under them
             with self._readers_lock:
                 for conn in self._readers:
                     conn.close()
@@ -1437,6 +1450,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def vector_index_state(self) -> dict[str, Any]:
         states = {index.ann_state for index in self._vectors.values()} - {"none"}
         return {
+            "keyword_warmup": "ready" if self._terms_warm.is_set() else "warming",
             "state": "loading" if not self._vectors_ready.is_set() else "ready" if self._vectors else "none",
             "vectors": sum(len(index) for index in self._vectors.values()),
             "approximate": next((s for s in ("building", "ready", "unavailable") if s in states), "none"),
