@@ -389,8 +389,9 @@ def copy(source_url: str, dest_url: str, batch_size: int) -> None:
     finally:
         source.close()
         dest.close()
-    click.echo(f"copied {report.cells} cells, {report.history} history entries, {report.keys} API keys, "
-               f"{report.vectors} vectors: {_shown(source_url)} -> {_shown(dest_url)}")
+    click.echo(f"copied {report.cells} cells, {report.history} history entries, {report.folders} folder settings, "
+               f"{report.proposals} file proposals, {report.keys} API keys, {report.vectors} vectors: "
+               f"{_shown(source_url)} -> {_shown(dest_url)}")
     if not report.verified:
         for problem in report.mismatches:
             click.echo(f"ampkit: verification failed: {problem}", err=True)
@@ -477,6 +478,9 @@ def import_command(file: str, store_url: str, source_format: str, owner_id: Opti
     click.echo(f"imported {report.cells_written} cells and {report.history_written} history entries "
                f"({report.cells_unchanged} cells and {report.history_unchanged} entries already there, unchanged) "
                f"into {_shown(store_url)}")
+    if report.folders_written + report.folders_unchanged + report.proposals_written + report.proposals_unchanged:
+        click.echo(f"and {report.folders_written} folder settings and {report.proposals_written} file proposals "
+                   f"({report.folders_unchanged} and {report.proposals_unchanged} already there, unchanged)")
 
 
 @main.command()

@@ -6,10 +6,14 @@ An export is one JSON object per line (spec/SPEC.md, extension `ndjson_export`):
     {"kind":"cell","cursor":"cell:mem_…","cell":{…the whole cell…}}            every cell, by id
     {"kind":"history","cursor":"history:mem_…:1","cell_id":"mem_…","n":1,"at":…,"actor":…,"action":…,"changes":{…}}
     {"kind":"supersession","cursor":"link:mem_…","old_id":"mem_…","new_id":"mem_…"}
+    {"kind":"folder","cursor":"folder:alice","owner_id":"alice","approval_mode":"review","updated_at":…,"updated_by":…}
+    {"kind":"proposal","cursor":"proposal:prop_…","proposal":{…the whole proposal…}}
     {"kind":"end"}
 
 Cells come in id order, then history by (cell id, order within the cell; `n` counts from 1),
-then one supersession link per replaced cell. Nothing in a line depends on the store that
+then one supersession link per replaced cell, then the memory folders' settings (approval
+modes, by owner) and the proposed file changes (pending and decided, by id): the human
+approval state of memory files travels with the memory. Nothing in a line depends on the store that
 wrote it (no sequence numbers, no export time), so exporting the same memory from SQLite
 and from PostgreSQL gives the same bytes. Every line but the header and the end carries a
 `cursor`: passing the last one received resumes the export right after that line, so an
@@ -28,15 +32,15 @@ configured embedder, as `ampkit copy` does.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Iterator, Literal, Optional, Union
 
 from pydantic import Field, ValidationError
 
 from .errors import Conflict, ValidationFailed
-from .models import AMP_VERSION, CellId, Closed, MemoryCell, UtcDatetime
+from .models import AMP_VERSION, CellId, Closed, IdString, MemoryCell, StorableStr, UtcDatetime
 from .retrieval import Retriever
-from .store.base import CellFilter, HistoryEntry, HistoryRecord, Store
+from .store.base import CellFilter, FolderRecord, HistoryEntry, HistoryRecord, ProposalRecord, Store
 
 FORMAT = "ampkit-export"
 FORMAT_VERSION = 1
@@ -79,14 +83,60 @@ class SupersessionLine(Closed):
     new_id: CellId
 
 
+class FolderLine(Closed):
+    """An owner's memory folder settings (docs/files.md: approval modes)."""
+
+    kind: Literal["folder"]
+    cursor: Optional[str] = None
+    owner_id: IdString
+    approval_mode: Literal["review", "yolo"]
+    updated_at: UtcDatetime
+    updated_by: IdString
+
+    def record(self) -> FolderRecord:
+        return FolderRecord(self.owner_id, self.approval_mode, self.updated_at, self.updated_by)
+
+
+class ExportedProposal(Closed):
+    """A proposed change to a memory file, whole (store/_files.py `ProposalRecord`)."""
+
+    id: str = Field(pattern=r"^prop_[0-9A-HJKMNP-TV-Z]{26}$")  # files.service.new_proposal_id
+    owner_id: IdString
+    path: StorableStr
+    action: Literal["write", "delete"]
+    cell_id: Optional[CellId] = None
+    base_version: Optional[int] = Field(default=None, ge=1)
+    content: Optional[StorableStr] = None
+    diff: StorableStr
+    reason: Optional[StorableStr] = None
+    access_policy: Optional[dict[str, Any]] = None
+    proposed_by: IdString
+    created_at: UtcDatetime
+    status: Literal["pending", "approved", "rejected"]
+    decided_by: Optional[IdString] = None
+    decided_at: Optional[UtcDatetime] = None
+    message: Optional[StorableStr] = None
+    result_version: Optional[int] = Field(default=None, ge=1)
+
+
+class ProposalLine(Closed):
+    kind: Literal["proposal"]
+    cursor: Optional[str] = None
+    proposal: ExportedProposal
+
+    def record(self) -> ProposalRecord:
+        return ProposalRecord(**self.proposal.model_dump())
+
+
 class EndLine(Closed):
     kind: Literal["end"]
 
 
-Line = Union[HeaderLine, CellLine, HistoryLine, SupersessionLine, EndLine]
-_SECTION = {"header": 0, "cell": 1, "history": 2, "supersession": 3, "end": 4}
+Line = Union[HeaderLine, CellLine, HistoryLine, SupersessionLine, FolderLine, ProposalLine, EndLine]
+_SECTION = {"header": 0, "cell": 1, "history": 2, "supersession": 3, "folder": 4, "proposal": 5, "end": 6}
 _LINE_MODELS: dict[str, type[Line]] = {
-    "header": HeaderLine, "cell": CellLine, "history": HistoryLine, "supersession": SupersessionLine, "end": EndLine,
+    "header": HeaderLine, "cell": CellLine, "history": HistoryLine, "supersession": SupersessionLine,
+    "folder": FolderLine, "proposal": ProposalLine, "end": EndLine,
 }
 
 
@@ -96,7 +146,7 @@ def dumps(obj: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------ export
 def _parse_cursor(cursor: Optional[str]) -> tuple[int, tuple[str, ...]]:
-    """cursor -> (section, key). Sections: 1 cells, 2 history, 3 links."""
+    """cursor -> (section, key). Sections: 1 cells, 2 history, 3 links, 4 folders, 5 proposals."""
     if cursor is None:
         return 0, ()
     kind, _, rest = cursor.partition(":")
@@ -109,6 +159,10 @@ def _parse_cursor(cursor: Optional[str]) -> tuple[int, tuple[str, ...]]:
                 return 2, (cell_id, n)
         if kind == "link" and rest.startswith("mem_"):
             return 3, (rest,)
+        if kind == "folder" and rest:
+            return 4, (rest,)
+        if kind == "proposal" and rest:
+            return 5, (rest,)
     except ValueError:
         pass
     raise ValidationFailed("invalid export cursor", {"cursor": cursor})
@@ -182,11 +236,33 @@ def export_lines(store: Store, owner_id: Optional[str] = None, cursor: Optional[
                 "at": entry.model_dump(mode="json")["at"], "actor": entry.actor, "action": entry.action,
                 "changes": entry.changes,
             }) + "\n"
-    for cell in _cells(store, owner_id, key[0] if section == 3 else None):
-        if cell.lifecycle.superseded_by is not None:
-            yield dumps({"kind": "supersession", "cursor": f"link:{cell.id}", "old_id": cell.id,
-                         "new_id": cell.lifecycle.superseded_by}) + "\n"
+    if section <= 3:
+        for cell in _cells(store, owner_id, key[0] if section == 3 else None):
+            if cell.lifecycle.superseded_by is not None:
+                yield dumps({"kind": "supersession", "cursor": f"link:{cell.id}", "old_id": cell.id,
+                             "new_id": cell.lifecycle.superseded_by}) + "\n"
+    if section <= 4:
+        # Sorted here: owner ids are any text, and a database's collation may order them otherwise.
+        for folder in sorted(store.folders(owner_id), key=lambda f: f.owner_id):
+            if section == 4 and folder.owner_id <= key[0]:
+                continue
+            folder_line = FolderLine(kind="folder", cursor=f"folder:{folder.owner_id}", owner_id=folder.owner_id,
+                                     approval_mode=folder.approval_mode, updated_at=folder.updated_at,
+                                     updated_by=folder.updated_by)
+            yield dumps(folder_line.model_dump(mode="json")) + "\n"
+    for proposal in _proposals(store, owner_id, key[0] if section == 5 else None):
+        exported = ExportedProposal.model_validate(asdict(proposal)).model_dump(mode="json")
+        yield dumps({"kind": "proposal", "cursor": f"proposal:{proposal.id}", "proposal": exported}) + "\n"
     yield dumps({"kind": "end"}) + "\n"
+
+
+def _proposals(store: Store, owner_id: Optional[str], after: Optional[str]) -> Iterator[ProposalRecord]:
+    while True:
+        page = store.list_proposals(owner_id=owner_id, after=after, limit=PAGE)
+        if not page:
+            return
+        yield from page
+        after = page[-1].id
 
 
 def in_chunks(lines: Iterable[str], size: int = 64 * 1024) -> Iterator[bytes]:
@@ -244,6 +320,10 @@ class ImportReport(Closed):
     cells_unchanged: int = 0
     history_written: int = 0
     history_unchanged: int = 0
+    folders_written: int = 0
+    folders_unchanged: int = 0
+    proposals_written: int = 0
+    proposals_unchanged: int = 0
     lines: int = 0
 
 
@@ -252,7 +332,8 @@ class ImportInvalid(ValidationFailed):
 
 
 class ImportConflict(Conflict):
-    """Cells or history in the file differ from what the store holds. Nothing was written."""
+    """Cells, history, folders or proposals in the file differ from what the store holds.
+    Nothing was written."""
 
 
 def _message(exc: ValidationError) -> str:
@@ -298,6 +379,8 @@ def validate(raw_lines: Iterable[Union[str, bytes]]) -> tuple[int, list[LineErro
     history_cells: set[str] = set()
     live_keys: set[tuple[str, str]] = set()
     live_paths: set[tuple[str, str]] = set()
+    folder_owners: set[str] = set()
+    proposal_ids: set[str] = set()
     ended = False
     for number, item in parse_lines(raw_lines):
         lines += 1
@@ -344,6 +427,14 @@ def validate(raw_lines: Iterable[Union[str, bytes]]) -> tuple[int, list[LineErro
             if superseded.get(item.old_id) != item.new_id:
                 errors.append(LineError(number, f"link {item.old_id} -> {item.new_id} does not match the cells "
                                                 f"({item.old_id}.lifecycle.superseded_by is {superseded.get(item.old_id)})"))
+        elif isinstance(item, FolderLine):
+            if item.owner_id in folder_owners:
+                errors.append(LineError(number, f"folder of {item.owner_id!r} appears twice"))
+            folder_owners.add(item.owner_id)
+        elif isinstance(item, ProposalLine):
+            if item.proposal.id in proposal_ids:
+                errors.append(LineError(number, f"proposal {item.proposal.id} appears twice"))
+            proposal_ids.add(item.proposal.id)
         elif isinstance(item, EndLine):
             ended = True
         if len(errors) >= MAX_REPORTED_ERRORS:
@@ -458,6 +549,31 @@ def import_lines(
                 if not history:
                     history_first_line = number
                 history.append(item)
+            elif isinstance(item, FolderLine):
+                flush_cells()
+                flush_history()
+                stored = store.folders(item.owner_id)
+                if not stored:
+                    folder = item.record()
+                    tx.set_approval_mode(folder.owner_id, folder.approval_mode, folder.updated_at, folder.updated_by)
+                    report.folders_written += 1
+                elif stored[0] == item.record():
+                    report.folders_unchanged += 1
+                else:
+                    conflicts.append(LineError(number, f"folder of {item.owner_id!r} is {stored[0].approval_mode!r} "
+                                                       f"(set {stored[0].updated_at.isoformat()}) in the store"))
+            elif isinstance(item, ProposalLine):
+                flush_cells()
+                flush_history()
+                existing_proposal = tx.locked_proposal(item.proposal.id)
+                if existing_proposal is None:
+                    tx.put_proposal(item.record())
+                    report.proposals_written += 1
+                elif existing_proposal == item.record():
+                    report.proposals_unchanged += 1
+                else:
+                    conflicts.append(LineError(number, f"proposal {item.proposal.id} already exists with other "
+                                                       f"content (status {existing_proposal.status} in the store)"))
             elif isinstance(item, (SupersessionLine, EndLine)):
                 flush_cells()
                 flush_history()

@@ -485,6 +485,7 @@ def test_term_rows_warmed_at_open_answer_as_loaded_ones(corpus, expected):
     try:
         assert store.wait_for_term_warmup(60)
         assert store._postings is not None and len(store._postings[1].items) > 10
+        assert store._snapshot is not None  # the access snapshot is loaded first
         for query in QUERIES:
             for i, flt in enumerate(FILTERS):
                 got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 80)]

@@ -10,10 +10,12 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
+from ampkit.files import ApprovalMode, ApproveRequest, FileWrite
 from ampkit.models import CellCreate, CellPatch
 from ampkit.portable import ImportConflict, ImportInvalid, export_lines, import_lines
 from ampkit.service import MemoryService
 from ampkit.store import store_from_url
+from ampkit.store.transfer import everything
 from support import run_cli
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
@@ -65,6 +67,17 @@ def fill(store) -> MemoryService:
     service.delete("carol", deleted.id)
     for i in range(12):  # enough rows to cross export pages in the resume test (PAGE is patched down)
         create("dave", f"note {i}", identity={"owner_id": "dave"})
+    # Memory files under human approval: folder modes, decided and pending proposals.
+    files = service.files
+    files.set_approval_mode("ops", ApprovalMode(owner_id="alice", approval_mode="review"))
+    files.set_approval_mode("ops", ApprovalMode(owner_id="dave", approval_mode="yolo"))
+    first = files.write("agent-7", FileWrite(owner_id="alice", path="AGENTS.md", content="# Rules\n- be brief\n",
+                                             reason="asked twice"))
+    files.approve("alice", first.proposal_id, ApproveRequest(message="ok"))
+    for n in range(5):  # pending, against version 1; more than a page in the resume test
+        files.write("agent-7", FileWrite(owner_id="alice", path="AGENTS.md", content=f"# Rules\n- rule {n}\n"))
+    refused = files.write("agent-9", FileWrite(owner_id="alice", path="notes/idea.md", content="an idea\n"))
+    files.reject("alice", refused.proposal_id)
     return service
 
 
@@ -76,12 +89,16 @@ def test_sqlite_to_postgres_to_sqlite_is_identical_line_for_line(tmp_path, pg_ur
     assert kinds[0] == "header" and kinds[-1] == "end"
     assert kinds.index("history") > max(i for i, k in enumerate(kinds) if k == "cell")
     assert "supersession" in kinds
+    assert kinds.count("folder") == 2 and kinds.count("proposal") == 7
+    assert kinds.index("folder") > max(i for i, k in enumerate(kinds) if k == "supersession")
+    assert kinds.index("proposal") > max(i for i, k in enumerate(kinds) if k == "folder")
     purged_history = [json.loads(line) for line in first if '"action":"purge"' in line]
     assert len(purged_history) == 1 and purged_history[0]["changes"] == {}
 
     pg = opened(pg_url)
     report = import_lines(pg, lambda: iter(first))
     assert report.cells_written == kinds.count("cell") and report.history_written == kinds.count("history")
+    assert (report.folders_written, report.proposals_written) == (2, 7)
     second = list(export_lines(pg))
     assert second == first
 
@@ -152,6 +169,44 @@ def test_a_conflicting_cell_stops_the_whole_import(tmp_path):
         import_lines(fresh, lambda: iter(edited))
     assert caught.value.details["errors"][0]["line"] == 2
     assert len(list(export_lines(fresh))) == 3  # header, that one cell, end: nothing else written
+
+
+def test_approval_state_travels_and_a_different_one_is_a_conflict(tmp_path):
+    """Who must approve what is policy: folder modes and proposals are exported, imported
+    (once), copied by `ampkit copy`, and an import never overwrites different ones."""
+    from ampkit.store.transfer import copy_store
+
+    source = opened(f"sqlite:///{tmp_path}/a.db")
+    fill(source)
+    lines = list(export_lines(source))
+    dest = opened(f"sqlite:///{tmp_path}/b.db")
+    import_lines(dest, lambda: iter(lines))
+    assert dest.folders() == source.folders() and dest.list_proposals() == source.list_proposals()
+    again = import_lines(dest, lambda: iter(lines))
+    assert (again.folders_written, again.folders_unchanged, again.proposals_written, again.proposals_unchanged) == (0, 2, 0, 7)
+    # The imported folder still asks for approval: a write there is a proposal, not a change.
+    assert MemoryService(store=dest).files.write(
+        "agent-7", FileWrite(owner_id="alice", path="AGENTS.md", content="# Rules\n- new\n")).status == "proposed"
+
+    changed = opened(f"sqlite:///{tmp_path}/c.db")
+    import_lines(changed, lambda: iter(lines[:1] + lines[-1:]))
+    MemoryService(store=changed).files.set_approval_mode("ops", ApprovalMode(owner_id="alice", approval_mode="yolo"))
+    with pytest.raises(ImportConflict) as caught:
+        import_lines(changed, lambda: iter(lines))
+    assert "folder of 'alice' is 'yolo'" in caught.value.details["errors"][0]["error"]
+    assert changed.list_proposals() == [] and changed.count(everything()) == 0  # nothing written
+    pending = next(line for line in lines if '"status":"pending"' in line)
+    edited = pending.replace('"status":"pending"', '"status":"rejected"')
+    with pytest.raises(ImportConflict, match="conflict"):
+        import_lines(dest, lambda: iter([edited if line == pending else line for line in lines]))
+
+    copied = opened(f"sqlite:///{tmp_path}/d.db")
+    report = copy_store(source, copied)
+    assert report.verified and (report.folders, report.proposals) == (2, 7)
+    approval = ('"kind":"folder"', '"kind":"proposal"')  # (a copy leaves purged cells' history out)
+    assert [x for x in export_lines(copied) if x.startswith(approval, 1)] == [x for x in lines if x.startswith(approval, 1)]
+    for store in (source, dest, changed, copied):
+        store.close()
 
 
 def test_resuming_after_any_line_gives_the_rest(tmp_path, monkeypatch):

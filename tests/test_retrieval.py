@@ -712,3 +712,33 @@ def test_vector_index_search_with_a_kept_allowed_array_follows_changes():
         assert all(r != 10 for r, _ in index.search(query, allowed, 5))
         index.upsert(np.array([20_002], dtype=np.int64), query.reshape(1, 8))
         assert index.search(query, allowed, 5)[0][0] == 20_002
+
+
+def test_a_warm_up_of_an_earlier_open_neither_readies_nor_builds(tmp_path):
+    """`ampkit serve` opens the store, closes it and opens it again: the first open's vector
+    warm-up may still be running. It must not mark the index ready or build the graph over
+    what it loaded (the later open's warm-up does both, over every vector)."""
+    pytest.importorskip("hnswlib")
+    rng = np.random.default_rng(3)
+    path = str(tmp_path / "warm.db")
+    store = SQLiteStore(path, ann_threshold=50)
+    store.open()
+    cells = MemoryService(store=store).create_many("ann", [cell(f"vector cell {i}", owner="ann") for i in range(80)])
+    with store.write() as tx:
+        for c in cells:
+            v = rng.normal(size=8).astype(np.float32)
+            tx.update(tx.get(c.id), StoredVector("rand8", v / np.linalg.norm(v)))
+    store.close()
+    store.open()
+    try:
+        store.wait_for_vector_index()
+        index = store._vectors["rand8"]
+        assert index.ann_state == "ready" and len(index) == 80
+        index._ann, index.ann_state = None, "none"  # as before the current open built it
+        store._vectors_ready.clear()
+        store._warm_vectors(store._opened - 1)  # the earlier open's warm-up, finishing late
+        assert not store._vectors_ready.is_set() and index._ann is None
+        store._warm_vectors(store._opened)
+        assert store._vectors_ready.is_set() and index.ann_state == "ready"
+    finally:
+        store.close()

@@ -97,9 +97,12 @@ class AdmittedSet:
         scores = np.zeros(self.n, dtype=np.float64)
         if not self.n:
             return scores
-        for term in terms:
+        for i, term in enumerate(terms):
             pos, contribution = self.contribution(term, load)
-            scores[pos] += contribution
+            if i:
+                scores[pos] += contribution
+            else:  # 0.0 + x is x: the first term's scores are placed, not added
+                scores[pos] = contribution
         return scores
 
     def norm(self) -> np.ndarray:

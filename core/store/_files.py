@@ -78,6 +78,16 @@ class ProposalRecord:
     result_version: Optional[int] = None
 
 
+@dataclass(frozen=True)
+class FolderRecord:
+    """An owner's memory folder settings: its approval mode and who set it when."""
+
+    owner_id: str
+    approval_mode: str
+    updated_at: datetime
+    updated_by: str
+
+
 PROPOSAL_COLUMNS = ("id, owner_id, path, action, cell_id, base_version, content, diff, reason, access_policy, "
                     "proposed_by, created_at, status, decided_by, decided_at, message, result_version")
 
@@ -104,6 +114,13 @@ def proposal_from_row(row: Sequence[Any]) -> ProposalRecord:
     return ProposalRecord(pid, owner, path, action, cell_id, base, content, diff, reason,
                           None if policy is None else json.loads(policy), by, created_at, status, decided_by,
                           _when(decided_at), message, result)
+
+
+def folder_from_row(row: Sequence[Any]) -> FolderRecord:
+    owner, mode, at, by = row
+    updated_at = _when(at)
+    assert updated_at is not None  # NOT NULL
+    return FolderRecord(owner, mode, updated_at, by)
 
 
 def cell_from_row(text: str, body: Any) -> MemoryCell:
@@ -194,16 +211,27 @@ class SQLFileReads:
         return proposal_from_row(rows[0]) if rows else None
 
     def list_proposals(self, owner_id: Optional[str] = None, status: Optional[str] = None,
-                       proposed_by: Optional[str] = None) -> list[ProposalRecord]:
-        """Proposals, oldest first (ids sort by creation time)."""
-        where, params = [], []
-        for column, value in (("owner_id", owner_id), ("status", status), ("proposed_by", proposed_by)):
+                       proposed_by: Optional[str] = None, after: Optional[str] = None,
+                       limit: Optional[int] = None) -> list[ProposalRecord]:
+        """Proposals, oldest first (ids sort by creation time); `after`/`limit` page by id."""
+        where: list[str] = []
+        params: list[Any] = []
+        for condition, value in (("owner_id =", owner_id), ("status =", status), ("proposed_by =", proposed_by),
+                                 ("id >", after)):
             if value is not None:
-                where.append(f"{column} = {self.PARAM}")
+                where.append(f"{condition} {self.PARAM}")
                 params.append(value)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = self._query(f"SELECT {PROPOSAL_COLUMNS} FROM file_proposals {clause} ORDER BY id", params)
+        page = "" if limit is None else f" LIMIT {int(limit)}"
+        rows = self._query(f"SELECT {PROPOSAL_COLUMNS} FROM file_proposals {clause} ORDER BY id{page}", params)
         return [proposal_from_row(r) for r in rows]
+
+    def folders(self, owner_id: Optional[str] = None) -> list[FolderRecord]:
+        """Every owner's folder settings (or one owner's), by owner."""
+        clause, params = (f"WHERE owner_id = {self.PARAM}", [owner_id]) if owner_id is not None else ("", [])
+        rows = self._query("SELECT owner_id, approval_mode, updated_at, updated_by FROM file_folders "
+                           f"{clause} ORDER BY owner_id", params)
+        return [folder_from_row(r) for r in rows]
 
     def approval_mode(self, owner_id: str) -> Optional[str]:
         rows = self._query(f"SELECT approval_mode FROM file_folders WHERE owner_id = {self.PARAM}", (owner_id,))

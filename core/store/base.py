@@ -29,7 +29,7 @@ from pydantic_core import PydanticSerializationError
 
 from ..errors import ValidationFailed
 from ..models import HistoryEntry, MemoryCell, Status, storable_text
-from ._files import ProposalRecord
+from ._files import FolderRecord, ProposalRecord
 
 ALL_STATUSES: tuple[str, ...] = tuple(status.value for status in Status)
 
@@ -461,7 +461,12 @@ class Store(ABC):
         raise NotImplementedError
 
     def list_proposals(self, owner_id: Optional[str] = None, status: Optional[str] = None,
-                       proposed_by: Optional[str] = None) -> builtins.list[ProposalRecord]:
+                       proposed_by: Optional[str] = None, after: Optional[str] = None,
+                       limit: Optional[int] = None) -> builtins.list[ProposalRecord]:
+        raise NotImplementedError
+
+    def folders(self, owner_id: Optional[str] = None) -> builtins.list[FolderRecord]:
+        """Owners' folder settings (approval modes), by owner; only those ever set."""
         raise NotImplementedError
 
     def approval_mode(self, owner_id: str) -> Optional[str]:

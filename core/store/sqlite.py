@@ -648,6 +648,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self.warm_terms_min_cells = warm_terms_min_cells
         self._warm_lock = threading.Lock()  # held by `_warm_terms` per word, and by close()
         self._terms_warm = threading.Event()
+        self._opened = 0  # open() calls so far (`_warm_vectors`, `_warm_terms` belong to one)
         self.checkpoint_interval_s = checkpoint_interval_s
         self._checkpoint_wanted = threading.Event()  # set by each commit
         self._checkpoint_stop = threading.Event()
@@ -711,12 +712,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return conn
 
     def open(self) -> None:
-        if self._writer is not None:
-            # Already open (`ampkit serve` opens before binding, the app again at startup): a
-            # second writer connection and second background warm-ups would race the first
-            # (a vector warm-up restarted mid-way loaded the saved graph over a partial index,
-            # then added the rest of a million vectors to the graph one by one).
+        if self._writer is not None:  # already open: a second writer and warm-ups would race the first
             return
+        # Each open's background warm-ups stop at a close: a warm-up of an earlier open that
+        # is still running (`ampkit serve` opens, closes and opens again at startup) must not
+        # mark the index ready or build its graph over a partial load for the later one.
+        self._opened += 1
         if self.path in (":memory:", ""):
             # An ephemeral store is a real file in a temporary directory, so that it behaves
             # exactly like the persistent one (WAL, one writer, many readers).
@@ -740,10 +741,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
         # The vector index loads in the background: a restarted server answers at once (the
         # dense leg meanwhile ranks small filtered sets from the table, see vector_candidates).
         self._vectors_ready.clear()
-        self._start_index_thread(self._warm_vectors)
+        self._start_index_thread(self._warm_vectors, self._opened)
         self._terms_warm.clear()
         if self.warm_terms_min_cells is not None and self._tracking:
-            threading.Thread(target=self._warm_terms, daemon=True, name="ampkit-terms").start()
+            threading.Thread(target=self._warm_terms, args=(self._opened,), daemon=True, name="ampkit-terms").start()
         else:
             self._terms_warm.set()
 
@@ -796,20 +797,27 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._index_threads.append(thread)
         thread.start()
 
-    def _warm_terms(self) -> None:
-        """Background, from open() of a store past `warm_terms_min_cells`: the term rows of
-        the words in the most keyword windows (stop words aside: a query drops them) into the
-        postings cache, up to WARM_TERMS_SHARE of it, most common first. A reader-wide
-        search otherwise reads each at its first use (a tenth of a second for a word in half
-        of a million windows). One word per hold of `_warm_lock`, which close() takes before
-        closing connections; searches never wait for it (one that needs a word first reads
-        it itself)."""
+    def _current(self, opened: int) -> bool:
+        """Whether the store is open, and by the open() that started a warm-up (`opened`)."""
+        return self._writer is not None and self._opened == opened
+
+    def _warm_terms(self, opened: int) -> None:
+        """Background, from open() of a store past `warm_terms_min_cells`: the access
+        snapshot, then the term rows of the words in the most keyword windows (stop words
+        aside: a query drops them) into the postings cache, up to WARM_TERMS_SHARE of it,
+        most common first. A reader-wide search otherwise reads each at its first use (a
+        tenth of a second for a word in half of a million windows). One word per hold of
+        `_warm_lock`, which close() takes before closing connections; searches never wait
+        for a word (one that needs it first reads it itself)."""
         try:
             with self._warm_lock:
-                if self._writer is None:
+                if not self._current(opened):
                     return
                 if self._query("SELECT COALESCE(MAX(rowid), 0) FROM cells")[0][0] < (self.warm_terms_min_cells or 0):
                     return
+                # The access snapshot first (seconds at a million cells): the first wide
+                # search after a start then finds it loaded, or waits for this load.
+                self._access_snapshot()
                 conn = self._reader()
                 conn.execute(_VOCAB)
                 conn.execute(_VOCAB_COLUMNS)
@@ -818,7 +826,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     if t not in STOP_WORDS]
             for term in terms:
                 with self._warm_lock:
-                    if self._writer is None:
+                    if not self._current(opened):
                         return
                     postings = self._postings_cache()
                     if postings.size > POSTINGS_CACHE_BYTES * WARM_TERMS_SHARE:
@@ -828,7 +836,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         except Exception:  # noqa: BLE001  (closed meanwhile: searches read words themselves)
             return
         finally:
-            self._terms_warm.set()
+            if self._opened == opened:
+                self._terms_warm.set()
 
     def wait_for_term_warmup(self, timeout: Optional[float] = None) -> bool:
         """Until the background term warm-up started by open() is done; False on timeout."""
@@ -1436,15 +1445,22 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def _ann_path(self, model: str) -> str:
         return f"{self.path}.ann-{hashlib.blake2b(model.encode(), digest_size=6).hexdigest()}"
 
-    def _warm_vectors(self) -> None:
-        """Background, from open(): load every vector, then the saved (or a new) HNSW graph."""
+    def _warm_vectors(self, opened: int) -> None:
+        """Background, from open(): load every vector, then the saved (or a new) HNSW graph.
+        Closed meanwhile (and perhaps opened again, with a warm-up of its own): it stops,
+        neither marking the index ready nor building a graph over what it had loaded (at a
+        million vectors, a saved graph loaded over a quarter of them had the later warm-up
+        add the rest to the graph one by one, for minutes, while wide searches scanned SQL)."""
         try:
             self._catch_up_vectors()
         except Exception:  # noqa: BLE001  (closed meanwhile: the next search catches up)
             pass
         finally:
-            self._vectors_ready.set()
+            if self._opened == opened:
+                self._vectors_ready.set()
         for model, index in list(self._vectors.items()):
+            if not self._current(opened):
+                return
             if index.wants_ann():
                 self._build_ann(model, index)
 

@@ -2,7 +2,9 @@
 (`ampkit migrate`). Both work on any pair of backends through the `Store` interface only.
 
 A copy carries every cell in every status (deleted ones too, so their retention window still
-runs), each cell's history, and the API keys (hashes only, as stored). Vectors are not read
+runs), each cell's history, the memory folders' approval modes and the proposed file changes
+(pending and decided: who must approve what is policy, and travels with the memory), and the
+API keys (hashes only, as stored). Vectors are not read
 back from the source: they are recomputed with the configured embedder, exactly what
 `ampkit reindex` would do, so a copy also moves a store onto a new model. History entries
 get new sequence numbers in the destination (their order and content are kept); history of
@@ -28,6 +30,8 @@ class CopyReport:
     cells: int = 0
     history: int = 0
     keys: int = 0
+    folders: int = 0
+    proposals: int = 0
     vectors: int = 0
     mismatches: list[str] = field(default_factory=list)
 
@@ -76,6 +80,18 @@ def copy_store(
             flush()
     if batch:
         flush()
+    folders = source.folders()
+    with destination.write() as tx:
+        for folder in folders:
+            tx.set_approval_mode(folder.owner_id, folder.approval_mode, folder.updated_at, folder.updated_by)
+    report.folders = len(folders)
+    after = None
+    while page := source.list_proposals(after=after, limit=batch_size):
+        with destination.write() as tx:
+            for proposal in page:
+                tx.put_proposal(proposal)
+        report.proposals += len(page)
+        after = page[-1].id
     for key in source.keys.list():
         destination.keys.put(key)
         report.keys += 1
@@ -96,6 +112,10 @@ def verify_copy(source: Store, destination: Store) -> list[str]:
         problems.append(f"history differs for {len(short)} cells, e.g. {short[0]}")
     if {k.key_id for k in source.keys.list()} != {k.key_id for k in destination.keys.list()}:
         problems.append("API keys differ")
+    if sorted(source.folders(), key=repr) != sorted(destination.folders(), key=repr):
+        problems.append("folder approval modes differ")
+    if source.list_proposals() != destination.list_proposals():
+        problems.append("file proposals differ")
     return problems
 
 
