@@ -8,7 +8,8 @@ single-cell `POST /memories` from one client, then from `--clients` concurrent c
 its own agent and owner, in sessions of 10, like bench/scale.py), and `POST /memories/batch`
 in batches of 500 cells of one owner (how an import and bench/scale.py load). Prints a table
 (writes/s, p50/p95/p99 per request, and the server process's CPU time per write, the figure
-that does not depend on how busy the machine is) and checks that every acknowledged write
+that does not depend on how busy the machine is, split into its event loop's and its other
+threads'; per cell for batches) and checks that every acknowledged write
 reads back with its text (`lost_writes` must be 0; the exit status is 1 otherwise).
 
 Each client is a process of its own (an httpx client spends ~1 ms of CPU per request: eight
