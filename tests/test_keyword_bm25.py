@@ -142,6 +142,31 @@ def test_keyword_candidates_equal_the_straightforward_bm25(corpus, expected, sca
         store.close()
 
 
+def test_an_admitted_sets_term_arrays_stay_within_their_budget(corpus, expected, monkeypatch):
+    """A server asked about ever new words keeps each admitted set's per-term arrays under
+    `SET_TERM_BYTES` (least recently used out), and an evicted term answers as before."""
+    import ampkit.store._bm25 as bm25
+
+    monkeypatch.setattr(bm25, "SET_TERM_BYTES", 600)  # a few terms of this corpus
+    store = SQLiteStore(corpus, keyword_scan_max=0)
+    store.open()
+    try:
+        for _ in range(2):
+            for query in QUERIES:
+                for i, flt in enumerate(FILTERS):
+                    got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 80)]
+                    assert got == expected[query, i][:80], (query, flt)
+        sets = [e[3] for e in store._access_snapshot().entries.values()]  # the reader-wide filters'
+        sets += [e[3] for e in store._stats_cache[1].values() if e[3] is not None] if store._stats_cache else []
+        held = [arrays for s in sets for arrays in (s.postings, s.contributions, s.matches)]
+        assert held and max(len(a) for a in held) >= 2
+        assert all(a.held <= 600 or len(a) == 1 for a in held)
+        assert all(a.held == sum(x.nbytes for v in a.values() for x in (v if isinstance(v, tuple) else (v,)))
+                   for a in held)
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("scan_max", [0, 5000])
 def test_several_queries_in_one_call_score_as_each_alone(corpus, expected, scan_max):
     """`keyword_candidates_many` (the retriever's keyword and related-words queries) reads an

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -31,18 +32,48 @@ def idf(n: int, df: int) -> float:
     return value if value > 0 else 1e-6
 
 
+class TermArrays(OrderedDict[str, Any]):
+    """term -> arrays derived from it, least recently used out first past `max_bytes`: an
+    admitted set lives as long as the data does not change, and a server asked about ever new
+    words must not grow with them (a common word of a million rows holds ~6 MB here)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__()
+        self.max_bytes = max_bytes
+        self.held = 0
+
+    def hit(self, key: str) -> Any:  # the arrays, or None
+        found = self.get(key)
+        if found is not None:
+            self.move_to_end(key)
+        return found
+
+    def keep(self, key: str, value: Any) -> Any:
+        self[key] = value
+        self.held += _nbytes(value if isinstance(value, tuple) else (value,))
+        while self.held > self.max_bytes and len(self) > 1:
+            _, dropped = self.popitem(last=False)
+            self.held -= _nbytes(dropped if isinstance(dropped, tuple) else (dropped,))
+        return value
+
+
+# Per admitted set and per kind (postings, scores, FTS unit matches); derived, so an
+# evicted term only costs recomputing it.
+SET_TERM_BYTES = 64 * 1024 * 1024
+
+
 @dataclass
 class AdmittedSet:
     """The rows a filter admits (sorted rowids) with their window lengths, and the admitted
-    postings of the terms asked so far (positions into `rowids`, term frequencies), and
+    postings of the terms asked recently (positions into `rowids`, term frequencies), and
     each such term's BM25 term score per row (its statistics are this set's: fixed with it)."""
 
     rowids: np.ndarray
     lengths: np.ndarray
     total: int
-    postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    matches: dict[str, np.ndarray] = field(default_factory=dict)
-    contributions: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    postings: TermArrays = field(default_factory=lambda: TermArrays(SET_TERM_BYTES))
+    matches: TermArrays = field(default_factory=lambda: TermArrays(SET_TERM_BYTES))
+    contributions: TermArrays = field(default_factory=lambda: TermArrays(SET_TERM_BYTES))
     _norm: Optional[np.ndarray] = None
     _where: Optional[np.ndarray] = None
 
@@ -71,11 +102,11 @@ class AdmittedSet:
 
     def term(self, term: str, load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
         """Admitted (positions, tf) of the rows holding `term`; `load` gives every row's."""
-        hit = self.postings.get(term)
+        hit = self.postings.hit(term)
         if hit is None:
             rowids, tf = load(term)
             pos, mask = self.positions(rowids)
-            hit = self.postings[term] = (pos, tf[mask])
+            hit = self.postings.keep(term, (pos, tf[mask]))
         return hit
 
     def contribution(self, term: str, load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -83,11 +114,11 @@ class AdmittedSet:
         term: every row holding a term is matched, so its document frequency is its row
         count here, and its score per row depends on this set alone (kept with it: a
         query then only adds them up). The operations of `bm25_scores` (equal bits)."""
-        hit = self.contributions.get(term)
+        hit = self.contributions.hit(term)
         if hit is None:
             pos, tf = self.term(term, load)
             weight = idf(self.n, int(pos.size))
-            hit = self.contributions[term] = (pos, weight * tf * (BM25_K1 + 1) / (tf + self.norm()[pos]))
+            hit = self.contributions.keep(term, (pos, weight * tf * (BM25_K1 + 1) / (tf + self.norm()[pos])))
         return hit
 
     def scores(self, terms: list[str], load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -117,9 +148,9 @@ class AdmittedSet:
 
     def unit(self, unit: str, load: Callable[[str], np.ndarray]) -> np.ndarray:
         """Admitted positions of the rows an FTS unit (a word, perhaps a phrase) matches."""
-        hit = self.matches.get(unit)
+        hit = self.matches.hit(unit)
         if hit is None:
-            hit = self.matches[unit] = self.positions(load(unit))[0]
+            hit = self.matches.keep(unit, self.positions(load(unit))[0])
         return hit
 
 
