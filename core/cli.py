@@ -95,11 +95,15 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
 
     try:
         service = build_service(settings)
-        service.store.open()  # fail fast with a clear message, before binding the port
+        # Fail fast with a clear message, before binding the port. The app then serves this
+        # open store (its start-up open() changes nothing): closing it here would wait for the
+        # background warm-ups it started (seconds at a million cells) and start them again.
+        service.store.open()
         try:
             active_keys = _active_keys(service.store) if settings.auth == "required" else None
-        finally:
+        except BaseException:
             service.store.close()
+            raise
     except Exception as exc:  # noqa: BLE001
         click.echo(f"ampkit: cannot open store {_shown(settings.store_url())}: {exc}", err=True)
         sys.exit(EXIT_STARTUP_FAILURE)

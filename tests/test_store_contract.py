@@ -379,3 +379,15 @@ def test_facets_count_by_owner_type_and_status_a_page_of_owners_at_a_time(servic
         FacetRow("u3", "episodic", "active", 1), FacetRow("u3", "semantic", "active", 1)]
     assert [r.owner_id for r in store.facets(CellFilter(reader="agent_b"), 10)] == ["u0"]
     assert store.facets(CellFilter(reader="agent_a", types=["episodic"]), 10, after_owner="u3") == []
+
+
+def test_opening_an_open_store_changes_nothing(store, service):
+    """`ampkit serve` opens its store to check it, then hands it to the app, whose start-up
+    opens it again: that second open must neither reconnect (PostgreSQL: a second pool, the
+    first one leaked) nor restart the background warm-ups (SQLite)."""
+    cell = make(service)
+    held = getattr(store, "_pool", None), getattr(store, "_writer", None)
+    store.open()
+    assert (getattr(store, "_pool", None), getattr(store, "_writer", None)) == held
+    assert service.get("agent_a", cell.id).content.text == "the user likes tea"
+    assert make(service, text="still writable").content.text == "still writable"

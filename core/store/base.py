@@ -303,7 +303,8 @@ class Store(ABC):
     serialised_writes: bool = False
 
     @abstractmethod
-    def open(self) -> None: ...
+    def open(self) -> None:
+        """Connect (and migrate). Opening an open store changes nothing."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -292,6 +292,8 @@ class PostgresStore(SQLFileReads, SQLStore):
         register_vector(conn)  # numpy arrays travel as binary vectors
 
     def open(self) -> None:
+        if self._pool is not None:  # already open (`ampkit serve` hands its checked store to the app)
+            return
         self._check_reachable()
         self.migrate()  # first, on its own connection: the pool's connections need the vector type
         self._pool = ConnectionPool(
