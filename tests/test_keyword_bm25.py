@@ -15,7 +15,7 @@ import math
 import random
 import sqlite3
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -285,7 +285,7 @@ def test_caches_follow_this_process_writes_row_by_row(corpus, tmp_path):
     public, archive, delete, purge, expiry), each filter's admitted rows equal the SQL
     filter's and every answer equals the straightforward BM25, bit for bit."""
     import shutil
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timezone
 
     path = str(tmp_path / "copy.db")
     shutil.copy(corpus, path)
@@ -294,51 +294,12 @@ def test_caches_follow_this_process_writes_row_by_row(corpus, tmp_path):
     rng = random.Random(7)
     now = datetime.now(timezone.utc)
     service = MemoryService(store=store, allow_clock_override=True)
-    wide = [f for f in FILTERS if f.owner_id is None] + [CellFilter(reader="eve", not_expired_at=now + timedelta(days=2))]
-    queries = ["lena oslo", "quokka piano", "dark-roast march the", "coffee quokka budget"]
     try:
-        def check() -> None:
-            for flt in wide:
-                rowids, _ = store._access_snapshot().admitted(flt)
-                assert rowids.tolist() == _sql_admitted(path, flt), flt
-                for query in queries:
-                    got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 30)]
-                    assert got == reference(path, query, flt, 30), (query, flt)
-
+        _, _, check = _wide_world(path, store)
         check()
         snapshot = store._snapshot
         generation = snapshot.generation
-        ids: list[tuple[str, str]] = []
-        deleted: list[str] = []
-        for step in range(24):
-            owner = rng.choice(["ada", "bob", "cy", "eve"])
-            kind = step % 8 if ids else 0
-            if kind in (0, 7):
-                text = "quokka " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6)))
-                policy = rng.choice([{}, {"readable_by": ["team-*"]}, {"readable_by": ["eve", "t?am-lead"]}, {"public": True}])
-                lifecycle = {"expires_at": (now + timedelta(days=1)).isoformat()} if kind == 7 else {}
-                cell = service.create(owner, CellCreate(content={"text": text}, access_policy=policy, lifecycle=lifecycle,
-                                                        identity={"owner_id": owner, "session_id": f"{owner}-s{rng.randint(0, 6)}"}))
-                ids.append((owner, cell.id))
-            else:
-                owner, cid = rng.choice(ids)
-                if kind == 1:
-                    service.update(owner, cid, CellPatch(content={"text": "quokka coffee " + rng.choice(WORDS)}))
-                elif kind == 2:
-                    service.update(owner, cid, CellPatch(access_policy={"readable_by": [rng.choice(["team-*", "eve", "nobody"])]}))
-                elif kind == 3:
-                    service.update(owner, cid, CellPatch(access_policy={"public": rng.random() < 0.5}))
-                elif kind == 4:
-                    service.update(owner, cid, CellPatch(lifecycle={"status": "archived"}))
-                elif kind == 5:
-                    service.update(owner, cid, CellPatch(lifecycle={"status": "archived"}))
-                    service.delete(owner, cid)
-                    ids.remove((owner, cid))
-                    deleted.append(cid)
-                else:
-                    assert service.purge("admin", deleted, as_of=now + timedelta(days=400)).purged == deleted
-                    deleted.clear()
-            check()
+        _write_every_kind(service, rng, 24, now, check)
         assert store._snapshot is snapshot and snapshot.generation > generation  # patched, never reloaded
     finally:
         store.close()
@@ -364,6 +325,45 @@ def _wide_world(path: str, searcher: SQLiteStore) -> tuple[list[CellFilter], lis
     return wide, queries, check
 
 
+def _write_every_kind(service: MemoryService, rng: random.Random, steps: int, now: Any,
+                      check: Callable[[], None]) -> None:
+    """`steps` writes cycling through every kind (create, new text, new readers, public,
+    archive, delete, purge, a cell that expires), `check()` after each."""
+    from datetime import timedelta
+
+    ids: list[tuple[str, str]] = []
+    deleted: list[str] = []
+    for step in range(steps):
+        owner = rng.choice(["ada", "bob", "cy", "eve"])
+        kind = step % 8 if ids else 0
+        if kind in (0, 7):
+            text = "quokka " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6)))
+            policy = rng.choice([{}, {"readable_by": ["team-*"]}, {"readable_by": ["eve", "t?am-lead"]}, {"public": True}])
+            lifecycle = {"expires_at": (now + timedelta(days=1)).isoformat()} if kind == 7 else {}
+            cell = service.create(owner, CellCreate(content={"text": text}, access_policy=policy, lifecycle=lifecycle,
+                                                    identity={"owner_id": owner, "session_id": f"{owner}-s{rng.randint(0, 6)}"}))
+            ids.append((owner, cell.id))
+        else:
+            owner, cid = rng.choice(ids)
+            if kind == 1:
+                service.update(owner, cid, CellPatch(content={"text": "quokka coffee " + rng.choice(WORDS)}))
+            elif kind == 2:
+                service.update(owner, cid, CellPatch(access_policy={"readable_by": [rng.choice(["team-*", "eve", "nobody"])]}))
+            elif kind == 3:
+                service.update(owner, cid, CellPatch(access_policy={"public": rng.random() < 0.5}))
+            elif kind == 4:
+                service.update(owner, cid, CellPatch(lifecycle={"status": "archived"}))
+            elif kind == 5:
+                service.update(owner, cid, CellPatch(lifecycle={"status": "archived"}))
+                service.delete(owner, cid)
+                ids.remove((owner, cid))
+                deleted.append(cid)
+            else:
+                assert service.purge("admin", deleted, as_of=now + timedelta(days=400)).purged == deleted
+                deleted.clear()
+        check()
+
+
 def test_another_process_writes_are_patched_in_not_reloaded(corpus, tmp_path):
     """A second store on the same file (another process) creates, rewrites, re-permissions,
     archives, deletes and purges cells; the first store's next reader-wide search takes those
@@ -371,7 +371,7 @@ def test_another_process_writes_are_patched_in_not_reloaded(corpus, tmp_path):
     loading either again, and answers as the straightforward BM25 over the file (bit for bit),
     as a store opened afresh does."""
     import shutil
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timezone
 
     path = str(tmp_path / "copy.db")
     shutil.copy(corpus, path)
@@ -385,34 +385,7 @@ def test_another_process_writes_are_patched_in_not_reloaded(corpus, tmp_path):
         _, queries, check = _wide_world(path, searcher)
         check()
         snapshot, postings, generation = searcher._snapshot, searcher._postings, searcher._snapshot.generation
-        ids: list[tuple[str, str]] = []
-        deleted: list[str] = []
-        for step in range(16):
-            owner = rng.choice(["ada", "bob", "cy", "eve"])
-            kind = step % 8 if ids else 0
-            if kind in (0, 7):
-                text = "quokka " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6)))
-                policy = rng.choice([{}, {"readable_by": ["team-*"]}, {"readable_by": ["eve"]}, {"public": True}])
-                cell = service.create(owner, CellCreate(content={"text": text}, access_policy=policy,
-                                                        identity={"owner_id": owner, "session_id": f"{owner}-s{rng.randint(0, 6)}"}))
-                ids.append((owner, cell.id))
-            else:
-                owner, cid = rng.choice(ids)
-                if kind == 1:
-                    service.update(owner, cid, CellPatch(content={"text": "quokka coffee " + rng.choice(WORDS)}))
-                elif kind == 2:
-                    service.update(owner, cid, CellPatch(access_policy={"readable_by": [rng.choice(["team-*", "eve", "nobody"])]}))
-                elif kind in (3, 4):
-                    service.update(owner, cid, CellPatch(lifecycle={"status": "archived"}))
-                elif kind == 5:
-                    service.update(owner, cid, CellPatch(lifecycle={"status": "archived"}))
-                    service.delete(owner, cid)
-                    ids.remove((owner, cid))
-                    deleted.append(cid)
-                else:
-                    assert service.purge("admin", deleted, as_of=now + timedelta(days=400)).purged == deleted
-                    deleted.clear()
-            check()
+        _write_every_kind(service, rng, 16, now, check)
         assert searcher._snapshot is snapshot and snapshot.generation > generation  # patched, never reloaded
         assert searcher._postings is postings
         fresh = SQLiteStore(path, keyword_scan_max=0)
