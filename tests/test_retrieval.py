@@ -459,20 +459,26 @@ def test_keyword_scan_of_a_few_admitted_cells_equals_the_fts_query(tmp_path):
             s.close()
 
 
+def _random_unit_vectors(store: SQLiteStore, model: str, texts: list[str]) -> None:
+    """Cells of owner "ann" with random unit vectors of `model` ("rand<dim>"), seeded."""
+    rng = np.random.default_rng(3)
+    dim = int(model.removeprefix("rand"))
+    cells = MemoryService(store=store).create_many("ann", [cell(text, owner="ann") for text in texts])
+    with store.write() as tx:
+        for c in cells:
+            v = rng.normal(size=dim).astype(np.float32)
+            tx.update(tx.get(c.id), StoredVector(model, v / np.linalg.norm(v)))
+
+
 def test_restart_loads_the_saved_graph_and_answers_while_the_index_loads(tmp_path):
     """Cold start: the HNSW graph is saved next to the database and loaded on the next open
     (not rebuilt); while vectors load, the dense leg ranks the admitted rows from the table
     (exactly) and `explain` says so."""
     pytest.importorskip("hnswlib")
-    rng = np.random.default_rng(3)
     path = str(tmp_path / "cold.db")
     store = SQLiteStore(path, ann_threshold=100)
     store.open()
-    cells = MemoryService(store=store).create_many("ann", [cell(f"cold cell {i}", owner="ann") for i in range(200)])
-    with store.write() as tx:
-        for c in cells:
-            v = rng.normal(size=16).astype(np.float32)
-            tx.update(tx.get(c.id), StoredVector("rand16", v / np.linalg.norm(v)))
+    _random_unit_vectors(store, "rand16", [f"cold cell {i}" for i in range(200)])
     store.wait_for_vector_index()
     flt = CellFilter(reader="ann", owner_id="ann")
     query = np.ones(16, dtype=np.float32) / 4.0
@@ -720,15 +726,10 @@ def test_a_warm_up_of_an_earlier_open_neither_readies_nor_builds(tmp_path):
     warm-up may still be running. It must not mark the index ready or build the graph over
     what it loaded (the later open's warm-up does both, over every vector)."""
     pytest.importorskip("hnswlib")
-    rng = np.random.default_rng(3)
     path = str(tmp_path / "warm.db")
     store = SQLiteStore(path, ann_threshold=50)
     store.open()
-    cells = MemoryService(store=store).create_many("ann", [cell(f"vector cell {i}", owner="ann") for i in range(80)])
-    with store.write() as tx:
-        for c in cells:
-            v = rng.normal(size=8).astype(np.float32)
-            tx.update(tx.get(c.id), StoredVector("rand8", v / np.linalg.norm(v)))
+    _random_unit_vectors(store, "rand8", [f"vector cell {i}" for i in range(80)])
     store.close()
     store.open()
     try:
