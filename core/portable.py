@@ -250,19 +250,11 @@ def export_lines(store: Store, owner_id: Optional[str] = None, cursor: Optional[
                                      approval_mode=folder.approval_mode, updated_at=folder.updated_at,
                                      updated_by=folder.updated_by)
             yield dumps(folder_line.model_dump(mode="json")) + "\n"
-    for proposal in _proposals(store, owner_id, key[0] if section == 5 else None):
-        exported = ExportedProposal.model_validate(asdict(proposal)).model_dump(mode="json")
-        yield dumps({"kind": "proposal", "cursor": f"proposal:{proposal.id}", "proposal": exported}) + "\n"
+    for page in store.proposal_pages(owner_id, key[0] if section == 5 else None, PAGE):
+        for proposal in page:
+            exported = ExportedProposal.model_validate(asdict(proposal)).model_dump(mode="json")
+            yield dumps({"kind": "proposal", "cursor": f"proposal:{proposal.id}", "proposal": exported}) + "\n"
     yield dumps({"kind": "end"}) + "\n"
-
-
-def _proposals(store: Store, owner_id: Optional[str], after: Optional[str]) -> Iterator[ProposalRecord]:
-    while True:
-        page = store.list_proposals(owner_id=owner_id, after=after, limit=PAGE)
-        if not page:
-            return
-        yield from page
-        after = page[-1].id
 
 
 def in_chunks(lines: Iterable[str], size: int = 64 * 1024) -> Iterator[bytes]:

@@ -234,5 +234,5 @@ class SQLFileReads:
         return [folder_from_row(r) for r in rows]
 
     def approval_mode(self, owner_id: str) -> Optional[str]:
-        rows = self._query(f"SELECT approval_mode FROM file_folders WHERE owner_id = {self.PARAM}", (owner_id,))
-        return str(rows[0][0]) if rows else None
+        found = self.folders(owner_id)
+        return found[0].approval_mode if found else None

@@ -466,6 +466,14 @@ class Store(ABC):
                        limit: Optional[int] = None) -> builtins.list[ProposalRecord]:
         raise NotImplementedError
 
+    def proposal_pages(self, owner_id: Optional[str] = None, after: Optional[str] = None,
+                       batch_size: int = 500) -> Iterator[builtins.list[ProposalRecord]]:
+        """Proposals (one owner's, or all) in id order after `after`, a page at a time; for
+        export and copy."""
+        while page := self.list_proposals(owner_id=owner_id, after=after, limit=batch_size):
+            yield page
+            after = page[-1].id
+
     def folders(self, owner_id: Optional[str] = None) -> builtins.list[FolderRecord]:
         """Owners' folder settings (approval modes), by owner; only those ever set."""
         raise NotImplementedError

@@ -85,13 +85,11 @@ def copy_store(
         for folder in folders:
             tx.set_approval_mode(folder.owner_id, folder.approval_mode, folder.updated_at, folder.updated_by)
     report.folders = len(folders)
-    after = None
-    while page := source.list_proposals(after=after, limit=batch_size):
+    for page in source.proposal_pages(batch_size=batch_size):
         with destination.write() as tx:
             for proposal in page:
                 tx.put_proposal(proposal)
         report.proposals += len(page)
-        after = page[-1].id
     for key in source.keys.list():
         destination.keys.put(key)
         report.keys += 1
@@ -112,7 +110,7 @@ def verify_copy(source: Store, destination: Store) -> list[str]:
         problems.append(f"history differs for {len(short)} cells, e.g. {short[0]}")
     if {k.key_id for k in source.keys.list()} != {k.key_id for k in destination.keys.list()}:
         problems.append("API keys differ")
-    if sorted(source.folders(), key=repr) != sorted(destination.folders(), key=repr):
+    if sorted(source.folders(), key=lambda f: f.owner_id) != sorted(destination.folders(), key=lambda f: f.owner_id):
         problems.append("folder approval modes differ")
     if source.list_proposals() != destination.list_proposals():
         problems.append("file proposals differ")
