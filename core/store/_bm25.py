@@ -32,33 +32,47 @@ def idf(n: int, df: int) -> float:
     return value if value > 0 else 1e-6
 
 
-class TermArrays(OrderedDict[str, Any]):
-    """term -> arrays derived from it, least recently used out first past `max_bytes`: an
-    admitted set lives as long as the data does not change, and a server asked about ever new
-    words must not grow with them (a common word of a million rows holds ~6 MB here)."""
+class BytesLRU(OrderedDict[str, Any]):
+    """key -> value holding numpy arrays (`arrays_of(value)`), least recently used out past
+    `max_bytes` (the value just kept always stays). Not thread-safe: the owner locks."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, arrays_of: Callable[[Any], Any] = lambda value: value) -> None:
         super().__init__()
         self.max_bytes = max_bytes
-        self.held = 0
+        self.held = 0  # bytes
+        self._arrays_of = arrays_of
 
-    def hit(self, key: str) -> Any:  # the arrays, or None
+    def _bytes(self, value: Any) -> int:
+        arrays = self._arrays_of(value)
+        return _nbytes(arrays if isinstance(arrays, tuple) else (arrays,))
+
+    def hit(self, key: str) -> Any:
+        """The value (now the most recently used), or None."""
         found = self.get(key)
         if found is not None:
             self.move_to_end(key)
         return found
 
     def keep(self, key: str, value: Any) -> Any:
+        old = self.pop(key, None)
+        if old is not None:
+            self.held -= self._bytes(old)
         self[key] = value
-        self.held += _nbytes(value if isinstance(value, tuple) else (value,))
+        self.held += self._bytes(value)
         while self.held > self.max_bytes and len(self) > 1:
             _, dropped = self.popitem(last=False)
-            self.held -= _nbytes(dropped if isinstance(dropped, tuple) else (dropped,))
+            self.held -= self._bytes(dropped)
         return value
 
+    def clear(self) -> None:
+        super().clear()
+        self.held = 0
 
-# Per admitted set and per kind (postings, scores, FTS unit matches); derived, so an
-# evicted term only costs recomputing it.
+
+# Per admitted set and per kind (postings, scores, FTS unit matches): an admitted set lives as
+# long as the data does not change, and a server asked about ever new words must not grow with
+# them (a common word of a million rows holds ~6 MB here). Derived arrays: an evicted term only
+# costs recomputing it.
 SET_TERM_BYTES = 64 * 1024 * 1024
 
 
@@ -71,9 +85,9 @@ class AdmittedSet:
     rowids: np.ndarray
     lengths: np.ndarray
     total: int
-    postings: TermArrays = field(default_factory=lambda: TermArrays(SET_TERM_BYTES))
-    matches: TermArrays = field(default_factory=lambda: TermArrays(SET_TERM_BYTES))
-    contributions: TermArrays = field(default_factory=lambda: TermArrays(SET_TERM_BYTES))
+    postings: BytesLRU = field(default_factory=lambda: BytesLRU(SET_TERM_BYTES))
+    matches: BytesLRU = field(default_factory=lambda: BytesLRU(SET_TERM_BYTES))
+    contributions: BytesLRU = field(default_factory=lambda: BytesLRU(SET_TERM_BYTES))
     _norm: Optional[np.ndarray] = None
     _where: Optional[np.ndarray] = None
 
@@ -165,9 +179,7 @@ class PostingsCache:
     MAX_LOG_ROWS = 200_000  # changed rows kept for patching; past this, start afresh
 
     def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self.size = 0  # bytes held
-        self.items: dict[str, tuple[tuple[np.ndarray, ...], int]] = {}  # key -> (arrays, log position)
+        self.items = BytesLRU(max_bytes, lambda item: item[0])  # key -> (arrays, log position)
         self.log: list[tuple[np.ndarray, dict[int, Optional[dict[str, int]]]]] = []
         self.log_rows = 0
         self.epoch = 0  # moves when the log starts afresh (positions restart)
@@ -178,7 +190,6 @@ class PostingsCache:
         with self.lock:
             if self.log_rows + rows.size > self.MAX_LOG_ROWS:
                 self.items.clear()
-                self.size = 0
                 self.log.clear()
                 self.log_rows = 0
                 self.epoch += 1
@@ -195,9 +206,8 @@ class PostingsCache:
                 hit = None
         if hit is not None and not pending:
             with self.lock:
-                if self.items.get(key) is hit:  # the most recently used last (evicted last)
-                    del self.items[key]
-                    self.items[key] = hit
+                if self.items.get(key) is hit:
+                    self.items.move_to_end(key)  # the most recently used last (evicted last)
             return hit[0]
         if hit is not None:
             arrays = patch_postings(key[2:], hit[0], pending)
@@ -205,16 +215,13 @@ class PostingsCache:
             arrays = load()
         with self.lock:
             if self.epoch == epoch:  # not started afresh meanwhile
-                old = self.items.pop(key, None)
-                if old is not None:
-                    self.size -= _nbytes(old[0])
-                size = _nbytes(arrays)
-                while self.items and self.size + size > self.max_bytes:  # least recently used out
-                    evicted = self.items.pop(next(iter(self.items)))
-                    self.size -= _nbytes(evicted[0])
-                self.items[key] = (arrays, at)
-                self.size += size
+                self.items.keep(key, (arrays, at))
         return arrays
+
+    @property
+    def size(self) -> int:
+        """Bytes held."""
+        return self.items.held
 
 
 def _nbytes(arrays: tuple[np.ndarray, ...]) -> int:
