@@ -27,9 +27,11 @@ from typing import Any, Optional, Sequence
 
 import httpx
 
+from ampkit.client._http import tls_context
+
 # httpx builds a TLS context for every client (~30 ms of CPU reading the CA bundle), even for
-# plain HTTP: the tests' own short-lived clients share this one (as ampkit's client does).
-TLS = httpx.create_ssl_context()
+# plain HTTP: the tests' own short-lived clients share the one ampkit's clients share.
+TLS = tls_context()
 
 ROOT = Path(__file__).resolve().parent.parent
 
