@@ -596,9 +596,11 @@ class VectorIndexHealth(Closed):
         default="none", description="the HNSW graph for wide searches: building (the exact scan answers meanwhile), "
                                     "ready (built, or loaded from where the store saved it), unavailable (no hnswlib)")
     keyword_warmup: Literal["none", "warming", "ready"] = Field(
-        default="none", description="warming: after a start, a large store loads its access snapshot and the common "
-                                    "words' term rows in the background; until ready a reader-wide search may load "
-                                    "them itself (slower)")
+        default="none", description="warming: a large store loads its access snapshot and the common words' term rows "
+                                    "in the background (after a start, or once it has grown past the size or its term "
+                                    "cache started afresh); until ready a reader-wide search may load them itself "
+                                    "(slower). none: not read ahead for what the store holds now (the next reader-wide "
+                                    "search starts it), or a store without it; ready: read ahead, or too small to need it")
 
 
 class Health(Closed):

@@ -660,6 +660,86 @@ def test_term_rows_warmed_at_open_answer_as_loaded_ones(corpus, expected):
         cold.close()
 
 
+def test_a_store_grown_past_the_threshold_while_open_warms_as_a_reopened_one(corpus, tmp_path, monkeypatch):
+    """open() reads the common words' term rows ahead only when the store is already past
+    `warm_terms_min_cells`. A store that grows past it by writes while open (how a server
+    reaches a million cells) has its next reader-wide search start the same background
+    warm-up, `/health` saying none (not read ahead) -> warming -> ready; so do a term cache
+    started afresh (its change log overflowed) and a store grown WARM_TERMS_REGROWTH times
+    over since. Writes alone never start one. Answers equal a freshly opened store's and
+    the straightforward BM25's, bit for bit."""
+    import shutil
+
+    import ampkit.store.sqlite as sqlite_store
+    from ampkit.store._bm25 import PostingsCache
+
+    path = str(tmp_path / "copy.db")
+    shutil.copy(corpus, path)
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT MAX(rowid) FROM cells").fetchone()[0]
+    store = SQLiteStore(path, keyword_scan_max=0, warm_terms_min_cells=rows + 12)
+    store.open()
+    service = MemoryService(store=store)
+    rng = random.Random(3)
+    flt = CellFilter(reader="team-lead")
+
+    def state() -> str:
+        return store.vector_index_state()["keyword_warmup"]
+
+    def grow(count: int) -> None:
+        for _ in range(count):
+            owner = rng.choice(["ada", "bob", "cy"])
+            text = "quokka " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7)))
+            service.create(owner, CellCreate(content={"text": text}, identity={"owner_id": owner},
+                                             access_policy={"readable_by": ["team-*"]}))
+
+    def cached_terms() -> set[str]:
+        return {key for key in store._postings[1].items if key.startswith("t:")}
+
+    def warm_through_a_search() -> None:
+        store._warm_lock.acquire()  # hold the warm-up the search starts at its first step
+        try:
+            store.keyword_candidates("lena oslo", flt, 10)
+            assert state() == "warming"
+        finally:
+            store._warm_lock.release()
+        assert store.wait_for_term_warmup(60) and state() == "ready"
+        assert len(cached_terms()) > 15  # the common words, not only the ones asked for
+
+    try:
+        assert store.wait_for_term_warmup(60) and store._postings is None and state() == "ready"  # small: nothing read
+        store.keyword_candidates("lena oslo", flt, 10)
+        assert cached_terms() == {"t:lena", "t:oslo"} and state() == "ready"
+        grow(20)  # past the threshold, by writes
+        assert state() == "none" and store.wait_for_term_warmup(0) and cached_terms() == {"t:lena", "t:oslo"}
+        warm_through_a_search()
+
+        monkeypatch.setattr(PostingsCache, "MAX_LOG_ROWS", 4)  # the next writes overflow the term cache's log
+        grow(3)
+        assert state() == "none" and len(cached_terms()) <= 4
+        monkeypatch.setattr(PostingsCache, "MAX_LOG_ROWS", 200_000)
+        warm_through_a_search()
+
+        monkeypatch.setattr(sqlite_store, "WARM_TERMS_REGROWTH", 1.02)
+        grow(8)  # grown 2% over since the last warm-up
+        assert state() == "none"
+        warm_through_a_search()
+
+        _, queries, check = _wide_world(path, store)
+        check()
+        fresh = SQLiteStore(path, keyword_scan_max=0, warm_terms_min_cells=None)
+        fresh.open()
+        try:
+            for wide in (f for f in FILTERS if f.owner_id is None):
+                for query in queries + QUERIES:
+                    assert [(c.cell_id, c.score) for c in store.keyword_candidates(query, wide, 50)] == \
+                           [(c.cell_id, c.score) for c in fresh.keyword_candidates(query, wide, 50)], (query, wide)
+        finally:
+            fresh.close()
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_top_k_over_many_scores_keeps_the_plain_answer(seed):
     """`top_k` past a few thousand scores partitions only those past a floor (the k-th best

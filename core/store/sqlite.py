@@ -291,9 +291,12 @@ _TOKENIZER = (
 _VOCAB = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab USING fts5vocab(main, cells_fts, instance)"
 _VOCAB_COLUMNS = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab_columns USING fts5vocab(main, cells_fts, col)"
 # Past this many cells, open() reads the most common words' term rows in the background, up
-# to this share of the postings cache (the rest is left for the words searches ask for).
+# to this share of the postings cache (the rest is left for the words searches ask for); so
+# does a reader-wide search of a store that grew past it while open, whose term cache started
+# afresh since, or that has grown this many times over since they were read.
 WARM_TERMS_MIN_CELLS = 100_000
 WARM_TERMS_SHARE = 0.75
+WARM_TERMS_REGROWTH = 2.0
 
 # Checkpoints (the WAL copied back into the database file, with its fsyncs): a background
 # thread copies what commits wrote, at most once per CHECKPOINT_INTERVAL_S while they arrive
@@ -648,7 +651,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self.warm_terms_min_cells = warm_terms_min_cells
         self._warm_lock = threading.Lock()  # held by `_warm_terms` per word, and by close()
         self._snapshot_warm_lock = threading.Lock()  # held by `_warm_snapshot`, and by close()
-        self._terms_warm = threading.Event()
+        self._terms_warm = threading.Event()  # set: no term warm-up running
+        # What the last finished term warm-up left warm: ((the term cache's generation, its
+        # epoch), the store's rows then); None: nothing since open().
+        self._terms_warmed: Optional[tuple[tuple[int, int], int]] = None
+        self._terms_warm_start = threading.Lock()
         self._opened = 0  # open() calls so far (`_warm_vectors`, `_warm_terms` belong to one)
         self.checkpoint_interval_s = checkpoint_interval_s
         self._checkpoint_wanted = threading.Event()  # set by each commit
@@ -743,11 +750,36 @@ class SQLiteStore(SQLFileReads, SQLStore):
         # dense leg meanwhile ranks small filtered sets from the table, see vector_candidates).
         self._vectors_ready.clear()
         self._start_index_thread(self._warm_vectors, self._opened)
-        self._terms_warm.clear()
+        self._terms_warmed = None
+        self._terms_warm.set()
         if self.warm_terms_min_cells is not None and self._tracking:
-            threading.Thread(target=self._warm_terms, args=(self._opened,), daemon=True, name="ampkit-terms").start()
-        else:
-            self._terms_warm.set()
+            self._start_term_warmup()
+
+    def _start_term_warmup(self) -> None:
+        """The background term warm-up (`_warm_terms`), unless one is running."""
+        with self._terms_warm_start:
+            if not self._terms_warm.is_set():
+                return
+            self._terms_warm.clear()
+        threading.Thread(target=self._warm_terms, args=(self._opened,), daemon=True, name="ampkit-terms").start()
+
+    def _term_warmup_due(self) -> bool:
+        """Whether the common words' term rows should be read ahead now, for a store past
+        `warm_terms_min_cells`: none were read since open() (it grew past the threshold
+        while open: open() had nothing to read), the term cache started afresh since they
+        were (the change log overflowed it, or could not say what another process changed),
+        or the store has grown WARM_TERMS_REGROWTH times over since (words common now were
+        rare then). A reader-wide search asks (`_keyword_wide`), never a write: a store
+        loading by writes alone keeps no cache to patch (while the access snapshot and term
+        rows exist, every commit reads its changed rows' states and term counts into them)."""
+        if self.warm_terms_min_cells is None or not self._tracking or self._writer is None:
+            return False
+        rows = self._query("SELECT COALESCE(MAX(rowid), 0) FROM cells")[0][0]
+        if rows < self.warm_terms_min_cells:
+            return False
+        warmed, postings = self._terms_warmed, self._postings
+        return (warmed is None or postings is None or warmed[0] != (postings[0], postings[1].epoch)
+                or rows >= WARM_TERMS_REGROWTH * max(warmed[1], 1))
 
     def _checkpoint_loop(self) -> None:
         """The background checkpoints (see CHECKPOINT_INTERVAL_S), on a connection of their own."""
@@ -803,7 +835,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return self._writer is not None and self._opened == opened
 
     def _warm_terms(self, opened: int) -> None:
-        """Background, from open() of a store past `warm_terms_min_cells`: the access
+        """Background, from open() of a store past `warm_terms_min_cells`, or from a
+        reader-wide search when it is due again (`_term_warmup_due`): the access
         snapshot (in a thread of its own, beside this one), and the term rows of the words in
         the most keyword windows (stop words aside: a query drops them) into the postings
         cache, up to WARM_TERMS_SHARE of it, most common first. A reader-wide search
@@ -817,7 +850,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
             with self._warm_lock:
                 if not self._current(opened):
                     return
-                if self._query("SELECT COALESCE(MAX(rowid), 0) FROM cells")[0][0] < (self.warm_terms_min_cells or 0):
+                rows = self._query("SELECT COALESCE(MAX(rowid), 0) FROM cells")[0][0]
+                if rows < (self.warm_terms_min_cells or 0):
                     return
                 snapshot.start()
                 conn = self._reader()
@@ -826,15 +860,20 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 terms = [t for (t,) in conn.execute(
                     "SELECT term FROM temp.ampkit_vocab_columns WHERE col = 'text' ORDER BY doc DESC LIMIT 5000")
                     if t not in STOP_WORDS]
+                postings = self._postings_cache()
+                # The cache these rows go to, as it is now: one started afresh meanwhile
+                # (they are gone with it) makes the next wide search ask again.
+                cache = (self._postings[0] if self._postings else -1, postings.epoch)
             for term in terms:
                 with self._warm_lock:
                     if not self._current(opened):
                         return
                     postings = self._postings_cache()
                     if postings.size > POSTINGS_CACHE_BYTES * WARM_TERMS_SHARE:
-                        return
+                        break
                     postings.get("t:" + term, lambda: doc_counts(int_list(
                         conn.execute(term_rows_sql(term), (term,)).fetchone()[0])))
+            self._terms_warmed = (cache, rows)
         except Exception:  # noqa: BLE001  (closed meanwhile: searches read words themselves)
             return
         finally:
@@ -1122,6 +1161,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         with term frequencies from the FTS vocabulary) intersected with the admitted rows."""
         admitted = self._admitted_set(flt, entry)
         postings = self._postings_cache()
+        if self._terms_warm.is_set() and self._term_warmup_due():  # e.g. grown past the threshold by writes
+            self._start_term_warmup()
         conn = self._reader()
         conn.execute(_VOCAB)  # per connection; cells_fts exists once the store is open
 
@@ -1450,11 +1491,22 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def vector_index_state(self) -> dict[str, Any]:
         states = {index.ann_state for index in self._vectors.values()} - {"none"}
         return {
-            "keyword_warmup": "ready" if self._terms_warm.is_set() else "warming",
+            "keyword_warmup": self._keyword_warmup_state(),
             "state": "loading" if not self._vectors_ready.is_set() else "ready" if self._vectors else "none",
             "vectors": sum(len(index) for index in self._vectors.values()),
             "approximate": next((s for s in ("building", "ready", "unavailable") if s in states), "none"),
         }
+
+    def _keyword_warmup_state(self) -> str:
+        """warming: a term warm-up runs; none: the store is past `warm_terms_min_cells` and
+        its common words were not read ahead for what it holds now (the next reader-wide
+        search starts that); ready: they were, or the store is too small to need it."""
+        if not self._terms_warm.is_set():
+            return "warming"
+        try:
+            return "none" if self._term_warmup_due() else "ready"
+        except Unavailable:  # closed
+            return "ready"
 
     def _ann_path(self, model: str) -> str:
         return f"{self.path}.ann-{hashlib.blake2b(model.encode(), digest_size=6).hexdigest()}"
