@@ -323,6 +323,7 @@ def test_postgres_wide_keyword_leg_equals_the_one_statement(pg_url):
         for round_ in range(2):  # the first is answered by the statement while the arrays load; the second from them
             if round_:
                 assert store.wide_keywords.wait_until_warm()
+                assert store.vector_index_state() == {"keyword_warmup": "ready"}  # /health
                 served = store.wide_keywords.served
             for query in QUERIES:
                 for flt in WIDE_FILTERS:
@@ -368,8 +369,14 @@ def test_postgres_wide_keyword_arrays_follow_every_servers_writes(pg_url):
         shared = next(c for c in created if c.access_policy.readable_by == ["team-*"] and writer.get(c.id).lifecycle.status == "active")
         service.get("ada", shared.id) if shared.identity.owner_id == "ada" else service.get(shared.identity.owner_id, shared.id)
         assert search() == before and searcher.wide_keywords.generations == generations  # an access count: no reload
+        other = CellFilter(reader="team-y")  # first asked once the arrays are loaded: read by that search itself
+        expected = pg_reference(searcher, "quokka piano lena", other, 80)
+        served = searcher.wide_keywords.served
+        assert [(c.cell_id, c.score) for c in searcher.keyword_candidates("quokka piano lena", other, 80)] == expected
+        assert searcher.wide_keywords.served == served + 1
         new = service.create("ada", CellCreate(content={"text": "a quokka plays piano"}, identity={"owner_id": "ada"},
                                                access_policy={"readable_by": ["team-*"]}))
+        assert searcher.vector_index_state() == {"keyword_warmup": "ready"}  # it does not know yet
         after = search()
         assert after != before and new.id in [cid for cid, _ in after]
         service.update("ada", new.id, CellPatch(access_policy={"readable_by": []}))

@@ -91,7 +91,8 @@ DELETE FROM search_changes WHERE xid < (SELECT deleted_below FROM search_changes
 
 
 def _micros(at: datetime) -> int:
-    return (at - _EPOCH) // _MICROSECOND
+    """Microseconds since 1970 (a naive time is UTC, as the connection's time zone reads it)."""
+    return ((at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)) - _EPOCH) // _MICROSECOND
 
 
 _MICROSECOND = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=timezone.utc) - _EPOCH
@@ -251,6 +252,7 @@ class WideKeywordIndex:
         self._stopped = False
         self._worker: Optional[threading.Thread] = None
         self._not_before = 0.0  # after an abandoned warm-up, the next waits as long as it took
+        self._warming = False
 
     # ------------------------------------------------------------ searches
     def candidates(self, conn: psycopg.Connection, words: list[str], flt: CellFilter, k: int) -> Optional[list[Candidate]]:
@@ -275,7 +277,11 @@ class WideKeywordIndex:
                 self._recent.move_to_end(key)
                 while len(self._recent) > ADMITTED_SETS:
                     self._recent.popitem(last=False)
-            if admitted is None and self.warm_inline and self._warm(generation):
+            if admitted is None and generation.warm:
+                # A filter not asked before in a loaded generation: its rows now, in this
+                # search's snapshot (what the generation holds), as the statement would read them.
+                admitted = self._keep_admitted(generation, key, self._load_admitted(conn, where_text, params))
+            elif admitted is None and self.warm_inline and self._warm(generation):
                 with generation.lock:
                     admitted = generation.admitted.get(key)
             if admitted is None:
@@ -388,10 +394,13 @@ class WideKeywordIndex:
                 continue
             generation = self._generation
             started = time.monotonic()
+            self._warming = True
             try:
                 current = self._warm(generation)
             except Exception:  # noqa: BLE001  (closed, or the database went away: searches use the statement)
                 current = False
+            finally:
+                self._warming = False
             if not current:  # the database changed meanwhile: the next search starts a new generation
                 self._not_before = time.monotonic() + (time.monotonic() - started)
             elif generation.wanted:
@@ -419,12 +428,7 @@ class WideKeywordIndex:
             for key, params in wanted.items():
                 if self._stopped:
                     return False
-                admitted = self._load_admitted(conn, key[0], params)
-                with generation.lock:
-                    generation.admitted[key] = admitted
-                    while len(generation.admitted) > ADMITTED_SETS:
-                        generation.admitted.popitem(last=False)
-                    generation.wanted.pop(key, None)
+                self._keep_admitted(generation, key, self._load_admitted(conn, key[0], params))
             if not generation.warm:
                 for lexeme, postings in self._frequent_postings(conn).items():
                     with generation.lock:
@@ -452,6 +456,24 @@ class WideKeywordIndex:
             return {}
         return {lexeme: _postings_arrays(seqs, tf)
                 for lexeme, seqs, tf in conn.execute(_BULK_POSTINGS, (chosen, chosen)).fetchall()}
+
+    @staticmethod
+    def _keep_admitted(generation: _Generation, key: tuple[str, str], admitted: _Admitted) -> _Admitted:
+        with generation.lock:
+            generation.admitted[key] = admitted
+            while len(generation.admitted) > ADMITTED_SETS:
+                generation.admitted.popitem(last=False)
+            generation.wanted.pop(key, None)
+        return admitted
+
+    def state(self) -> str:
+        """For /health: warming (the warm-up runs or is asked for), ready (the arrays hold
+        every filter asked for), none (nothing asked since the database last changed)."""
+        generation = self._generation
+        with generation.lock:
+            if generation.warm and not generation.wanted:
+                return "ready"
+        return "warming" if self._worker is not None and (self._warming or generation.wanted) else "none"
 
     @staticmethod
     def _load_admitted(conn: psycopg.Connection, where_text: str, params: list[Any]) -> _Admitted:

@@ -534,6 +534,11 @@ class PostgresStore(SQLFileReads, SQLStore):
             "SELECT 1 FROM cells c JOIN cell_vectors v ON v.cell_id = c.id WHERE {where} AND v.model = %s LIMIT 1"
         ).format(where=where), [*params, model]))
 
+    def vector_index_state(self) -> dict[str, Any]:
+        """For /health: the wide keyword leg's arrays (`keyword_warmup`); the dense leg's index
+        is pgvector's, in the database."""
+        return {"keyword_warmup": self.wide_keywords.state() if self.wide_keywords is not None else "none"}
+
     def vector_models(self, cell_ids: Sequence[str]) -> dict[str, str]:
         ids = list(dict.fromkeys(cell_ids))
         if not ids:
