@@ -67,7 +67,8 @@ def retriever_from_settings(settings: Settings, *, background: bool = False) -> 
                              prf_docs=settings.retrieval_feedback_docs,
                              speaker_weight=settings.retrieval_speaker_weight,
                              date_weight=settings.retrieval_date_weight,
-                             related_weight=settings.retrieval_related_weight)
+                             related_weight=settings.retrieval_related_weight,
+                             ranker_weights=None if settings.retrieval_ranker else {})
     return Retriever(embedder=embedder, config=config, background=background and wanted)
 
 

@@ -91,6 +91,9 @@ class Settings(ClientDefaults):
         default=0.6, ge=0, description="boost of a hit whose text opens with a name the query asks about (\"Name: ...\"); 0 = off")
     retrieval_date_weight: float = Field(
         default=1.0, ge=0, description="boost of a hit whose metadata carries a day or month the query names; 0 = off")
+    retrieval_ranker: bool = Field(
+        default=True, description="reorder the best candidates by the learned linear ranker (core/ranker.py); "
+                                  "false = the first pass's hand-set boosts alone")
     retrieval_related_weight: float = Field(
         default=0.0, ge=0, description="fusion weight of the related-words keyword leg (the static model's nearest "
                                        "words of the query's words), e.g. 0.6; 0 = off")

@@ -14,15 +14,21 @@ Stages, each replaceable (docs/retrieval.md has the measurements behind every de
    boost: of a keyword window's turns, the ones whose own text holds the query's words move
    up; date boost: a cell whose metadata carries a date the query names;
    (optional, off by default) pseudo-relevance feedback legs from the best first hits;
-4. blend with the lifecycle decay score (importance, confidence, recency of access);
-5. an optional reranker (default: none).
+4. the learned ranker (core/ranker.py): one linear score over what the first pass knows of
+   each loaded candidate plus a few features of its text, fitted on LoCoMo
+   (bench/train_ranker.py); it decides the relevance (English queries the keyword and dense
+   legs answered; a CJK or cross-lingual search keeps the first pass);
+5. blend with the lifecycle decay score (importance, confidence, recency of access);
+6. an optional reranker (default: none).
 
 `explain: true` returns each hit's parts: the legs' raw scores and ranks, the fused score,
-the entity, speaker, own-text and date matches, relevance (fused x boost, normalised to the best hit), decay and the score.
+the entity, speaker, own-text and date matches, the first pass's relevance (fused x boost,
+normalised to the best hit), the ranker's text features and score, relevance, decay and the score.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,6 +36,7 @@ from typing import Callable, Optional, Protocol, Sequence
 
 from .lifecycle import decay_score
 from .models import MemoryCell
+from .ranker import DEFAULT_WEIGHTS, FEATURES, TEXT_FEATURES, LinearRanker, candidate_features
 from .textindex import STOP_WORDS, has_cjk
 from .timeexpr import date_match, dates_in, dates_of_metadata
 from .store.base import Candidate, CellFilter, Store, StoredVector
@@ -114,6 +121,9 @@ class RetrievalConfig:
     # it off (the default, as Settings.retrieval_related_weight: it gained +0.001 on held-out
     # LoCoMo); it needs a model with a vocabulary (the default embedder), else there is no leg.
     related_weight: float = 0.0
+    # The learned last stage (core/ranker.py): a linear score over each loaded candidate's
+    # features replaces the first pass's relevance. None: the fitted DEFAULT_WEIGHTS; {}: off.
+    ranker_weights: Optional[dict[str, float]] = None
 
 
 _NAME = re.compile(r"\b[A-Z][\w'’-]+")
@@ -192,6 +202,8 @@ class Retriever:
         self.embedder = embedder
         self.config = config or RetrievalConfig()
         self.reranker = reranker
+        weights = DEFAULT_WEIGHTS if self.config.ranker_weights is None else self.config.ranker_weights
+        self.ranker = LinearRanker(weights) if weights else None
         # Where the `related` leg's words come from: given, or the embedder's vocabulary.
         self.related_words = related_words or getattr(embedder, "related_words", None)
         # Embed after the write, from the store's queue (MemoryService.embed_queued), not in it.
@@ -317,6 +329,30 @@ class Retriever:
             legs.append(("prf_dense", cfg.prf_dense_weight, store.vector_candidates(qvec, self.embedder.name, flt, pool)))
         return legs
 
+    def ranks(self, query: str, legs: Sequence[tuple[str, float, list[Candidate]]]) -> bool:
+        """Whether the learned ranker reorders this search. It is fitted on English
+        conversation (LoCoMo) and knows the keyword and dense legs only, so a CJK query and a
+        search the multilingual leg found candidates for keep the first pass
+        (bench/multilingual.py with it: Korean hit@3 0.92 -> 0.79, English about Japanese
+        1.00 -> 0.50)."""
+        return not has_cjk(query) and not any(name == "multilingual" and found for name, _, found in legs)
+
+    def _rank(self, scored: list[tuple[MemoryCell, dict[str, float]]]) -> None:
+        """The learned stage: each candidate's `ranker` score, and its relevance becomes
+        e^(score - best score) (the best is 1, as in the first pass). The candidates are the
+        ones the caller may read, in the first pass's order."""
+        assert self.ranker is not None
+        scored.sort(key=lambda item: (-item[1]["relevance"], item[0].id))
+        features = candidate_features([parts for _, parts in scored], [cell.content.text for cell, _ in scored])
+        learned = self.ranker.scores(features)
+        top = float(learned.max())
+        first_text = FEATURES.index(TEXT_FEATURES[0])
+        for (_, parts), row, value in zip(scored, features, learned.tolist()):
+            parts["first_pass"] = parts["relevance"]
+            parts.update(zip(TEXT_FEATURES, row[first_text:first_text + len(TEXT_FEATURES)].tolist()))
+            parts["ranker"] = value
+            parts["relevance"] = math.exp(value - top)
+
     def search(
         self,
         store: Store,
@@ -376,9 +412,13 @@ class Retriever:
         if not scored:
             return [], 0
         best = max(parts["boosted"] for _, parts in scored)
+        for _, parts in scored:
+            parts["relevance"] = parts["boosted"] / best
+        if self.ranker is not None and self.ranks(query, legs):
+            self._rank(scored)
         hits: list[ScoredCell] = []
         for cell, parts in scored:
-            relevance = parts["boosted"] / best
+            relevance = parts["relevance"]
             decay = decay_score(cell, now)
             score = cfg.relevance_weight * relevance + cfg.decay_weight * decay
             hits.append(ScoredCell(cell, score, {**parts, "relevance": relevance, "decay": decay, "score": score}))

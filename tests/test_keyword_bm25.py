@@ -271,6 +271,168 @@ def test_postgres_keyword_scope_kept_between_queries_changes_nothing(pg_url):
         store.close()
 
 
+def _pg_world(service: MemoryService, rng: random.Random, n: int = 240) -> list[Any]:
+    """Cells of several owners, policies, types, statuses, sessions, metadata and expiries,
+    some archived, deleted or rewritten (as the SQLite `corpus`)."""
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    created = []
+    for i in range(n):
+        owner = rng.choice(["ada", "bob", "cy", "dee"])
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 9)))
+        if rng.random() < 0.2:
+            text += " " + rng.choice(EXTRA)
+        policy = rng.choice([{}, {"readable_by": ["team-*"]}, {"readable_by": ["eve"]}, {"public": True}])
+        session = None if rng.random() < 0.15 else f"{owner}-s{rng.randint(0, 6)}"
+        expiry = {"expires_at": (now + timedelta(days=rng.randint(1, 3))).isoformat()} if i % 9 == 0 else {}
+        created.append(service.create(owner, CellCreate(
+            content={"text": text, "metadata": {"topic": rng.choice(["x", "y"])}}, type=rng.choice(["semantic", "episodic"]),
+            identity={"owner_id": owner, "session_id": session}, access_policy=policy, lifecycle=expiry)))
+    for c in rng.sample(created, n // 10):
+        if rng.random() < 0.5:
+            service.update(c.identity.owner_id, c.id, CellPatch(lifecycle={"status": "archived"}))
+            if rng.random() < 0.5:
+                service.delete(c.identity.owner_id, c.id)
+        else:
+            service.update(c.identity.owner_id, c.id, CellPatch(content={"text": c.content.text + " piano"}))
+    return created
+
+
+WIDE_FILTERS = [
+    CellFilter(reader="team-lead"), CellFilter(reader="eve"), CellFilter(reader="ada"), CellFilter(),
+    CellFilter(reader="nobody"), CellFilter(reader="team-lead", types=["episodic"]),
+    CellFilter(reader="ada", statuses=("active", "archived")), CellFilter(reader="team-x", metadata={"topic": "x"}),
+]
+
+
+def test_postgres_wide_keyword_leg_equals_the_one_statement(pg_url):
+    """A reader across owners is ranked from arrays kept between searches (`_pg_keyword`):
+    the same matches, order and scores, bit for bit, as the one statement, for every wide
+    filter, at times on either side of cells' expiries, cold and warm; one generation of
+    arrays serves them all while nothing changes."""
+    from datetime import datetime, timedelta, timezone
+
+    from ampkit.store import store_from_url
+    store = store_from_url(pg_url)
+    store.open()
+    try:
+        _pg_world(MemoryService(store=store), random.Random(11))
+        now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        long_answers = 0
+        for round_ in range(2):  # the first is answered by the statement while the arrays load; the second from them
+            if round_:
+                assert store.wide_keywords.wait_until_warm()
+                served = store.wide_keywords.served
+            for query in QUERIES:
+                for flt in WIDE_FILTERS:
+                    for at in (None, now, now + timedelta(days=2), now + timedelta(days=2, microseconds=1), now + timedelta(days=9)):
+                        timed = replace(flt, not_expired_at=at)
+                        expected = pg_reference(store, query, timed, 1000)
+                        long_answers += len(expected) > 80
+                        for k in (1, 5, 80):
+                            got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, timed, k)]
+                            assert got == expected[:k], (query, timed, k)
+        assert long_answers and store.wide_keywords.generations == 1
+        assert store.wide_keywords.served - served == len(QUERIES) * len(WIDE_FILTERS) * 5 * 3
+    finally:
+        store.close()
+
+
+def test_postgres_wide_keyword_arrays_follow_every_servers_writes(pg_url):
+    """Two servers on one database: the searcher's arrays start afresh when the other writes a
+    window, a policy, a status, or an operator changes a filtered column by hand, and stay
+    when a read only counts an access (the database says which: `search_changes`)."""
+    import psycopg
+
+    from ampkit.store import store_from_url
+    searcher, writer = store_from_url(pg_url), store_from_url(pg_url)
+    searcher.open()
+    writer.open()
+    try:
+        service = MemoryService(store=writer)
+        created = _pg_world(service, random.Random(3), 120)
+        flt = CellFilter(reader="team-lead")
+
+        def search() -> list[tuple[str, float]]:
+            """Once (the arrays, or the statement after a change), then from the arrays."""
+            expected = pg_reference(searcher, "quokka piano lena", flt, 80)
+            assert [(c.cell_id, c.score) for c in searcher.keyword_candidates("quokka piano lena", flt, 80)] == expected
+            assert searcher.wide_keywords.wait_until_warm()
+            served = searcher.wide_keywords.served
+            assert [(c.cell_id, c.score) for c in searcher.keyword_candidates("quokka piano lena", flt, 80)] == expected
+            assert searcher.wide_keywords.served == served + 1
+            return expected
+
+        before, generations = search(), searcher.wide_keywords.generations
+        shared = next(c for c in created if c.access_policy.readable_by == ["team-*"] and writer.get(c.id).lifecycle.status == "active")
+        service.get("ada", shared.id) if shared.identity.owner_id == "ada" else service.get(shared.identity.owner_id, shared.id)
+        assert search() == before and searcher.wide_keywords.generations == generations  # an access count: no reload
+        new = service.create("ada", CellCreate(content={"text": "a quokka plays piano"}, identity={"owner_id": "ada"},
+                                               access_policy={"readable_by": ["team-*"]}))
+        after = search()
+        assert after != before and new.id in [cid for cid, _ in after]
+        service.update("ada", new.id, CellPatch(access_policy={"readable_by": []}))
+        assert new.id not in [cid for cid, _ in search()]
+        with psycopg.connect(split_conninfo(pg_url), autocommit=True) as conn:  # an operator, by hand
+            conn.execute("UPDATE cells SET public = TRUE WHERE id = %s", (new.id,))
+        assert new.id in [cid for cid, _ in search()]
+        assert searcher.wide_keywords.generations == generations + 3
+    finally:
+        searcher.close()
+        writer.close()
+
+
+def split_conninfo(url: str) -> str:
+    from ampkit.store._pg_url import split_url
+    return split_url(url)[0]
+
+
+def test_postgres_search_changes_are_pruned_and_older_arrays_start_afresh(pg_url):
+    """`PRUNE` removes the log rows of transactions that ended before a horizon recorded at
+    least PRUNE_AFTER ago (later rows stay), and a server whose arrays were read before
+    what it removed starts afresh instead of trusting a log with a hole in it."""
+    import psycopg
+
+    from ampkit.store import store_from_url
+    from ampkit.store._pg_keyword import PRUNE
+    store = store_from_url(pg_url)
+    store.open()
+    try:
+        service = MemoryService(store=store)
+        flt = CellFilter(reader="team-lead")
+        with psycopg.connect(split_conninfo(pg_url), autocommit=True) as conn:
+            def log() -> int:
+                return conn.execute("SELECT COUNT(*) FROM search_changes").fetchone()[0]
+
+            def age_horizon() -> None:
+                conn.execute("UPDATE search_changes_pruned SET at = now() - interval '2 hours'")
+
+            service.create("ada", CellCreate(content={"text": "first piano"}, identity={"owner_id": "ada"},
+                                             access_policy={"readable_by": ["team-*"]}))
+            assert log() == 1
+            conn.execute(PRUNE)  # the horizon is recent (the migration's): nothing goes
+            assert log() == 1
+            age_horizon()
+            conn.execute(PRUNE)  # the migration's horizon is older than this row: it stays; a new horizon
+            assert log() == 1
+            store.keyword_candidates("piano", flt, 10)
+            assert store.wide_keywords.wait_until_warm()
+            generations = store.wide_keywords.generations
+            store.keyword_candidates("piano", flt, 10)
+            assert store.wide_keywords.generations == generations  # nothing changed, nothing pruned
+            service.create("ada", CellCreate(content={"text": "second"}, identity={"owner_id": "ada"}))
+            age_horizon()
+            conn.execute(PRUNE)
+            assert log() == 1  # the first row went (before the horizon), the second stays
+            conn.execute("DELETE FROM search_changes")  # as if the second had been pruned too
+            conn.execute("UPDATE search_changes_pruned SET deleted_below = pg_snapshot_xmin(pg_current_snapshot())")
+            store.keyword_candidates("piano", flt, 10)
+            assert store.wide_keywords.generations == generations + 1
+    finally:
+        store.close()
+
+
 def _sql_admitted(path: str, flt: CellFilter) -> list[int]:
     where, params = filter_sql(flt)
     with sqlite3.connect(path) as conn:

@@ -248,5 +248,8 @@ def test_across_languages_only_close_multilingual_matches_join(tmp_path):
         assert [h.id for h in english] == [dog.id] and english[0].explain["multilingual_rank"] == 1
         korean = service.search("minji", SearchRequest(query="개", owner_id="minji", explain=True)).results
         assert {h.id for h in korean} == {dog.id, cat.id}
+        # The learned ranker knows English conversation and the keyword and dense legs only:
+        # a CJK query, or one the multilingual leg answered, keeps the first pass.
+        assert all("ranker" not in h.explain for h in [*english, *korean])
     finally:
         store.close()

@@ -706,14 +706,17 @@ class ScriptRouted(HashedWords):
         self.cjk_embedder = HashedWords(self.cjk_model, seed=7)
 
 
-@pytest.fixture(params=[pytest.param(backend, marks=pytest.mark.slow) for backend in ("sqlite", "sqlite-wide", "postgres")])
+@pytest.fixture(params=[pytest.param(backend, marks=pytest.mark.slow)
+                        for backend in ("sqlite", "sqlite-wide", "postgres", "postgres-wide")])
 def store_urls(request) -> Callable[[], tuple[str, str]]:
     """A factory of two fresh, empty stores of this backend ("sqlite-wide": the keyword leg
     takes its path for filters admitting many cells, cached admitted rows and term rows, on
     every search, and the retriever has a script-routed fake embedder, so the dense and the
     multilingual legs run too; `store_options` and `retriever` say how to build these). The
     read paths that never search take the same code on "sqlite" as on "sqlite-wide", so
-    "sqlite" renders only the `keyword` ones)."""
+    "sqlite" renders only the `keyword` ones). "postgres-wide": every search without an owner
+    is ranked from the wide keyword leg's arrays (loaded by the search itself, not in the
+    background), and only the `keyword` paths are rendered."""
     if request.param.startswith("sqlite"):
         tmp = Path(tempfile.mkdtemp(prefix="ampkit-ni-"))
         counter = iter(range(10**6))
@@ -731,6 +734,9 @@ def store_urls(request) -> Callable[[], tuple[str, str]]:
     def fresh() -> tuple[str, str]:
         return tuple(pg_server.create_database(f"ni_{id(request)}_{next(counter)}", template="ampkit_template")
                      for _ in range(2))  # type: ignore[return-value]
+    if request.param == "postgres-wide":
+        fresh.store_options = {"keyword_warm_inline": True}  # type: ignore[attr-defined]
+        fresh.keyword_only = True  # type: ignore[attr-defined]
     return fresh
 
 

@@ -73,9 +73,11 @@ def test_fusion_ranks_a_cell_both_legs_found_above_single_leg_hits(store):
 
 
 def test_weights_decide_which_leg_wins(store):
-    # The own-text boost is off: this is about the legs' weights alone.
-    keyword_heavy = Retriever(embedder=ConceptEmbedder(), config=RetrievalConfig(dense_weight=0.1, own_text_weight=0))
-    dense_heavy = Retriever(embedder=ConceptEmbedder(), config=RetrievalConfig(dense_weight=5.0, own_text_weight=0))
+    # The own-text boost and the learned ranker are off: this is about the legs' weights alone.
+    keyword_heavy = Retriever(embedder=ConceptEmbedder(),
+                              config=RetrievalConfig(dense_weight=0.1, own_text_weight=0, ranker_weights={}))
+    dense_heavy = Retriever(embedder=ConceptEmbedder(),
+                            config=RetrievalConfig(dense_weight=5.0, own_text_weight=0, ranker_weights={}))
     service = MemoryService(store=store, retriever=keyword_heavy)
     words, meaning = service.create_many("alice", [cell("cheap flights to Rome"), cell("travel plans")])
     ask = SearchRequest(query="cheap flights travel")
@@ -744,3 +746,57 @@ def test_a_warm_up_of_an_earlier_open_neither_readies_nor_builds(tmp_path):
         assert store._vectors_ready.is_set() and index.ann_state == "ready"
     finally:
         store.close()
+
+
+def test_ranker_puts_a_first_person_statement_above_a_question_the_first_pass_prefers(store):
+    """The learned ranker (core/ranker.py) reads what the first pass does not: of two turns
+    that match alike, the first pass puts the question first, the ranker the first-person
+    statement (on LoCoMo, evidence is that more often). Off (`ranker_weights={}`), the first
+    pass's order stands."""
+    on = MemoryService(store=store, retriever=Retriever())
+    question, statement = on.create_many("alice", [
+        cell("Melanie: what do people make in a pottery class?"),
+        cell("Melanie: we make bowls in my pottery class, I love it"),
+    ])
+    on.create_many("alice", [cell(f"note {i} about the weather and the garden") for i in range(8)])
+    req = SearchRequest(query="What did Melanie make in pottery class?", explain=True)
+    off = replace(on, retriever=Retriever(config=RetrievalConfig(ranker_weights={})))
+    first_pass = off.search("alice", req).results
+    assert first_pass[0].id == question.id and "ranker" not in first_pass[0].explain
+    hits = on.search("alice", req).results
+    assert [h.id for h in hits[:2]] == [statement.id, question.id]
+    best, other = (h.explain for h in hits[:2])
+    assert best["ranker"] > other["ranker"] and best["relevance"] == 1.0 and other["relevance"] < 1.0
+    assert other["first_pass"] == 1.0 and best["first_pass"] < 1.0  # the first pass had the question first
+    assert best["first_person"] > 0 and other["first_person"] == 0 and other["question"] == 1.0
+
+
+def test_ranker_text_features_and_weights():
+    from ampkit.ranker import FEATURES, TEXT_FEATURES, LinearRanker, candidate_features, text_features
+
+    # The speaker's name is not a word of the turn (nor a name in it); "I'm" is first person once.
+    assert text_features("Melanie: I'm off to Rome, are you?") == text_features("I'm off to Rome, are you?")
+    f = dict(zip(TEXT_FEATURES, text_features("Melanie: I'm off to Rome, are you?")))
+    assert f["first_person"] == 0.25 and f["question"] == 1.0 and f["names"] == 0.25 and f["length"] > 0
+    assert f["time_words"] == f["number"] == f["exclamation"] == 0.0
+    f = dict(zip(TEXT_FEATURES, text_features("Yesterday the meeting moved to 3 pm! Great! Ask Dana.")))
+    assert f["first_person"] == f["question"] == 0.0 and f["time_words"] == f["number"] == 1.0
+    assert f["exclamation"] == 2 / 3 and f["names"] == 0.25  # "Dana"; "Yesterday", "Great", "Ask" open sentences
+    rows = candidate_features([{"keyword": 4.0, "keyword_rank": 1, "relevance": 1.0},
+                               {"dense": 0.5, "dense_rank": 1, "relevance": 0.5}], ["a b", "c d e"])
+    assert rows.shape == (2, len(FEATURES))
+    at = {name: i for i, name in enumerate(FEATURES)}
+    assert rows[0, at["keyword_share"]] == 1.0 and rows[1, at["keyword_share"]] == 0.0  # absent leg: 0
+    assert rows[1, at["keyword_rank"]] == 0.0 and rows[1, at["dense_rank"]] == 10 / 11
+    assert rows[0, at["position"]] == 1.0 and rows[1, at["position"]] == 10 / 11
+    assert LinearRanker({"length": 2.0}).scores(rows).tolist() == (2.0 * rows[:, at["length"]]).tolist()
+    with pytest.raises(ValueError, match="unknown ranker features"):
+        LinearRanker({"lenght": 1.0})
+
+
+def test_ranker_setting_switches_the_stage():
+    from ampkit.bootstrap import retriever_from_settings
+    from ampkit.config import Settings
+
+    assert retriever_from_settings(Settings(embedder="none")).ranker is not None
+    assert retriever_from_settings(Settings(embedder="none", retrieval_ranker=False)).ranker is None

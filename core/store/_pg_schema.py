@@ -149,6 +149,52 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        10,
+        "keyword index rows numbered as their cells; a log of the transactions that change what a keyword search reads",
+        # For the wide keyword leg (`_pg_keyword`): each server keeps numpy arrays keyed by
+        # `cells.seq` between searches and asks this log whether they still hold. The triggers
+        # log whatever the writer (the store, a migration, an operator's UPDATE): any change
+        # to a window or its length, and any change to a column a filter reads; a read that
+        # only bumps access counts logs nothing. One row per transaction (the GUC remembers
+        # it was logged); `_pg_keyword.PRUNE` removes old rows and says below which
+        # transaction it did (a server whose arrays are older starts afresh).
+        """
+        ALTER TABLE cell_search ADD COLUMN seq BIGINT;
+        UPDATE cell_search s SET seq = c.seq FROM cells c WHERE c.id = s.cell_id;
+        ALTER TABLE cell_search ALTER COLUMN seq SET NOT NULL;
+        CREATE UNIQUE INDEX cell_search_seq ON cell_search (seq) INCLUDE (cell_id);
+        CREATE FUNCTION ampkit_cell_search_seq() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            NEW.seq := (SELECT seq FROM cells WHERE id = NEW.cell_id);
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER cell_search_seq BEFORE INSERT ON cell_search
+            FOR EACH ROW EXECUTE FUNCTION ampkit_cell_search_seq();
+        CREATE TABLE search_changes (xid xid8 PRIMARY KEY);
+        CREATE TABLE search_changes_pruned (horizon xid8 NOT NULL, at TIMESTAMPTZ NOT NULL, deleted_below xid8 NOT NULL);
+        INSERT INTO search_changes_pruned
+            VALUES (pg_snapshot_xmin(pg_current_snapshot()), now(), pg_snapshot_xmin(pg_current_snapshot()));
+        CREATE FUNCTION ampkit_search_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF current_setting('ampkit.search_changed', true) IS DISTINCT FROM 'on' THEN
+                INSERT INTO search_changes (xid) VALUES (pg_current_xact_id()) ON CONFLICT (xid) DO NOTHING;
+                PERFORM set_config('ampkit.search_changed', 'on', true);
+            END IF;
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER cell_search_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON cell_search
+            FOR EACH STATEMENT EXECUTE FUNCTION ampkit_search_changed();
+        CREATE TRIGGER cells_removed AFTER DELETE OR TRUNCATE ON cells
+            FOR EACH STATEMENT EXECUTE FUNCTION ampkit_search_changed();
+        CREATE TRIGGER cells_filter_changed AFTER UPDATE ON cells FOR EACH ROW
+            WHEN ((OLD.owner_id, OLD.created_by, OLD.session_id, OLD.type, OLD.status, OLD.public, OLD.expires_at,
+                   OLD.superseded_by, OLD.reader_patterns, OLD.metadata, OLD.seq)
+                  IS DISTINCT FROM (NEW.owner_id, NEW.created_by, NEW.session_id, NEW.type, NEW.status, NEW.public,
+                                    NEW.expires_at, NEW.superseded_by, NEW.reader_patterns, NEW.metadata, NEW.seq))
+            EXECUTE FUNCTION ampkit_search_changed();
+        """,
+    ),
 ]
 
 

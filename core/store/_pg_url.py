@@ -17,6 +17,7 @@ POOL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "pool_timeout": float,
     "ef_search": int,
     "keyword_ranker": str,
+    "keyword_cache_mb": int,  # the wide keyword leg's arrays; 0: rank every keyword search in SQL
     "prepare_threshold": _threshold,  # psycopg's auto-prepare; "none" behind an old pgbouncer
 }
 

@@ -14,7 +14,10 @@ Several stateless `ampkit serve` processes can share one database. Layout (see M
   BM25 computed in SQL (PostgreSQL's own `ts_rank_cd` has no IDF and scores 0.54 against
   BM25's 0.72 recall@10 on LoCoMo, see bench/keyword_legs.py) with statistics over the cells
   the caller may see, never the whole corpus. As in SQLite, a cell's entry covers a window:
-  its text plus its neighbours' of the same window class (insertion order, `cells.seq`);
+  its text plus its neighbours' of the same window class (insertion order, `cells.seq`,
+  copied to `cell_search.seq`). A search without an owner (a team member, an analyst) is
+  ranked from numpy arrays each server keeps, the same BM25 bit for bit, checked against
+  `search_changes` at every search (`_pg_keyword`);
 - `cell_vectors`: one untyped `vector` per cell plus its model name and dimension. Each
   (model, dimension) gets its own partial HNSW cosine index over `embedding::vector(dim)`,
   created the first time a vector of that model is written, so any embedder works and
@@ -55,6 +58,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ..errors import Unavailable, ValidationFailed
 from ..models import MemoryCell
 from ..textindex import CJK_CLASS, query_terms
+from ._pg_keyword import PRUNE, WideKeywordIndex
 from ._pg_url import redact, split_url
 from ._pg_schema import (
     CLASS_NEIGHBOURS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
@@ -72,6 +76,7 @@ LIFECYCLE_LOCK = 0x616D706B_0002
 VECTOR_INDEX_LOCK = 0x616D706B_0003
 
 KEYWORD_RANKERS = ("bm25", "ts_rank_cd")
+PRUNE_EVERY = 1000  # write transactions between two prunes of search_changes (per process)
 BM25_K1, BM25_B = 1.2, 0.75  # FTS5's defaults
 
 # The query's words go through the same parser as the indexed text (stemming, stop words);
@@ -268,7 +273,8 @@ class PostgresStore(SQLFileReads, SQLStore):
     KEYWORD_RANKERS = KEYWORD_RANKERS
 
     def __init__(self, url: str, *, pool_min: int = 1, pool_max: int = 10, pool_timeout: float = 5.0,
-                 ef_search: int = 100, keyword_ranker: str = "bm25", prepare_threshold: Optional[int] = 5):
+                 ef_search: int = 100, keyword_ranker: str = "bm25", prepare_threshold: Optional[int] = 5,
+                 keyword_cache_mb: int = 512, keyword_warm_inline: bool = False):
         self.conninfo, from_url = split_url(url)
         self.display_url = redact(self.conninfo)
         self.pool_min = from_url.get("pool_min", pool_min)
@@ -279,6 +285,12 @@ class PostgresStore(SQLFileReads, SQLStore):
         self.keyword_ranker = from_url.get("keyword_ranker", keyword_ranker)
         if self.keyword_ranker not in KEYWORD_RANKERS:
             raise ValueError(f"keyword_ranker must be one of {', '.join(KEYWORD_RANKERS)}")
+        # The wide keyword leg's arrays (`_pg_keyword`); keyword_cache_mb=0 ranks every search in SQL.
+        self.keyword_cache_mb = from_url.get("keyword_cache_mb", keyword_cache_mb)
+        self.wide_keywords = (WideKeywordIndex(self.keyword_cache_mb * 1024 * 1024, TEXT_CONFIG, self._connection,
+                                               warm_inline=keyword_warm_inline)
+                              if self.keyword_cache_mb > 0 else None)
+        self._writes = 0  # write transactions of this process: every PRUNE_EVERY-th prunes search_changes
         self._pool: Optional[ConnectionPool] = None
         self._vector_indexes: set[str] = set()
         # (snapshot, {filter: (valid-from time, N, mean length)}, [sorted expiry times]): `_keyword_scope`
@@ -296,6 +308,8 @@ class PostgresStore(SQLFileReads, SQLStore):
             return
         self._check_reachable()
         self.migrate()  # first, on its own connection: the pool's connections need the vector type
+        if self.wide_keywords is not None:
+            self.wide_keywords.open()
         self._pool = ConnectionPool(
             self.conninfo,
             min_size=self.pool_min,
@@ -325,6 +339,8 @@ class PostgresStore(SQLFileReads, SQLStore):
             raise Unavailable(f"PostgreSQL is unreachable: {reason}") from exc
 
     def close(self) -> None:
+        if self.wide_keywords is not None:
+            self.wide_keywords.close()
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -397,12 +413,24 @@ class PostgresStore(SQLFileReads, SQLStore):
             pipeline = conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
             with pipeline, conn.transaction():
                 yield _PostgresWriteTx(conn, self)
+            self._writes += 1
+            if self._writes % PRUNE_EVERY == 0:  # after COMMIT: its own short transaction
+                with conn.transaction():
+                    conn.execute(PRUNE)
 
     # ------------------------------------------------------------ reads
     def keyword_candidates(self, query: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         terms = query_terms(query)
         if not terms:
             return []
+        if self.keyword_ranker == "bm25" and self.wide_keywords is not None and flt.owner_id is None and flt.session_id is None:
+            # A reader across owners: the same BM25 from arrays kept between searches (an
+            # owner's or a session's filter admits few cells: the statement is fast there).
+            with self._connection() as conn:
+                found = self.wide_keywords.candidates(conn, terms, flt, k)
+            if found is not None:
+                return found
+            # Not loaded yet (the warm-up is under way in the background): the statement.
         where, params = filter_sql(flt)
         with self._connection() as conn:
             if self.keyword_ranker == "ts_rank_cd":

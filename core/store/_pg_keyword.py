@@ -1,0 +1,463 @@
+"""The PostgreSQL keyword leg for a reader across owners: BM25 from numpy arrays kept between
+queries, invalidated from the database.
+
+A team member's or an analyst's filter admits a large part of the store, and the query words
+of everyday memories match a large part of it too: the one-statement BM25 (`postgres._BM25`)
+joins every global match to `cells` to apply the filter, row by row (EXPLAIN ANALYZE at 100k:
+66,530 matches, 13,293 admitted, ~330 ms of ~420). Here the same answer comes from arrays:
+
+- per filter (its time bound aside), the admitted rows (`cells.seq`, sorted), their window
+  lengths, and the expiry of the few that expire; per expiry interval a view of them with
+  BM25's N and mean length (the mean computed by PostgreSQL's own numeric AVG arithmetic, so
+  the bits are the statement's);
+- per lexeme, every row holding it (`cell_search.seq`) and its term frequency, whatever the
+  filter;
+- per view and lexeme, the lexeme's BM25 term score at each admitted row holding it.
+
+A query intersects, adds the lexemes' scores in the database's lexeme order (as the
+statement's `SUM(... ORDER BY lexeme)` does), breaks ties by cell id: equal scores, bit for
+bit (`tests/test_keyword_bm25.py` compares them with the one statement).
+
+Stateless servers: nothing here is believed past what the database says. Every transaction
+that changes what a keyword search reads (a window, a length, a column the filter looks at)
+leaves one row in `search_changes` (triggers, PostgreSQL migration 10, whatever the writer);
+each wide search runs in a REPEATABLE READ transaction and first asks whether a change is
+visible in its snapshot that was not in the snapshot the arrays were read at (`_CHECK`).
+If so, this server's arrays start afresh (a new `_Generation`). Snapshots are taken in the
+order of this lock, so the newest one is always the anchor; a search that started under an
+older generation only reads and fills that generation's arrays.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Callable, Optional
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from ._bm25 import BM25_B, BM25_K1, BytesLRU, count_dtype, int_list, top_k
+from .base import Candidate, CellFilter
+from .sql import POSTGRES, compile_filter
+
+# `PRUNE` removes the rows of transactions that ended before a horizon recorded at least this
+# long ago, and records below which transaction it removed them (`deleted_below`): a server
+# whose anchor is older (idle that long) can no longer tell what changed, and starts afresh.
+PRUNE_AFTER = "1 hour"
+ADMITTED_SETS = 64  # filters kept per generation (least recently used out)
+SET_TERM_BYTES = 64 * 1024 * 1024  # per view: its lexemes' positions and term scores
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+# The snapshot of this search, whether a change is visible in it that was not in the anchor's,
+# and the query's lexemes in the database's order (the order the statement sums them in).
+_CHECK = """
+SELECT pg_current_snapshot()::text,
+       %s::text IS NULL
+       OR (SELECT deleted_below FROM search_changes_pruned) > pg_snapshot_xmin(%s::pg_snapshot)
+       OR EXISTS (SELECT 1 FROM search_changes
+                  WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot)),
+       ARRAY(SELECT DISTINCT l FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS l ORDER BY l)
+"""
+# The admitted rows of a filter whose time bound is left out (an expiring row carries its expiry).
+_ADMITTED = """
+SELECT string_agg(s.seq::text, ','), string_agg(s.len::text, ','),
+       string_agg(s.seq::text, ',') FILTER (WHERE c.expires_at IS NOT NULL),
+       string_agg((extract(epoch FROM c.expires_at) * 1000000)::int8::text, ',') FILTER (WHERE c.expires_at IS NOT NULL)
+FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE {where}
+"""
+# What AVG(len) of `_BM25_SCOPE` gives (int8 sums divided as numeric), from the sum and count.
+_MEAN_LENGTH = "SELECT GREATEST(COALESCE(%s::int8::numeric / NULLIF(%s::int8, 0)::numeric, 1), 1)::float8"
+# Every row holding one lexeme, with its term frequency (as the statement counts it).
+_POSTINGS = """
+SELECT string_agg(s.seq::text, ','),
+       string_agg((SELECT cardinality(u.positions) FROM unnest(ts_filter(setweight(s.tsv, 'A', ARRAY[%s]), '{a}')) u)::text, ',')
+FROM cell_search s WHERE s.tsv @@ quote_literal(%s)::tsquery
+"""
+_IDS = "SELECT seq, cell_id FROM cell_search WHERE seq = ANY(%s)"
+
+PRUNE = f"""
+UPDATE search_changes_pruned SET deleted_below = horizon, horizon = pg_snapshot_xmin(pg_current_snapshot()), at = now()
+WHERE at <= now() - interval '{PRUNE_AFTER}';
+DELETE FROM search_changes WHERE xid < (SELECT deleted_below FROM search_changes_pruned);
+"""
+
+
+def _micros(at: datetime) -> int:
+    return (at - _EPOCH) // _MICROSECOND
+
+
+_MICROSECOND = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=timezone.utc) - _EPOCH
+
+
+def _one(cursor: "psycopg.Cursor[Any]") -> tuple[Any, ...]:
+    """The row of a query that always returns one (an aggregate)."""
+    row = cursor.fetchone()
+    assert row is not None
+    return row
+
+
+def _rows(values: Optional[str]) -> np.ndarray:
+    """Row numbers (cells.seq) as the smallest signed type that holds them."""
+    arr = int_list(values)
+    return arr.astype(np.int32) if arr.size and int(arr.max()) < 2**31 else arr
+
+
+@dataclass
+class _View:
+    """The admitted rows not expired in one expiry interval, with BM25's N, mean length and
+    each asked lexeme's term scores."""
+
+    seqs: np.ndarray
+    lengths: np.ndarray
+    avgdl: float
+    contributions: BytesLRU = field(default_factory=lambda: BytesLRU(SET_TERM_BYTES))
+    _norm: Optional[np.ndarray] = None
+    _where: Optional[np.ndarray] = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def n(self) -> int:
+        return int(self.seqs.size)
+
+    def norm(self) -> np.ndarray:
+        """K1 * (1 - B + B * len / avgdl) per row, the statement's operations in its order."""
+        if self._norm is None:
+            self._norm = BM25_K1 * ((1 - BM25_B) + BM25_B * self.lengths / self.avgdl)
+        return self._norm
+
+    def positions(self, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions here, mask over `seqs`) of the sorted rows this view admits."""
+        if not self.seqs.size or not seqs.size:
+            return np.empty(0, dtype=np.int32), np.zeros(seqs.size, dtype=bool)
+        if self._where is None:
+            where = np.full(int(self.seqs[-1]) + 1, -1, dtype=np.int32)
+            where[self.seqs] = np.arange(self.seqs.size, dtype=np.int32)
+            self._where = where
+        inside = seqs < self._where.size
+        at = np.full(seqs.size, -1, dtype=np.int32)
+        at[inside] = self._where[seqs[inside]]
+        mask = at >= 0
+        return at[mask], mask
+
+    def contribution(self, lexeme: str, postings: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, the lexeme's BM25 term score at each): its document frequency is its
+        admitted row count (every row holding a query lexeme is a match)."""
+        with self.lock:
+            hit = self.contributions.hit(lexeme)
+        if hit is not None:
+            return hit
+        seqs, tf = postings(lexeme)
+        pos, mask = self.positions(seqs)
+        tf = tf[mask]
+        df = float(pos.size)
+        n = float(self.n)
+        # ln(1 + (GREATEST(n, df) - df + 0.5) / (df + 0.5)): libm's log, as PostgreSQL's ln.
+        weight = math.log(1 + (max(n, df) - df + 0.5) / (df + 0.5))
+        value = (pos, weight * tf * (BM25_K1 + 1) / (tf + self.norm()[pos]))
+        with self.lock:
+            return self.contributions.keep(lexeme, value)
+
+    def scores(self, lexemes: list[str], postings: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        scores = np.zeros(self.n, dtype=np.float64)
+        for i, lexeme in enumerate(lexemes):  # the database's lexeme order: the statement's sum
+            pos, contribution = self.contribution(lexeme, postings)
+            if i:
+                scores[pos] += contribution
+            else:  # 0.0 + x is x
+                scores[pos] = contribution
+        return scores
+
+
+@dataclass
+class _Admitted:
+    """A filter's admitted rows (its time bound aside) and their views per expiry interval."""
+
+    seqs: np.ndarray
+    lengths: np.ndarray
+    expiring: np.ndarray  # seqs of the admitted rows that expire, by `expiry`
+    expiry: np.ndarray  # their expiry times (microseconds since 1970), ascending
+    times: list[int]  # the distinct expiry times, ascending
+    views: dict[int, _View] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.seqs.nbytes + self.lengths.nbytes + self.expiring.nbytes + self.expiry.nbytes)
+
+
+class _Generation:
+    """The arrays read at one anchor snapshot; replaced whole when the database changes.
+    `warm`: the background warm-up has loaded the frequent lexemes (searches use the arrays
+    from then on; before, the statement)."""
+
+    def __init__(self, anchor: Optional[str], term_bytes: int) -> None:
+        self.anchor = anchor
+        self.lock = threading.Lock()
+        self.admitted: OrderedDict[tuple[str, str], _Admitted] = OrderedDict()
+        self.postings = BytesLRU(term_bytes)
+        self.warm = False
+        self.wanted: dict[tuple[str, str], list[Any]] = {}  # filters a search asked for, not loaded yet
+
+
+# The lexemes in the most windows, estimated from a sample of about SAMPLE_ROWS windows; those
+# estimated in at least FREQUENT_SHARE of them are loaded in one pass by the warm-up (a rarer one
+# costs a search a few milliseconds to load itself).
+SAMPLE_ROWS = 20_000
+FREQUENT_SHARE = 0.002
+_FREQUENT = """
+SELECT word, ndoc FROM ts_stat(format('SELECT tsv FROM cell_search TABLESAMPLE SYSTEM (%%s)', %s::float8))
+ORDER BY ndoc DESC, word LIMIT 5000
+"""
+_BULK_POSTINGS = """
+SELECT u.lexeme, string_agg(s.seq::text, ','), string_agg(cardinality(u.positions)::text, ',')
+FROM cell_search s CROSS JOIN LATERAL unnest(ts_filter(setweight(s.tsv, 'A', %s::text[]), '{a}')) u
+WHERE s.tsv @@ (SELECT string_agg(quote_literal(l), ' | ')::tsquery FROM unnest(%s::text[]) l)
+GROUP BY u.lexeme
+"""
+
+
+def _postings_arrays(seqs: Optional[str], tf: Optional[str]) -> tuple[np.ndarray, np.ndarray]:
+    rows, counts = _rows(seqs), int_list(tf)
+    order = np.argsort(rows, kind="stable")
+    rows, counts = rows[order], counts[order]
+    return rows, counts.astype(count_dtype(int(counts.max()) if counts.size else 0))
+
+
+class WideKeywordIndex:
+    """One per PostgresStore: the generations, their anchor, and the warm-up thread (see the
+    module's docstring). `connection` hands out a pool connection (a context manager)."""
+
+    def __init__(self, term_bytes: int, text_config: str, connection: Callable[[], Any], warm_inline: bool = False) -> None:
+        self.term_bytes = term_bytes
+        # Tests: a search that finds the arrays missing loads them itself, so every search
+        # takes this path (the differential non-interference test's "postgres-wide").
+        self.warm_inline = warm_inline
+        self.text_config = text_config
+        self._connection = connection
+        self._lock = threading.Lock()
+        self._generation = _Generation(None, term_bytes)
+        self._anchor: Optional[str] = None
+        self.generations = 0  # how many times the arrays started afresh (tests)
+        self.served = 0  # searches answered from the arrays (tests)
+        self._recent: OrderedDict[tuple[str, str], list[Any]] = OrderedDict()  # filters asked lately
+        self._wake = threading.Event()
+        self._stopped = False
+        self._worker: Optional[threading.Thread] = None
+        self._not_before = 0.0  # after an abandoned warm-up, the next waits as long as it took
+
+    # ------------------------------------------------------------ searches
+    def candidates(self, conn: psycopg.Connection, words: list[str], flt: CellFilter, k: int) -> Optional[list[Candidate]]:
+        """The one-statement BM25's answer for `flt` (which has no owner or session: a wide
+        filter), from the arrays; None while they are not loaded for this filter (the
+        warm-up is asked for, the caller runs the statement). `conn`: an autocommit pool
+        connection."""
+        at = flt.not_expired_at
+        where_text, params = compile_filter(replace(flt, not_expired_at=None), POSTGRES)
+        key = (where_text, repr(params))
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            generation, lexemes = self._begin(conn, " ".join(words))
+            with generation.lock:
+                admitted = generation.admitted.get(key) if generation.warm else None
+                if admitted is not None:
+                    generation.admitted.move_to_end(key)
+                else:
+                    generation.wanted[key] = params
+            with self._lock:
+                self._recent[key] = params
+                self._recent.move_to_end(key)
+                while len(self._recent) > ADMITTED_SETS:
+                    self._recent.popitem(last=False)
+            if admitted is None and self.warm_inline and self._warm(generation):
+                with generation.lock:
+                    admitted = generation.admitted.get(key)
+            if admitted is None:
+                self._request_warmup()
+                return None
+            if not lexemes or k <= 0:
+                self.served += 1
+                return []
+            view = self._view(conn, admitted, at)
+            if not view.n:
+                self.served += 1
+                return []
+
+            def postings(lexeme: str) -> tuple[np.ndarray, np.ndarray]:
+                with generation.lock:
+                    hit = generation.postings.hit(lexeme)
+                if hit is None:  # not among the frequent ones the warm-up loaded: a rare one
+                    hit = _postings_arrays(*_one(conn.execute(_POSTINGS, (lexeme, lexeme))))
+                    with generation.lock:
+                        generation.postings.keep(lexeme, hit)
+                return hit
+
+            scores = view.scores(lexemes, postings)
+            best = top_k(scores, k)
+            if not best.size:
+                self.served += 1
+                return []
+            seqs = view.seqs[best]
+            ids: dict[int, str] = dict(conn.execute(_IDS, (seqs.astype(np.int64).tolist(),)).fetchall())
+        self.served += 1
+        ranked = sorted((-float(scores[b]), ids[int(s)]) for b, s in zip(best, seqs))
+        return [Candidate(cid, -neg) for neg, cid in ranked[:k]]
+
+    def _begin(self, conn: psycopg.Connection, text: str) -> tuple[_Generation, list[str]]:
+        """This search's snapshot (taken under the lock: the anchor is always the newest),
+        checked against the anchor; the generation whose arrays equal what it sees."""
+        with self._lock:
+            anchor = self._anchor
+            snapshot, changed, lexemes = _one(conn.execute(_CHECK, (anchor,) * 4 + (self.text_config, text)))
+            if changed:
+                self._generation = _Generation(snapshot, self.term_bytes)
+                self.generations += 1
+            # Unchanged since the anchor: what this snapshot sees equals what the arrays hold.
+            self._anchor = snapshot
+            return self._generation, list(lexemes)
+
+    def _view(self, conn: psycopg.Connection, admitted: _Admitted, at: Optional[datetime]) -> _View:
+        # Which expiry interval `at` falls in decides which expiring rows are gone.
+        interval = bisect.bisect_right(admitted.times, _micros(at)) if at is not None and admitted.times else 0
+        view = admitted.views.get(interval)
+        if view is None:
+            seqs, lengths = admitted.seqs, admitted.lengths
+            if interval:
+                gone = admitted.expiring[: bisect.bisect_right(admitted.expiry.tolist(), admitted.times[interval - 1])]
+                keep = ~np.isin(seqs, gone)
+                seqs, lengths = seqs[keep], lengths[keep]
+            avgdl = _one(conn.execute(_MEAN_LENGTH, (int(lengths.sum()), int(seqs.size))))[0]
+            view = _View(seqs, lengths, float(avgdl))
+            if len(admitted.views) >= 4:
+                admitted.views.clear()
+            view = admitted.views.setdefault(interval, view)
+        return view
+
+    # ------------------------------------------------------------ the warm-up
+    def _request_warmup(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._warm_loop, daemon=True, name="ampkit-pg-keywords")
+                self._worker.start()
+        self._wake.set()
+
+    def wait_until_warm(self, timeout: float = 60.0) -> bool:
+        """Until the current generation is warm and holds every filter asked for (tests, benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            generation = self._generation
+            with generation.lock:
+                if generation.warm and not generation.wanted:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def open(self) -> None:
+        with self._lock:
+            self._stopped = False
+
+    def close(self) -> None:
+        """Stop the warm-up (it ends its current statement) and drop the arrays."""
+        with self._lock:
+            self._stopped = True
+            worker, self._worker = self._worker, None
+            self._generation, self._anchor = _Generation(None, self.term_bytes), None
+        self._wake.set()
+        if worker is not None:
+            worker.join(timeout=60)
+
+    def _warm_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                if self._stopped or self._worker is not threading.current_thread():
+                    return
+            delay = self._not_before - time.monotonic()
+            if delay > 0:
+                time.sleep(min(delay, 5.0))
+                self._wake.set()
+                continue
+            generation = self._generation
+            started = time.monotonic()
+            try:
+                current = self._warm(generation)
+            except Exception:  # noqa: BLE001  (closed, or the database went away: searches use the statement)
+                current = False
+            if not current:  # the database changed meanwhile: the next search starts a new generation
+                self._not_before = time.monotonic() + (time.monotonic() - started)
+            elif generation.wanted:
+                self._wake.set()
+
+    def _warm(self, generation: _Generation) -> bool:
+        """Load what `generation` lacks (the frequent lexemes' rows, the filters asked for)
+        in one REPEATABLE READ transaction whose snapshot must show what the generation's
+        anchor showed; False if it does not (the arrays would not be the generation's)."""
+        with self._lock:  # the newest anchor, if the generation is still this server's
+            if self._generation is not generation:
+                return False
+            anchor = self._anchor
+        with self._connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            changed = _one(conn.execute(_CHECK, (anchor,) * 4 + (self.text_config, "")))[1]
+            if changed or self._stopped:
+                return False
+            conn.execute("SET LOCAL work_mem = '256MB'")
+            with generation.lock:
+                wanted = dict(generation.wanted)
+                if not generation.warm:
+                    with self._lock:
+                        wanted.update(self._recent)  # the filters of the last generation too
+            for key, params in wanted.items():
+                if self._stopped:
+                    return False
+                admitted = self._load_admitted(conn, key[0], params)
+                with generation.lock:
+                    generation.admitted[key] = admitted
+                    while len(generation.admitted) > ADMITTED_SETS:
+                        generation.admitted.popitem(last=False)
+                    generation.wanted.pop(key, None)
+            if not generation.warm:
+                for lexeme, postings in self._frequent_postings(conn).items():
+                    with generation.lock:
+                        generation.postings.keep(lexeme, postings)
+                with generation.lock:
+                    generation.warm = True
+        return True
+
+    def _frequent_postings(self, conn: psycopg.Connection) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Every row of the lexemes in at least FREQUENT_SHARE of the windows (estimated from
+        a sample; the most frequent first, up to half the budget), read in one pass."""
+        windows = max(1.0, float(_one(conn.execute(
+            "SELECT GREATEST(reltuples, 0) FROM pg_class WHERE oid = 'cell_search'::regclass"))[0]))
+        percent = min(100.0, 100.0 * SAMPLE_ROWS / windows)
+        chosen, budget = [], self.term_bytes // 2
+        for word, ndoc in conn.execute(_FREQUENT, (percent,)).fetchall():
+            share = ndoc * 100.0 / percent / windows
+            if share < FREQUENT_SHARE:
+                break
+            budget -= int(share * windows * 5)  # about 5 bytes a posting (int32 row, uint8 count)
+            if budget < 0:
+                break
+            chosen.append(word)
+        if not chosen:
+            return {}
+        return {lexeme: _postings_arrays(seqs, tf)
+                for lexeme, seqs, tf in conn.execute(_BULK_POSTINGS, (chosen, chosen)).fetchall()}
+
+    @staticmethod
+    def _load_admitted(conn: psycopg.Connection, where_text: str, params: list[Any]) -> _Admitted:
+        seqs, lengths, expiring, expiry = _one(conn.execute(sql.SQL(_ADMITTED).format(where=sql.SQL(where_text)), params))
+        rows, lens = _rows(seqs), int_list(lengths).astype(np.int32)
+        order = np.argsort(rows, kind="stable")
+        ex_rows, ex_at = _rows(expiring), int_list(expiry)
+        by_time = np.argsort(ex_at, kind="stable")
+        return _Admitted(rows[order], lens[order], ex_rows[by_time], ex_at[by_time], sorted(set(ex_at.tolist())))
