@@ -238,12 +238,14 @@ class OpenAIEmbedder:
     def __init__(self, url: str, api_key: Optional[str] = None, timeout: float = 30.0):
         import httpx
 
+        from .tls import tls_context
+
         parts = urlsplit(url)
         self.model = parse_qs(parts.query).get("model", ["text-embedding-3-small"])[0]
         self.base_url = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
         key = api_key or os.environ.get("AMPKIT_EMBEDDER_API_KEY") or os.environ.get("OPENAI_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, verify=tls_context())
         self.name = f"openai:{self.model}"
         self.dim = 0  # known after the first call
 

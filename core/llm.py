@@ -22,6 +22,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from .errors import ModelError, NotConfigured
+from .tls import tls_context
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -64,7 +65,8 @@ class ChatModel:
 
     def __init__(self, config: ModelConfig, http_client: Optional[httpx.Client] = None):
         self.config = config
-        self._http = http_client or httpx.Client(timeout=httpx.Timeout(config.timeout_seconds, connect=5.0))
+        self._http = http_client or httpx.Client(timeout=httpx.Timeout(config.timeout_seconds, connect=5.0),
+                                                 verify=tls_context())
         self.calls = 0  # completions requested (for the bench and the response's accounting)
 
     @property

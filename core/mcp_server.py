@@ -85,6 +85,17 @@ class ForgetResult(BaseModel):
     status: Literal["deleted"] = "deleted"
 
 
+class Remembered(BaseModel):
+    """What `remember` stored. `cell` is the stored memory (or the existing one it repeats,
+    when the owner's memory already holds the same text); null when your key may write but
+    not read (it learns nothing about the memory, duplicates included: REST answers 204)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stored: bool = True
+    cell: Optional[MemoryCell] = None
+
+
 class UpdateResult(BaseModel):
     """What `update_memory` did. `cell` is null when you may change this memory but not read it."""
 
@@ -110,6 +121,9 @@ class Caller(Protocol):
 
     @property
     def agent_id(self) -> str: ...
+
+    @property
+    def scopes(self) -> frozenset[str]: ...
 
     def need(self, scope: str) -> str: ...
 
@@ -144,7 +158,7 @@ class ServiceGateway:
         agent = caller.need(call.operation.scope or "")
         for scope in call.operation.extra_scopes:  # consolidation reads as well as writes
             caller.need(scope)
-        return await anyio.to_thread.run_sync(run_call, self.service, agent, call, MCP_AUTH)
+        return await anyio.to_thread.run_sync(run_call, self.service, agent, call, MCP_AUTH, caller.scopes)
 
     def agent_id(self, ctx: Context) -> Optional[str]:
         return self.caller_for(ctx).agent_id
@@ -349,12 +363,13 @@ def _tools() -> list[Tool]:
         writable_by: Annotated[Optional[list[str]], Field(description="Other agents that may change it (globs); being able to change it does not let them read it")] = None,
         public: Annotated[Optional[bool], Field(description="true: every agent may read it")] = None,
         expires_at: Annotated[Optional[datetime], Field(description="When it stops being true (ISO 8601); it is not recalled after that")] = None,
-    ) -> MemoryCell:
-        """Store a new memory in the shared long-term memory. Returns the stored memory with its id."""
+    ) -> Remembered:
+        """Store a new memory in the shared long-term memory. Returns the stored memory with its
+        id (`cell`; null if your key may write but not read)."""
         owner, owner_type = _owner_or_self(ctx, owner_id)
         fields = _drop_none(owner_type=owner_type, importance=importance, metadata=metadata, session_id=session_id,
                             readable_by=readable_by, writable_by=writable_by, public=public, expires_at=expires_at)
-        return await _gateway(ctx).send(ctx, calls.remember(text, owner_id=owner, type=type, **fields))
+        return Remembered(cell=await _gateway(ctx).send(ctx, calls.remember(text, owner_id=owner, type=type, **fields)))
 
     @tool(annotations=READ)
     async def recall(
@@ -549,10 +564,10 @@ def _tools() -> list[Tool]:
         type: MemoryKind = "semantic",
         importance: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5,
         readable_by: Patterns = None,
-    ) -> MemoryCell:
+    ) -> Remembered:
         """AMP amp-mcp compatible: store a memory (same as `remember`)."""
         fields = _drop_none(importance=importance, readable_by=readable_by)
-        return await _gateway(ctx).send(ctx, calls.remember(content, owner_id=owner_id, type=type, **fields))
+        return Remembered(cell=await _gateway(ctx).send(ctx, calls.remember(content, owner_id=owner_id, type=type, **fields)))
 
     @tool(annotations=READ)
     async def amp_recall(
@@ -635,7 +650,7 @@ READ_TOOLS: Sequence[str] = ("recall", "get_memory", "list_memories", "memory_hi
 
 __all__ = [
     "AmpkitMCP", "CALLER_SCOPE_KEY", "ClientGateway", "ForgetResult",
-    "Gateway", "READ_TOOLS", "ServiceGateway", "TOOL_NAMES", "UpdateResult", "as_api_error", "build_mcp_server",
+    "Gateway", "READ_TOOLS", "Remembered", "ServiceGateway", "TOOL_NAMES", "UpdateResult", "as_api_error", "build_mcp_server",
     "caller_from_request", "fixed_caller", "remember_request", "tool_error",
 ]
 

@@ -2,13 +2,16 @@
 
 The first pass (fusion x boosts, `core/retrieval.py`) ranks by hand-set weights; this stage
 re-weighs what the first pass already knows (each leg's rank and score, the boosts, the
-first-pass relevance and position) and adds three things it does not look at: how long the
-text is, whether its speaker tells about themselves ("I", "my", "we"), and whether it is a
-question. On LoCoMo, evidence turns are longer first-person statements more often than the
-turns around them; the first pass cannot see that (BM25 even favours short texts).
+first-pass relevance and position) and adds a few things it does not look at, from the
+candidate's own text: its length, first-person words ("I", "my", "we"), a question mark,
+names, a word that dates an event, a digit, exclamation marks. In LoCoMo, evidence turns are
+longer first-person reports of events more often than the turns around them; the first pass
+cannot see that (BM25 even favours short texts).
 
 The weights are fitted by `bench/train_ranker.py` (pairwise logistic regression: each
-evidence turn against each other candidate of the same question) and written below; the
+relevant candidate against each other candidate of the same question) on LoCoMo's
+conversations and on searches of templated fact memories (without those, weights fitted on
+conversation alone ranked fact memories worse than the first pass), and written below; the
 script also prints a leave-one-conversation-out estimate, the held-out figure to quote.
 
 Every feature is computed from the candidate itself and from the other candidates of the
@@ -33,25 +36,25 @@ FEATURES = (
 )
 
 # Fitted by `python bench/train_ranker.py --data ../shared/data/locomo/locomo-dev.json`
-# (all five dev conversations; default embedder; 2026-12-03).
+# (all five dev conversations and 300 searches of templated facts; default embedder; 2026-12-03).
 DEFAULT_WEIGHTS: dict[str, float] = {
-    "keyword_rank": 0.412,
-    "dense_rank": 1.199,
-    "keyword_share": 3.04,
-    "dense": -0.251,
-    "entity": -0.315,
-    "own_text": 0.847,
-    "speaker": 1.753,
-    "date": 1.53,
-    "first_pass": 0.903,
-    "position": 0.706,
-    "length": 0.881,
-    "first_person": 0.403,
-    "question": -0.53,
-    "names": 1.251,
-    "time_words": 0.326,
-    "number": 0.842,
-    "exclamation": -0.389,
+    "keyword_rank": 0.423,
+    "dense_rank": 1.241,
+    "keyword_share": 1.871,
+    "dense": 0.051,
+    "entity": -0.224,
+    "own_text": 2.792,
+    "speaker": 1.375,
+    "date": 1.4,
+    "first_pass": 0.846,
+    "position": 0.795,
+    "length": 0.672,
+    "first_person": 0.223,
+    "question": -0.566,
+    "names": 1.08,
+    "time_words": 0.274,
+    "number": 0.822,
+    "exclamation": -0.442,
 }
 
 _WORDS = re.compile(r"\w+")

@@ -15,8 +15,8 @@ Stages, each replaceable (docs/retrieval.md has the measurements behind every de
    up; date boost: a cell whose metadata carries a date the query names;
    (optional, off by default) pseudo-relevance feedback legs from the best first hits;
 4. the learned ranker (core/ranker.py): one linear score over what the first pass knows of
-   each loaded candidate plus a few features of its text, fitted on LoCoMo
-   (bench/train_ranker.py); it decides the relevance (English queries the keyword and dense
+   each loaded candidate plus a few features of its text, fitted on LoCoMo and templated
+   facts (bench/train_ranker.py); it decides the relevance (English queries the keyword and dense
    legs answered; a CJK or cross-lingual search keeps the first pass);
 5. blend with the lifecycle decay score (importance, confidence, recency of access);
 6. an optional reranker (default: none).

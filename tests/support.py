@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence
 
 import httpx
 
-from ampkit.client._http import tls_context
+from ampkit.tls import tls_context
 
 # httpx builds a TLS context for every client (~30 ms of CPU reading the CA bundle), even for
 # plain HTTP: the tests' own short-lived clients share the one ampkit's clients share.

@@ -126,8 +126,8 @@ def expected(corpus):
 
 @pytest.mark.parametrize("scan_max", [0, 40, 5000])
 def test_keyword_candidates_equal_the_straightforward_bm25(corpus, expected, scan_max):
-    """scan_max 0: every filter takes the wide path; 40: owners' searches scan; 5000: all scan
-    (or run the FTS query for a phrase)."""
+    """scan_max 0: every filter takes the wide path; 40: owners' searches scan; 5000: owners'
+    searches scan (or run the FTS query for a phrase), reader-wide ones take the wide path."""
     store = SQLiteStore(corpus, keyword_scan_max=scan_max)
     store.open()
     try:
@@ -139,6 +139,29 @@ def test_keyword_candidates_equal_the_straightforward_bm25(corpus, expected, sca
                         assert got == expected[query, i][:k], (query, flt, k)
         assert any(expected[q, 0] for q in QUERIES) and any(len(expected[q, 0]) > 80 for q in QUERIES)
     finally:
+        store.close()
+
+
+def test_a_reader_wide_search_takes_its_rows_from_the_snapshot_however_few(corpus, expected):
+    """A filter with no owner, session or metadata condition takes its rows from the access
+    snapshot even when it admits few: in SQL no index serves its access condition, which is
+    then evaluated on every cell of the store (150 ms a search at 20,000 cells for a team
+    admitting 1,000). An owner's filter stays in SQL, where its index serves it."""
+    store = SQLiteStore(corpus)
+    store.open()
+    conn = store._reader()
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        wide, owner = FILTERS[0], FILTERS[3]
+        got = [(c.cell_id, c.score) for c in store.keyword_candidates(QUERIES[0], wide, 80)]
+        assert got and got == expected[QUERIES[0], 0][:80]
+        assert len(got) < store.keyword_scan_max  # few admitted: the SQL scan's size before
+        assert not [s for s in statements if "JOIN cell_context" in s], statements
+        store.keyword_candidates(QUERIES[0], owner, 80)
+        assert [s for s in statements if "JOIN cell_context" in s]  # the owner's scan, in SQL
+    finally:
+        conn.set_trace_callback(None)
         store.close()
 
 

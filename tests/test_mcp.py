@@ -52,6 +52,12 @@ class Tools:
         assert json.loads(result.content[0].text) == result.structuredContent
         return result.structuredContent
 
+    async def remembered(self, name: str = "remember", **args: Any) -> dict[str, Any]:
+        """The cell `remember` (or `amp_remember`) stored, for a key that may read."""
+        out = await self.ok(name, **args)
+        assert out["stored"] is True and out["cell"] is not None, out
+        return out["cell"]
+
     async def error(self, name: str, **args: Any) -> str:
         """The error text (the server's envelope), after checking it is a tool error."""
         result = await self.session.call_tool(name, args)
@@ -154,7 +160,7 @@ async def test_tools_have_descriptions_output_schemas_and_hints(service):
 async def test_one_memory_through_every_tool_matches_what_the_service_answers(service):
     alice = unique("alice")
     async with in_process(service, alice) as mcp:
-        cell = MemoryCell.model_validate(await mcp.ok("remember", text="the user drinks green tea", importance=0.8,
+        cell = MemoryCell.model_validate(await mcp.remembered("remember", text="the user drinks green tea", importance=0.8,
                                                       metadata={"topic": "drinks"}))
         assert cell.identity.owner_id == alice and cell.identity.owner_type == "agent"
         assert cell.identity.created_by == alice and cell.scoring.importance == 0.8
@@ -193,8 +199,8 @@ async def test_one_memory_through_every_tool_matches_what_the_service_answers(se
 async def test_a_forbidden_id_gives_the_same_error_as_a_missing_or_deleted_one(service):
     alice, bob = unique("alice"), unique("bob")
     async with in_process(service, alice) as a, in_process(service, bob) as b:
-        private = (await a.ok("remember", text="alice's private note"))["id"]
-        gone = (await b.ok("remember", text="bob's deleted note"))["id"]
+        private = (await a.remembered("remember", text="alice's private note"))["id"]
+        gone = (await b.remembered("remember", text="bob's deleted note"))["id"]
         await b.ok("forget", id=gone)
         for cell_id in (private, gone, NO_SUCH_ID, "not-an-id"):
             assert await b.error("get_memory", id=cell_id) == DENIED
@@ -215,7 +221,7 @@ async def test_a_forbidden_id_gives_the_same_error_as_a_missing_or_deleted_one(s
 async def test_shared_cells_follow_the_access_policy(service):
     alice, reader, writer = unique("alice"), unique("team-reader"), unique("writer")
     async with in_process(service, alice) as a, in_process(service, reader) as r, in_process(service, writer) as w:
-        cell = await a.ok("remember", text="the deploy window is Tuesday", readable_by=["team-*"], writable_by=[writer])
+        cell = await a.remembered("remember", text="the deploy window is Tuesday", readable_by=["team-*"], writable_by=[writer])
         assert (await r.ok("get_memory", id=cell["id"]))["id"] == cell["id"]
         assert await r.error("update_memory", id=cell["id"], importance=0.9) == DENIED
         # A writer who may not read learns nothing from the answer.
@@ -229,7 +235,14 @@ async def test_key_scopes_apply_to_tools(service):
         assert await reader.code("remember", text="x") == "FORBIDDEN"
         assert await reader.code("forget", id=NO_SUCH_ID) == "FORBIDDEN"
         assert (await reader.ok("recall", query="x"))["total"] == 0
-        cell = await writer.ok("remember", text="written blind")
+        # A key without `read` gets no cell back from a write, as REST answers 204: not the new
+        # one, not the existing one a duplicate repeats, not the one it updates (its agent
+        # wrote it, so the access policy alone would let it read it; the key does not).
+        assert await writer.ok("remember", text="written blind") == {"stored": True, "cell": None}
+        assert await writer.ok("remember", text="written blind") == {"stored": True, "cell": None}
+        [cell] = (await reader.ok("list_memories", owner_id=owner))["results"]
+        assert cell["content"]["text"] == "written blind"
+        assert await writer.ok("update_memory", id=cell["id"], importance=0.9) == {"updated": True, "cell": None}
         assert await writer.code("get_memory", id=cell["id"]) == "FORBIDDEN"
         assert await writer.code("recall", query="blind") == "FORBIDDEN"
 
@@ -244,7 +257,7 @@ async def test_bad_arguments_are_tool_errors_and_the_session_survives(service):
         assert await mcp.code("list_memories", cursor="!!") == "VALIDATION_ERROR"
         assert await mcp.code("remember", text="x" * 70000) == "PAYLOAD_TOO_LARGE"
         assert await mcp.code("no_such_tool") == "NOT_FOUND"
-        cell = await mcp.ok("remember", text="still here")
+        cell = await mcp.remembered("remember", text="still here")
         assert await mcp.code("update_memory", id=cell["id"], importance=0.2, expected_version=99) == "CONFLICT"
         assert (await mcp.ok("get_memory", id=cell["id"]))["content"]["text"] == "still here"
 
@@ -280,7 +293,7 @@ async def test_file_tools_list_read_grep_and_writes_respect_approval(service):
 async def test_amp_mcp_names_work_as_aliases(service):
     user = unique("user")
     async with in_process(service, unique("agent")) as mcp:
-        cell = await mcp.ok("amp_remember", content="prefers metric units", owner_id=user, type="semantic", importance=0.7)
+        cell = await mcp.remembered("amp_remember", content="prefers metric units", owner_id=user, type="semantic", importance=0.7)
         assert cell["identity"]["owner_id"] == user and cell["identity"]["owner_type"] == "user"
         found = await mcp.ok("amp_recall", query="metric units", owner_id=user, limit=5)
         assert [h["id"] for h in found["results"]] == [cell["id"]]
@@ -292,7 +305,7 @@ async def test_amp_mcp_names_work_as_aliases(service):
 
 async def test_cells_are_resources_and_remember_is_a_prompt(service):
     async with in_process(service, unique("alice")) as mcp:
-        cell = await mcp.ok("remember", text="the office is in Lyon")
+        cell = await mcp.remembered("remember", text="the office is in Lyon")
         templates = {t.uriTemplate for t in (await mcp.session.list_resource_templates()).resourceTemplates}
         assert templates == {"amp://memories/{id}", "amp://memories/{id}/history"}
         (content,) = (await mcp.session.read_resource(f"amp://memories/{cell['id']}")).contents
@@ -330,12 +343,12 @@ async def test_playbook_outcomes_and_consolidation_are_tools(service, tmp_path):
 
     owner = unique("alice")
     async with in_process(service, owner) as mcp:
-        playbook = await mcp.ok("remember", text="To deploy: run the tests, then tag the release.", type="procedural")
+        playbook = await mcp.remembered("remember", text="To deploy: run the tests, then tag the release.", type="procedural")
         assert (await mcp.ok("record_outcome", id=playbook["id"], success=True))["cell"]["scoring"]["success_count"] == 1
         failed = await mcp.ok("record_outcome", id=playbook["id"], success=False, note="tagging failed")
         assert failed["cell"]["scoring"]["failure_count"] == 1
         assert (await mcp.ok("memory_history", id=playbook["id"]))["results"][-1]["changes"]["note"] == "tagging failed"
-        fact = await mcp.ok("remember", text="a plain fact")
+        fact = await mcp.remembered("remember", text="a plain fact")
         assert await mcp.code("record_outcome", id=fact["id"], success=True) == "VALIDATION_ERROR"
         assert await mcp.error("record_outcome", id=NO_SUCH_ID, success=True) == DENIED
         assert await mcp.code("consolidate") == "NOT_CONFIGURED"  # this service has no model
@@ -349,7 +362,7 @@ async def test_playbook_outcomes_and_consolidation_are_tools(service, tmp_path):
                                           llm_url=fake.url, llm_model="fake-1"))
         learning.store.open()
         async with in_process(learning, "assistant") as mcp:
-            await mcp.ok("remember", text="I moved to Porto last week.", type="episodic", owner_id="u1", session_id="s1")
+            await mcp.remembered("remember", text="I moved to Porto last week.", type="episodic", owner_id="u1", session_id="s1")
             run = await mcp.ok("consolidate", owner_id="u1", session_id="s1")
             assert run["episodes"] == 1 and len(run["written"]) == 1
             assert [d["action"] for d in run["decisions"]] == ["ADD"]
@@ -422,7 +435,7 @@ async def test_mcp_read_tools_do_not_depend_on_cells_the_caller_cannot_read(tmp_
 async def test_stdio_on_a_store_file_writes_what_every_client_reads(tmp_path):
     url = f"sqlite:///{tmp_path}/stdio.db"
     async with over_stdio("--store", url, "--agent-id", "alice") as mcp:
-        cell = await mcp.ok("remember", text="the user is vegetarian", readable_by=["planner"])
+        cell = await mcp.remembered("remember", text="the user is vegetarian", readable_by=["planner"])
         assert await mcp.error("get_memory", id=NO_SUCH_ID) == DENIED
         assert [h["id"] for h in (await mcp.ok("recall", query="vegetarian"))["results"]] == [cell["id"]]
     with ampkit.connect(url, agent_id="planner") as planner, ampkit.connect(url, agent_id="stranger") as stranger:
@@ -433,7 +446,7 @@ async def test_stdio_on_a_store_file_writes_what_every_client_reads(tmp_path):
 async def test_stdio_through_a_server_acts_as_the_api_key(auth_server):
     srv, keys = auth_server
     async with over_stdio("--url", srv.base_url, env={"AMPKIT_API_KEY": keys["alice"]}) as mcp:
-        cell = await mcp.ok("remember", text="ship on Fridays", owner_id="team")
+        cell = await mcp.remembered("remember", text="ship on Fridays", owner_id="team")
         assert cell["identity"]["created_by"] == "alice"
         assert await mcp.error("get_memory", id=NO_SUCH_ID) == DENIED
     # A key used on the store file in process: the same identity and scopes.
@@ -454,8 +467,8 @@ async def test_http_two_keys_see_two_memories(auth_server):
     url = mcp_url(srv)
     async with over_http(url, bearer(keys["alice"])) as alice, over_http(url, bearer(keys["bob"])) as bob:
         mine, theirs = unique("heron"), unique("osprey")
-        a = await alice.ok("remember", text="alice's project is called Heron", owner_id=mine)
-        b = await bob.ok("remember", text="bob's project is called Osprey", owner_id=theirs)
+        a = await alice.remembered("remember", text="alice's project is called Heron", owner_id=mine)
+        b = await bob.remembered("remember", text="bob's project is called Osprey", owner_id=theirs)
         assert a["identity"]["created_by"] == "alice" and b["identity"]["created_by"] == "bob"
         for who, own, other, cell, hidden in ((alice, mine, theirs, a, b), (bob, theirs, mine, b, a)):
             assert [c["id"] for c in (await who.ok("list_memories", owner_id=own))["results"]] == [cell["id"]]
@@ -493,7 +506,7 @@ async def test_http_with_auth_off_takes_the_agent_header(server):
     url = mcp_url(server)
     agent = unique("agent")
     async with over_http(url, {"X-AMP-Agent-ID": agent}) as mcp:
-        cell = await mcp.ok("remember", text="header identity works")
+        cell = await mcp.remembered("remember", text="header identity works")
         assert cell["identity"]["created_by"] == agent
     async with httpx.AsyncClient(timeout=30) as http:
         answer = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
@@ -528,7 +541,7 @@ async def test_a_cell_written_through_mcp_reaches_langchain_and_autogen_and_back
     user = unique("user")
     mcp_agent, lc_agent, ag_agent = unique("team-mcp"), unique("team-langchain"), unique("team-autogen")
     async with over_http(mcp_url(server), {"X-AMP-Agent-ID": mcp_agent}) as mcp:
-        cell = await mcp.ok("remember", text="the user is allergic to peanuts", owner_id=user, readable_by=["team-*"])
+        cell = await mcp.remembered("remember", text="the user is allergic to peanuts", owner_id=user, readable_by=["team-*"])
 
         # LangChain's recall tool and AutoGen's memory find what the MCP client stored.
         with ampkit.connect(server.base_url, agent_id=lc_agent) as lc_client:

@@ -9,8 +9,6 @@ before doing anything. No httpx exception leaves this module: connection failure
 
 from __future__ import annotations
 
-import functools
-import ssl
 from typing import Any, Optional, Union
 
 import httpx
@@ -19,6 +17,7 @@ from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_att
 from ..errors import APIError, RateLimited, TransportError, Unavailable, error_from_envelope
 from ..models import AMP_VERSION
 from ..operations import query_pairs
+from ..tls import tls_context
 from ._calls import Call
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
@@ -30,15 +29,6 @@ MAX_RETRY_AFTER = 30.0
 
 TimeoutTypes = Union[None, float, httpx.Timeout]
 USER_AGENT = f"ampkit-python/{AMP_VERSION}"
-
-
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """One TLS context (httpx's default verification) shared by every client of the process:
-    httpx otherwise builds one per client, reading the whole CA bundle, ~30 ms of CPU per
-    `connect()` even for plain-HTTP URLs. Read once: SSL_CERT_FILE / SSL_CERT_DIR set later
-    are not seen; pass your own `http_client` for another trust store."""
-    return httpx.create_ssl_context()
 
 
 def _headers(agent_id: Optional[str], api_key: Optional[str]) -> dict[str, str]:

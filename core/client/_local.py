@@ -20,6 +20,7 @@ from typing import Any, Mapping, Optional
 import anyio.to_thread
 
 from ..access import check_agent_id
+from ..auth import SCOPES
 from ..bootstrap import build_service, settings_for_store
 from ..embed_queue import EmbeddingWorker
 from ..operations import Answer, Context, query_pairs
@@ -30,14 +31,17 @@ from ._calls import Call
 IN_PROCESS_AUTH = {"mode": "in-process", "header": None}
 
 
-def run_call(service: MemoryService, agent: str, call: Call[Any], auth: Mapping[str, Any] = IN_PROCESS_AUTH) -> Any:
-    """Run the call's operation as its route would, as `agent`: the same input validation
-    (the query travels in its wire form), the same row, the same decoding. The in-process
-    clients and the MCP tools (`ampkit.mcp_server`) both run calls here."""
+def run_call(service: MemoryService, agent: str, call: Call[Any], auth: Mapping[str, Any] = IN_PROCESS_AUTH,
+             scopes: frozenset[str] = frozenset(SCOPES)) -> Any:
+    """Run the call's operation as its route would, as `agent` holding `scopes` (the MCP
+    tools pass their caller's key scopes: a write by a key without `read` gets no cell
+    back, as over HTTP): the same input validation (the query travels in its wire form),
+    the same row, the same decoding. The in-process clients and the MCP tools
+    (`ampkit.mcp_server`) both run calls here."""
     operation = call.operation
     inputs = operation.parse(path=call.path_params, query=query_pairs(call.query), headers=call.headers,
                              body=call.body, limits=service.limits)
-    result = operation.run(Context(service, agent, auth), inputs)
+    result = operation.run(Context(service, agent, auth, may_read="read" in scopes, scopes=scopes), inputs)
     return call.decode(result.value if isinstance(result, Answer) else result)
 
 
