@@ -16,8 +16,9 @@ Stages, each replaceable (docs/retrieval.md has the measurements behind every de
    (optional, off by default) pseudo-relevance feedback legs from the best first hits;
 4. the learned ranker (core/ranker.py): one linear score over what the first pass knows of
    each loaded candidate plus a few features of its text, fitted on LoCoMo and templated
-   facts (bench/train_ranker.py); it decides the relevance (English queries the keyword and dense
-   legs answered; a CJK or cross-lingual search keeps the first pass);
+   facts (bench/train_ranker.py); it decides the order, the first pass's relevance values
+   keep their scale (English queries the keyword and dense legs answered; a CJK or
+   cross-lingual search keeps the first pass);
 5. blend with the lifecycle decay score (importance, confidence, recency of access);
 6. an optional reranker (default: none).
 
@@ -28,7 +29,6 @@ normalised to the best hit), the ranker's text features and score, relevance, de
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -338,20 +338,24 @@ class Retriever:
         return not has_cjk(query) and not any(name == "multilingual" and found for name, _, found in legs)
 
     def _rank(self, scored: list[tuple[MemoryCell, dict[str, float]]]) -> None:
-        """The learned stage: each candidate's `ranker` score, and its relevance becomes
-        e^(score - best score) (the best is 1, as in the first pass). The candidates are the
-        ones the caller may read, in the first pass's order."""
+        """The learned stage: each candidate's `ranker` score decides the order, and the
+        first pass's relevance values are handed out in that order (the best candidate gets
+        the best value, 1): the ranker decides which candidate is more relevant, not how much,
+        so the decay blend and the playbook ranking weigh relevance as they did. The
+        candidates are the ones the caller may read, in the first pass's order."""
         assert self.ranker is not None
         scored.sort(key=lambda item: (-item[1]["relevance"], item[0].id))
+        values = [parts["relevance"] for _, parts in scored]  # best first
         features = candidate_features([parts for _, parts in scored], [cell.content.text for cell, _ in scored])
-        learned = self.ranker.scores(features)
-        top = float(learned.max())
+        learned = self.ranker.scores(features).tolist()
         first_text = FEATURES.index(TEXT_FEATURES[0])
-        for (_, parts), row, value in zip(scored, features, learned.tolist()):
+        for (_, parts), row, value in zip(scored, features, learned):
             parts["first_pass"] = parts["relevance"]
             parts.update(zip(TEXT_FEATURES, row[first_text:first_text + len(TEXT_FEATURES)].tolist()))
             parts["ranker"] = value
-            parts["relevance"] = math.exp(value - top)
+        order = sorted(range(len(scored)), key=lambda i: (-learned[i], scored[i][0].id))
+        for value, i in zip(values, order):
+            scored[i][1]["relevance"] = value
 
     def search(
         self,
