@@ -167,10 +167,11 @@ def test_a_reader_wide_search_takes_its_rows_from_the_snapshot_however_few(corpu
 
 def test_an_admitted_sets_term_arrays_stay_within_their_budget(corpus, expected, monkeypatch):
     """A server asked about ever new words keeps each admitted set's per-term arrays under
-    `SET_TERM_BYTES` (least recently used out), and an evicted term answers as before."""
+    its budget per kind (least recently used out), and an evicted term answers as before."""
     import ampkit.store._bm25 as bm25
 
-    monkeypatch.setattr(bm25, "SET_TERM_BYTES", 600)  # a few terms of this corpus
+    for budget in ("SET_SCORES_BYTES", "SET_POSTINGS_BYTES", "SET_MATCHES_BYTES"):
+        monkeypatch.setattr(bm25, budget, 600)  # a few terms of this corpus
     store = SQLiteStore(corpus, keyword_scan_max=0)
     store.open()
     try:
