@@ -81,6 +81,51 @@ SET_POSTINGS_BYTES = 16 * 1024 * 1024
 SET_MATCHES_BYTES = 64 * 1024 * 1024
 
 
+class RowPositions:
+    """Where each of a sorted array of row numbers stands in it: one lookup per row in a
+    row number -> position map (built at first use, 4 bytes per row number up to the highest),
+    not a binary search (half a million rows for a common word). Both stores' wide keyword
+    legs map a term's rows into their admitted rows with it."""
+
+    def __init__(self, rows: np.ndarray):
+        self.rows = rows
+        self._where: Optional[np.ndarray] = None
+
+    def of(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in `rows`, mask over `rowids`) of the given sorted row numbers that
+        `rows` holds."""
+        if not self.rows.size or not rowids.size:
+            return np.empty(0, dtype=np.int32), np.zeros(rowids.size, dtype=bool)
+        if self._where is None:
+            where = np.full(int(self.rows[-1]) + 1, -1, dtype=np.int32)
+            where[self.rows] = np.arange(self.rows.size, dtype=np.int32)
+            self._where = where
+        if rowids[-1] < self._where.size:  # sorted: every one inside the map
+            at = self._where[rowids]
+        else:
+            inside = rowids < self._where.size
+            at = np.full(rowids.size, -1, dtype=np.int32)
+            at[inside] = self._where[rowids[inside]]
+        mask = at >= 0
+        return at[mask], mask
+
+
+def sum_term_scores(n: int, terms: list[str], contribution: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """BM25 of each of `n` rows (0 where no term is held): each term's (positions, score at
+    each) from `contribution`, added term by term in the order given, as the reference (and
+    PostgreSQL's statement) adds them: equal inputs, equal bits."""
+    scores = np.zeros(n, dtype=np.float64)
+    if not n:
+        return scores
+    for i, term in enumerate(terms):
+        pos, value = contribution(term)
+        if i:
+            scores[pos] += value
+        else:  # 0.0 + x is x: the first term's scores are placed, not added
+            scores[pos] = value
+    return scores
+
+
 @dataclass
 class AdmittedSet:
     """The rows a filter admits (sorted rowids) with their window lengths, and the admitted
@@ -94,30 +139,18 @@ class AdmittedSet:
     matches: BytesLRU = field(default_factory=lambda: BytesLRU(SET_MATCHES_BYTES))
     contributions: BytesLRU = field(default_factory=lambda: BytesLRU(SET_SCORES_BYTES))
     _norm: Optional[np.ndarray] = None
-    _where: Optional[np.ndarray] = None
+    _positions: RowPositions = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._positions = RowPositions(self.rowids)  # its map is built at first use
 
     @property
     def n(self) -> int:
         return int(self.rowids.size)
 
     def positions(self, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions in this set, mask over `rowids`) of the given sorted rowids it admits:
-        one lookup per row in a rowid -> position map (built at first use, 4 bytes per rowid
-        up to the highest admitted), not a binary search (half a million rows for a common word)."""
-        if not self.rowids.size or not rowids.size:
-            return np.empty(0, dtype=np.int32), np.zeros(rowids.size, dtype=bool)
-        if self._where is None:
-            where = np.full(int(self.rowids[-1]) + 1, -1, dtype=np.int32)
-            where[self.rowids] = np.arange(self.rowids.size, dtype=np.int32)
-            self._where = where
-        if rowids[-1] < self._where.size:  # sorted: every one inside the map
-            at = self._where[rowids]
-        else:
-            inside = rowids < self._where.size
-            at = np.full(rowids.size, -1, dtype=np.int32)
-            at[inside] = self._where[rowids[inside]]
-        mask = at >= 0
-        return at[mask], mask
+        """(positions in this set, mask over `rowids`) of the given sorted rowids it admits."""
+        return self._positions.of(rowids)
 
     def term(self, term: str, load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
         """Admitted (positions, tf) of the rows holding `term`; `load` gives every row's."""
@@ -141,19 +174,9 @@ class AdmittedSet:
         return hit
 
     def scores(self, terms: list[str], load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-        """BM25 of every admitted row (0 where no term is held) for a query whose words are
-        each one term: the terms' scores (`contribution`) added term by term, in the order
-        given, as `bm25_scores` adds them (equal inputs, equal bits)."""
-        scores = np.zeros(self.n, dtype=np.float64)
-        if not self.n:
-            return scores
-        for i, term in enumerate(terms):
-            pos, contribution = self.contribution(term, load)
-            if i:
-                scores[pos] += contribution
-            else:  # 0.0 + x is x: the first term's scores are placed, not added
-                scores[pos] = contribution
-        return scores
+        """BM25 of every admitted row for a query whose words are each one term: the terms'
+        scores (`contribution`) added up (`sum_term_scores`)."""
+        return sum_term_scores(self.n, terms, lambda term: self.contribution(term, load))
 
     def norm(self) -> np.ndarray:
         """Each admitted row's BM25 length normalisation, as `bm25_scores` computes it."""

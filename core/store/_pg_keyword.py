@@ -43,7 +43,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from ._bm25 import BM25_B, BM25_K1, BytesLRU, count_dtype, int_list, top_k
+from ._bm25 import BM25_B, BM25_K1, BytesLRU, RowPositions, count_dtype, int_list, sum_term_scores, top_k
 from .base import Candidate, CellFilter
 from .sql import POSTGRES, compile_filter
 
@@ -121,8 +121,11 @@ class _View:
     avgdl: float
     contributions: BytesLRU = field(default_factory=lambda: BytesLRU(SET_TERM_BYTES))
     _norm: Optional[np.ndarray] = None
-    _where: Optional[np.ndarray] = None
+    _positions: RowPositions = field(init=False)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._positions = RowPositions(self.seqs)  # its map is built at first use
 
     @property
     def n(self) -> int:
@@ -136,17 +139,7 @@ class _View:
 
     def positions(self, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(positions here, mask over `seqs`) of the sorted rows this view admits."""
-        if not self.seqs.size or not seqs.size:
-            return np.empty(0, dtype=np.int32), np.zeros(seqs.size, dtype=bool)
-        if self._where is None:
-            where = np.full(int(self.seqs[-1]) + 1, -1, dtype=np.int32)
-            where[self.seqs] = np.arange(self.seqs.size, dtype=np.int32)
-            self._where = where
-        inside = seqs < self._where.size
-        at = np.full(seqs.size, -1, dtype=np.int32)
-        at[inside] = self._where[seqs[inside]]
-        mask = at >= 0
-        return at[mask], mask
+        return self._positions.of(seqs)
 
     def contribution(self, lexeme: str, postings: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
         """(positions, the lexeme's BM25 term score at each): its document frequency is its
@@ -167,14 +160,8 @@ class _View:
             return self.contributions.keep(lexeme, value)
 
     def scores(self, lexemes: list[str], postings: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-        scores = np.zeros(self.n, dtype=np.float64)
-        for i, lexeme in enumerate(lexemes):  # the database's lexeme order: the statement's sum
-            pos, contribution = self.contribution(lexeme, postings)
-            if i:
-                scores[pos] += contribution
-            else:  # 0.0 + x is x
-                scores[pos] = contribution
-        return scores
+        # The database's lexeme order: the statement's sum.
+        return sum_term_scores(self.n, lexemes, lambda lexeme: self.contribution(lexeme, postings))
 
 
 @dataclass
