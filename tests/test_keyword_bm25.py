@@ -79,6 +79,18 @@ def reference(path: str, query: str, flt: CellFilter, k: int) -> list[tuple[str,
     return [(cid, -neg) for neg, cid in scored[:k]]
 
 
+def _archive_delete_or_rewrite(service: MemoryService, rng: random.Random, cells: list[Any]) -> None:
+    """Each cell archived (then perhaps deleted) or its text rewritten: deleted and archived
+    cells leave windows and statistics, rewritten ones change them."""
+    for c in cells:
+        if rng.random() < 0.5:
+            service.update(c.identity.owner_id, c.id, CellPatch(lifecycle={"status": "archived"}))
+            if rng.random() < 0.5:
+                service.delete(c.identity.owner_id, c.id)
+        else:
+            service.update(c.identity.owner_id, c.id, CellPatch(content={"text": c.content.text + " piano"}))
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """One store file with cells of several owners, policies, statuses and sessions."""
@@ -98,13 +110,7 @@ def corpus(tmp_path_factory):
         session = None if rng.random() < 0.15 else f"{owner}-s{rng.randint(0, 6)}"
         created.append(service.create(owner, CellCreate(content={"text": text}, identity={"owner_id": owner, "session_id": session},
                                                         access_policy=policy)))
-    for c in rng.sample(created, 25):  # deleted and archived cells leave windows and statistics
-        if rng.random() < 0.5:
-            service.update(c.identity.owner_id, c.id, CellPatch(lifecycle={"status": "archived"}))
-            if rng.random() < 0.5:
-                service.delete(c.identity.owner_id, c.id)
-        else:
-            service.update(c.identity.owner_id, c.id, CellPatch(content={"text": c.content.text + " piano"}))
+    _archive_delete_or_rewrite(service, rng, rng.sample(created, 25))
     store.close()
     return path
 
@@ -313,13 +319,7 @@ def _pg_world(service: MemoryService, rng: random.Random, n: int = 240) -> list[
         created.append(service.create(owner, CellCreate(
             content={"text": text, "metadata": {"topic": rng.choice(["x", "y"])}}, type=rng.choice(["semantic", "episodic"]),
             identity={"owner_id": owner, "session_id": session}, access_policy=policy, lifecycle=expiry)))
-    for c in rng.sample(created, n // 10):
-        if rng.random() < 0.5:
-            service.update(c.identity.owner_id, c.id, CellPatch(lifecycle={"status": "archived"}))
-            if rng.random() < 0.5:
-                service.delete(c.identity.owner_id, c.id)
-        else:
-            service.update(c.identity.owner_id, c.id, CellPatch(content={"text": c.content.text + " piano"}))
+    _archive_delete_or_rewrite(service, rng, rng.sample(created, n // 10))
     return created
 
 
