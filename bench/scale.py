@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import httpx
 
@@ -161,6 +161,27 @@ def timed_searches(http: httpx.Client, workload: list[dict]) -> tuple[dict, floa
     return percentiles(ms), round(hits / len(workload), 3)
 
 
+def fact_plan(n: int, owners: list[str], rng: random.Random) -> list[tuple[int, str, str]]:
+    """n templated memories spread over `owners`: (owner index, text, paraphrase), by owner."""
+    plan = [(i % len(owners), *memory_fact(rng)) for i in range(n)]
+    plan.sort(key=lambda p: p[0])
+    return plan
+
+
+def plan_batches(plan: list[tuple[int, str, str]], owners: list[str]) -> Iterator[tuple[int, dict[str, list[tuple[dict, str, str]]]]]:
+    """The bulk load of a `fact_plan`, in chunks of 500 cells (how an import runs): per chunk,
+    the cells loaded once it is done and, per owner, its (request body, text, paraphrase):
+    one batch request each. Sessions of 10 cells; each owner's team may read its cells."""
+    for i in range(0, len(plan), 500):
+        chunk = plan[i : i + 500]
+        by_owner: dict[str, list[tuple[dict, str, str]]] = {}
+        for j, (o, text, para) in enumerate(chunk):
+            owner = owners[o]
+            body = cell_body(owner, text, f"{owner}-s{(i + j) // 10}", team=o % TEAMS)
+            by_owner.setdefault(owner, []).append((body, text, para))
+        yield i + len(chunk), by_owner
+
+
 def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> dict:
     rng = random.Random(42)
     owners = [f"user-{i:05d}" for i in range(max(1, n // 100))]
@@ -170,25 +191,17 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
     try:
         http = httpx.Client(base_url=server.base, timeout=300)
         # ---- bulk load, in batches of 500 cells of one owner each (how an import runs)
-        plan = [(i % len(owners), *memory_fact(rng)) for i in range(n)]
-        plan.sort(key=lambda p: p[0])
+        plan = fact_plan(n, owners, rng)
         cpu0 = server.cpu_s()
         t0 = time.perf_counter()
-        for i in range(0, n, 500):
-            chunk = plan[i : i + 500]
-            by_owner: dict[int, list[tuple[dict, str, str]]] = {}
-            for j, (o, text, para) in enumerate(chunk):
-                owner = owners[o]
-                body = cell_body(owner, text, f"{owner}-s{(i + j) // 10}", team=o % TEAMS)
-                by_owner.setdefault(o, []).append((body, text, para))
-            for o, rows in by_owner.items():
-                owner = owners[o]
+        for batch, (done, by_owner) in enumerate(plan_batches(plan, owners)):
+            for owner, rows in by_owner.items():
                 r = http.post("/memories/batch", json={"cells": [b for b, _, _ in rows]}, headers={"X-AMP-Agent-ID": owner})
                 r.raise_for_status()
                 for cell, (_, text, para) in zip(r.json()["results"], rows):
                     facts[owner].append((cell["id"], text, para))
-            if (i // 500) % 200 == 0:
-                print(f"  {i + len(chunk)} cells, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+            if batch % 200 == 0:
+                print(f"  {done} cells, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         batch_s = time.perf_counter() - t0
         result["batch_writes_per_s"] = round(n / batch_s, 1)
         result["batch_server_cpu_ms_per_cell"] = round(1000 * (server.cpu_s() - cpu0) / n, 3)

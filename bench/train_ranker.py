@@ -32,6 +32,7 @@ import random
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Sequence
@@ -39,13 +40,13 @@ from typing import Optional, Sequence
 import numpy as np
 
 from locomo import CATEGORIES, load
-from scale import TEAMS, cell_body, memory_fact, query_for
+from scale import TEAMS, fact_plan, plan_batches, query_for
 
 from ampkit.bootstrap import retriever_from_settings
 from ampkit.config import Settings
 from ampkit.ranker import FEATURES, candidate_features
 from ampkit.models import CellCreate
-from ampkit.retrieval import RetrievalConfig, Retriever
+from ampkit.retrieval import Retriever
 from ampkit.service import MemoryService
 from ampkit.store.base import CellFilter
 from ampkit.store.sqlite import SQLiteStore
@@ -58,7 +59,7 @@ def first_pass_retriever(embedder: str) -> Retriever:
     40 hits loads the same 40 candidates a search for 10 does (pool 80, best 40 fused)."""
     retriever = retriever_from_settings(Settings(embedder=embedder))
     retriever.ranker = None
-    retriever.config = RetrievalConfig(**{**retriever.config.__dict__, "pool_factor": 2, "rescore": 1})
+    retriever.config = replace(retriever.config, pool_factor=2, rescore=1)
     return retriever
 
 
@@ -102,16 +103,12 @@ def collect_facts(cells: int, targets: int, seed: int, embedder: str) -> list[di
         store.open()
         first_pass = first_pass_retriever(embedder)
         service = MemoryService(store=store, retriever=first_pass)
-        plan = sorted(((i % len(owners), *memory_fact(rng)) for i in range(cells)), key=lambda p: p[0])
         facts: dict[str, list[tuple[str, str, str]]] = {o: [] for o in owners}
-        for i in range(0, cells, 500):
-            by_owner: dict[int, list[tuple[CellCreate, str, str]]] = {}
-            for j, (o, text, para) in enumerate(plan[i : i + 500]):
-                body = cell_body(owners[o], text, f"{owners[o]}-s{(i + j) // 10}", team=o % TEAMS)
-                by_owner.setdefault(o, []).append((CellCreate.model_validate(body), text, para))
-            for o, rows in by_owner.items():
-                for cell, (_, text, para) in zip(service.create_many(owners[o], [c for c, _, _ in rows]), rows):
-                    facts[owners[o]].append((cell.id, text, para))
+        for _, by_owner in plan_batches(fact_plan(cells, owners, rng), owners):
+            for owner, rows in by_owner.items():
+                created = service.create_many(owner, [CellCreate.model_validate(body) for body, _, _ in rows])
+                for cell, (_, text, para) in zip(created, rows):
+                    facts[owner].append((cell.id, text, para))
         questions = []
         for _ in range(targets):
             o = rng.randrange(len(owners))
