@@ -317,8 +317,11 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
         # Over a million scores, most of them positive: a floor first. At least k blocks
         # hold a score >= the k-th best block maximum, so the k-th best score is at least
         # that: only the scores past it are partitioned (the same rows, in the same order).
+        # Any partition into blocks will do: block j holds every (size // 64)-th score from
+        # j, so the maxima are 64 rows' elementwise maximum (SIMD), not a maximum of each
+        # 64 neighbours (1.06 -> 0.14 ms at a million scores).
         whole = scores.size // TOP_K_BLOCK * TOP_K_BLOCK
-        maxima = scores[:whole].reshape(-1, TOP_K_BLOCK).max(axis=1)
+        maxima = scores[:whole].reshape(TOP_K_BLOCK, -1).max(axis=0)
         floor = np.partition(maxima, maxima.size - k)[maxima.size - k]
         if floor > 0:
             candidates = np.flatnonzero(scores >= floor)
