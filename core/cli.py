@@ -91,10 +91,15 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
             err=True,
         )
         sys.exit(EXIT_USAGE)
-    from .server import run
+    from .server import create_app, run
 
     try:
         service = build_service(settings)
+        # The app (FastAPI, MCP, the inspector: ~1 s of imports) is built before the store
+        # opens: open() starts background warm-ups (access snapshot, term rows, vectors) that
+        # would share the interpreter with those imports (a restart at 1M cells answered its
+        # first search 1-2 s later).
+        app = create_app(settings, service)
         # Fail fast with a clear message, before binding the port. The app then serves this
         # open store (its start-up open() changes nothing): closing it here would wait for the
         # background warm-ups it started (seconds at a million cells) and start them again.
@@ -116,7 +121,7 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
                + (f" and MCP at http://{settings.host}:{settings.port}/mcp" if settings.mcp_http else ""))
     if settings.ui:
         click.echo(f"ampkit: inspector at http://{settings.host}:{settings.port}/ui")
-    run(settings, service)  # the checked service, so the embedding model loads once
+    run(settings, app)  # the checked service's app, so the embedding model loads once
 
 
 # ---------------------------------------------------------------- MCP over stdio
