@@ -51,21 +51,24 @@ from ampkit.service import MemoryService
 from ampkit.store.base import CellFilter
 from ampkit.store.sqlite import SQLiteStore
 
-CANDIDATES = 40  # what search loads and rescores for a limit of 10 (RetrievalConfig.rescore)
+CANDIDATES = 40  # what search loads and rescores for a limit of 10 (RetrievalConfig.rescore), date-session extras aside
 
 
 def first_pass_retriever(embedder: str) -> Retriever:
-    """The server's retriever with the ranker off, pool and rescore set so that asking for
-    40 hits loads the same 40 candidates a search for 10 does (pool 80, best 40 fused)."""
+    """The server's retriever with the ranker off, pool and rescore set so that a search of
+    any limit loads the candidates a search for 10 does (pools of 80, the best 40 fused, and
+    the date-session leg's extra candidates)."""
     retriever = retriever_from_settings(Settings(embedder=embedder))
     retriever.ranker = None
-    retriever.config = replace(retriever.config, pool_factor=2, rescore=1)
+    retriever.config = replace(retriever.config, pool_factor=0, rescore=0)
     return retriever
 
 
 def candidates(retriever: Retriever, store: SQLiteStore, query: str, flt: CellFilter) -> tuple[list, np.ndarray]:
-    """The first pass's 40 candidates, in its order, and their features."""
-    hits, _ = retriever.search(store, query, flt, CANDIDATES, datetime.now(timezone.utc))
+    """Every candidate the ranker would see (the first pass's 40 and the date-session leg's
+    extra ones), in the first pass's order, and their features."""
+    limit = CANDIDATES + retriever.config.date_extra
+    hits, _ = retriever.search(store, query, flt, limit, datetime.now(timezone.utc))
     hits.sort(key=lambda h: (-h.explain["relevance"], h.cell.id))  # the first pass's order
     return hits, candidate_features([h.explain for h in hits], [h.cell.content.text for h in hits])
 

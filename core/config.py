@@ -91,6 +91,9 @@ class Settings(ClientDefaults):
         default=0.6, ge=0, description="boost of a hit whose text opens with a name the query asks about (\"Name: ...\"); 0 = off")
     retrieval_date_weight: float = Field(
         default=1.0, ge=0, description="boost of a hit whose metadata carries a day or month the query names; 0 = off")
+    retrieval_date_session_weight: float = Field(
+        default=0.5, ge=0, description="fusion weight of the date-session leg (a query naming a day or month searches "
+                                       "again within the loaded candidates' sessions of that date); 0 = off")
     retrieval_ranker: bool = Field(
         default=True, description="reorder the best candidates by the learned linear ranker (core/ranker.py); "
                                   "false = the first pass's hand-set boosts alone")

@@ -14,6 +14,8 @@ Stages, each replaceable (docs/retrieval.md has the measurements behind every de
    boost: of a keyword window's turns, the ones whose own text holds the query's words move
    up; date boost: a cell whose metadata carries a date the query names;
    (optional, off by default) pseudo-relevance feedback legs from the best first hits;
+   date-session leg: a query naming a day or month searches again within the sessions of
+   that date among the loaded candidates, and its best hits join the candidates;
 4. the learned ranker (core/ranker.py): one linear score over what the first pass knows of
    each loaded candidate plus a few features of its text, fitted on LoCoMo and templated
    facts (bench/train_ranker.py); it decides the order, the first pass's relevance values
@@ -30,7 +32,7 @@ normalised to the best hit), the ranker's text features and score, relevance, de
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Callable, Optional, Protocol, Sequence
 
@@ -121,6 +123,13 @@ class RetrievalConfig:
     # it off (the default, as Settings.retrieval_related_weight: it gained +0.001 on held-out
     # LoCoMo); it needs a model with a vocabulary (the default embedder), else there is no leg.
     related_weight: float = 0.0
+    # Date-session leg: for a query naming a day or month, the sessions of the loaded
+    # candidates whose date matches it (at most `date_sessions`) are searched again on
+    # their own (the keyword leg within each session), fused at this weight; up to
+    # `date_extra` of its candidates are loaded beside the first pass's. 0: off.
+    date_session_weight: float = 0.5
+    date_sessions: int = 2
+    date_extra: int = 10
     # The learned last stage (core/ranker.py): a linear score over each loaded candidate's
     # features replaces the first pass's relevance. None: the fitted DEFAULT_WEIGHTS; {}: off.
     ranker_weights: Optional[dict[str, float]] = None
@@ -357,6 +366,35 @@ class Retriever:
         for value, i in zip(values, order):
             scored[i][1]["relevance"] = value
 
+    def _boost(self, store: Store, ranked: list[str], fused: dict[str, dict[str, float]], cells: dict[str, MemoryCell],
+               keep: Callable[[MemoryCell], bool], names: list[str], content: list[str], asked_dates: set,
+               warming: bool) -> list[tuple[MemoryCell, dict[str, float]]]:
+        """The first pass's boosts of the loaded candidates the caller may see, in `ranked` order."""
+        cfg = self.config
+        pending = self._not_embedded(store, {cid: cells[cid] for cid in ranked if cid in cells})
+        scored: list[tuple[MemoryCell, dict[str, float]]] = []
+        for cid in ranked:
+            parts, cell = fused[cid], cells.get(cid)
+            if cell is None or not keep(cell):  # purged meanwhile, or not the caller's to see
+                continue
+            if cid in pending:
+                parts["dense_pending"] = 1.0  # not embedded yet: ranked by the keyword leg alone
+            parts["entity"] = entity_match(names, cell.content.text)
+            if warming:
+                parts["dense_warming"] = 1.0
+            parts["boosted"] = parts["fused"] * (1.0 + cfg.entity_weight * parts["entity"])
+            if cfg.own_text_weight:
+                parts["own_text"] = term_match(content, cell.content.text)
+                parts["boosted"] *= 1.0 + cfg.own_text_weight * parts["own_text"]
+            if cfg.speaker_weight and names:
+                parts["speaker"] = speaker_match(names, cell.content.text)
+                parts["boosted"] *= 1.0 + cfg.speaker_weight * parts["speaker"]
+            if asked_dates:  # only a query that names a day or a month
+                parts["date"] = date_match(asked_dates, dates_of_metadata(cell.content.metadata))
+                parts["boosted"] *= 1.0 + cfg.date_weight * parts["date"]
+            scored.append((cell, parts))
+        return scored
+
     def search(
         self,
         store: Store,
@@ -391,28 +429,29 @@ class Retriever:
         # loaded; the boosts below reorder within them (LoCoMo: no loss against loading all).
         ranked = sorted(fused, key=lambda cid: -fused[cid]["fused"])[: max(40, limit * cfg.rescore)]
         cells = store.get_many(ranked)
-        pending = self._not_embedded(store, cells)
-        scored: list[tuple[MemoryCell, dict[str, float]]] = []
-        for cid in ranked:
-            parts, cell = fused[cid], cells.get(cid)
-            if cell is None or not keep(cell):  # purged meanwhile, or not the caller's to see
-                continue
-            if cid in pending:
-                parts["dense_pending"] = 1.0  # not embedded yet: ranked by the keyword leg alone
-            parts["entity"] = entity_match(names, cell.content.text)
-            if warming:
-                parts["dense_warming"] = 1.0
-            parts["boosted"] = parts["fused"] * (1.0 + cfg.entity_weight * parts["entity"])
-            if cfg.own_text_weight:
-                parts["own_text"] = term_match(content, cell.content.text)
-                parts["boosted"] *= 1.0 + cfg.own_text_weight * parts["own_text"]
-            if cfg.speaker_weight and names:
-                parts["speaker"] = speaker_match(names, cell.content.text)
-                parts["boosted"] *= 1.0 + cfg.speaker_weight * parts["speaker"]
-            if asked_dates:  # only a query that names a day or a month
-                parts["date"] = date_match(asked_dates, dates_of_metadata(cell.content.metadata))
-                parts["boosted"] *= 1.0 + cfg.date_weight * parts["date"]
-            scored.append((cell, parts))
+        scored = self._boost(store, ranked, fused, cells, keep, names, content, asked_dates, warming)
+        if cfg.date_session_weight > 0 and asked_dates and scored:
+            sessions: list[str] = []
+            for cell, parts in sorted(scored, key=lambda item: (-item[1]["boosted"], item[0].id)):
+                sid = cell.identity.session_id
+                if parts.get("date", 0.0) > 0 and sid and sid not in sessions:
+                    sessions.append(sid)
+            found: dict[str, Candidate] = {}
+            for sid in sessions[: cfg.date_sessions]:
+                for cand in store.keyword_candidates(query, replace(flt, session_id=sid), pool):
+                    if cand.cell_id not in found or found[cand.cell_id].score < cand.score:
+                        found[cand.cell_id] = cand
+            if found:
+                date_leg = sorted(found.values(), key=lambda c: (-c.score, c.cell_id))
+                legs = [*legs, ("date_session", cfg.date_session_weight, date_leg)]
+                fused = fuse(legs, cfg.rrf_k)
+                ranked = sorted(fused, key=lambda cid: -fused[cid]["fused"])[: max(40, limit * cfg.rescore)]
+                chosen = set(ranked)
+                ranked += [c.cell_id for c in date_leg if c.cell_id not in chosen][: cfg.date_extra]
+                missing = [cid for cid in ranked if cid not in cells]
+                if missing:
+                    cells.update(store.get_many(missing))
+                scored = self._boost(store, ranked, fused, cells, keep, names, content, asked_dates, warming)
         if not scored:
             return [], 0
         best = max(parts["boosted"] for _, parts in scored)

@@ -46,6 +46,7 @@ AGENTS = ["alice", "bob", "carol", "team-1"]
 NOISE_AGENT = "mallory"  # never the caller, never named by a visible cell's policy
 OWNERS = ["alice", "bob", "ada"]
 SESSIONS = [None, "chat-1", "chat-2"]
+SESSION_DATES = {"chat-1": "8 May, 2023", "chat-2": "9 May, 2023"}
 WORDS = ["vault", "code", "tea", "river", "4812", "green", "blue", "oak", "강아지를"]
 PATTERNS = ["alice", "bob", "carol", "team-*", "*", "b?b", "[ab]*"]
 
@@ -187,6 +188,18 @@ def _search(explain: bool) -> Callable[[MemoryService, str, World], Iterator[byt
     return render
 
 
+def _search_dated(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    """Queries naming a session's day or month: the date-session leg searches again within
+    the sessions of the loaded candidates of that date, which must be the caller's to read,
+    as must the cells that search finds and its statistics."""
+    for owner in world.owners:
+        for word in world.query_words:
+            for when in ("on 8 May, 2023", "in May 2023"):
+                req = SearchRequest(query=f"{word} {when}", owner_id=owner, explain=True, limit=5,
+                                    status=["active", "archived"])
+                yield answer(lambda: service.search(caller, req))
+
+
 def _search_feedback(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
     """Search with pseudo-relevance feedback on: the second query is built from first hits,
     so an unreadable neighbour of a hit must lend it no words."""
@@ -220,6 +233,7 @@ READ_PATHS: list[ReadPath] = [
     ReadPath("list", _list),
     ReadPath("search", _search(explain=False), keyword=True),
     ReadPath("search_explain", _search(explain=True), keyword=True),
+    ReadPath("search_dated", _search_dated, keyword=True),
     ReadPath("search_feedback", _search_feedback, keyword=True),
     ReadPath("search_related", _search_related, keyword=True),
     ReadPath("export", _export),
@@ -544,7 +558,9 @@ def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSp
 
     def body(owner: str, session: Optional[str], text: str, readable_by: list[str], public: bool,
              episodic: bool) -> dict[str, Any]:
-        return {"content": {"text": text, "metadata": {"topic": text.split()[0]}},
+        # a session's turns carry its day, as conversation turns do (the date-session leg)
+        dated = {"date": SESSION_DATES[session]} if session in SESSION_DATES else {}
+        return {"content": {"text": text, "metadata": {"topic": text.split()[0], **dated}},
                 "identity": {"owner_id": owner, "session_id": session},
                 "access_policy": {"readable_by": readable_by, "public": public},
                 "type": "episodic" if episodic else "semantic",

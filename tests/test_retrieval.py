@@ -541,6 +541,31 @@ def test_date_boost_prefers_the_cell_whose_metadata_carries_the_day_asked_about(
     assert all("date" not in h.explain for h in undated)  # a query without a date: no stage
 
 
+def test_date_session_leg_finds_a_turn_of_the_dated_session_the_first_pass_left_out(store):
+    """A query naming a day: a loaded candidate of that day's session sends the query again
+    within its session, whose best turns join the candidates (`date_session` in explain), so a
+    turn that matches little but was said that day is ranked. Weight 0 or no date: no leg."""
+    config = RetrievalConfig(rescore=0)  # the first pass loads 40 candidates whatever the limit
+    service = MemoryService(store=store, retriever=Retriever(config=config))
+    service.create_many("alice", [cell(f"Melanie: the garden was lovely {i}") for i in range(60)])
+
+    def turn(text):
+        return CellCreate(content={"text": text, "metadata": {"date": "1:56 pm on 8 May, 2023"}},
+                          identity={"owner_id": "alice", "session_id": "may-8"})
+
+    told, *_ = service.create_many("alice", [
+        turn("Melanie: tomatoes and basil"), turn("Caroline: ok"), turn("Caroline: sure"), turn("Caroline: right"),
+        turn("Melanie: I plant things in the garden"),
+    ])
+    req = SearchRequest(query="What did Melanie plant in the garden on 8 May, 2023?", limit=60, explain=True)
+    hits = {h.id: h for h in service.search("alice", req).results}
+    assert told.id in hits and hits[told.id].explain["date_session_rank"] >= 1 and hits[told.id].explain["date"] == 1.0
+    off = replace(service, retriever=Retriever(config=replace(config, date_session_weight=0)))
+    assert told.id not in {h.id for h in off.search("alice", req).results}  # the first pass alone leaves it out
+    undated = service.search("alice", SearchRequest(query="What did Melanie plant in the garden?", limit=60, explain=True))
+    assert all("date_session" not in h.explain for h in undated.results)
+
+
 class FakeRelatedWords:
     def __init__(self, related: dict[str, list[str]]):
         self.related = related
