@@ -177,6 +177,12 @@ class VectorIndex:
             top = _top_k(scores, k)
             return [(int(self._rowids[slots[i]]), float(scores[i])) for i in top]
 
+    def holds_any(self, allowed: np.ndarray) -> bool:
+        """Whether any of the `allowed` row ids has a vector here (their slots are kept for
+        the search that usually follows, as `search` keeps them)."""
+        with self._lock:
+            return bool(len(self._slots(allowed)[0]))
+
     def _slots(self, allowed: np.ndarray) -> tuple[np.ndarray, list[Optional[np.ndarray]]]:
         """The current slots of the allowed rows, and a holder for their mark per slot; kept
         for an allowed array searched again (a million rows for an analyst's filter) until a
