@@ -9,8 +9,11 @@ its own agent and owner, in sessions of 10, like bench/scale.py), and `POST /mem
 in batches of 500 cells of one owner (how an import and bench/scale.py load). Prints a table
 (writes/s, p50/p95/p99 per request, and the server process's CPU time per write, the figure
 that does not depend on how busy the machine is, split into its event loop's and its other
-threads'; per cell for batches) and checks that every acknowledged write
+threads'; per cell for batches; and the client processes' CPU time per write) and checks that every acknowledged write
 reads back with its text (`lost_writes` must be 0; the exit status is 1 otherwise).
+
+Each phase ends with one search, timed with it: its writes' keyword windows are all indexed
+by then (SQLite indexes a new cell's window after its commit, before any search).
 
 Each client is a process of its own (an httpx client spends ~1 ms of CPU per request: eight
 client threads in one process would be held back by their own GIL, not by the server).
@@ -84,7 +87,7 @@ class ServerCPU:
 
 def client(base: str, tag: str, c: int, count: int, start: "multiprocessing.synchronize.Event", out) -> None:
     """One client process: `count` writes in a row over one connection; sends back
-    (latencies, acknowledged (id, owner, text), errors)."""
+    (latencies, acknowledged (id, owner, text), errors, its CPU seconds over the writes)."""
     owner = f"{tag}-owner-{c}"
     rng = random.Random(f"{tag}{c}")
     latencies: list[float] = []
@@ -93,6 +96,7 @@ def client(base: str, tag: str, c: int, count: int, start: "multiprocessing.sync
     with httpx.Client(base_url=base, timeout=60) as http:
         http.get("/health")  # connect before the clock starts
         start.wait()
+        cpu = time.process_time()
         for k in range(count):
             text = f"{memory_text(rng)} ({tag} {c}.{k})"
             t = time.perf_counter()
@@ -103,7 +107,16 @@ def client(base: str, tag: str, c: int, count: int, start: "multiprocessing.sync
                 errors.append(f"{r.status_code}: {r.text[:200]}")
                 continue
             acked.append((r.json()["id"], owner, text))
-    out.put((latencies, acked, errors))
+        cpu = time.process_time() - cpu
+    out.put((latencies, acked, errors, cpu))
+
+
+def searchable(base: str, owner: str) -> None:
+    """One search, counted in the phase: a SQLite store indexes the keyword windows of new
+    cells after their commit, and before any search (docs/deployment.md#keyword-windows-after-the-commit-sqlite),
+    so the phase's time and CPU include every write's indexing."""
+    httpx.post(f"{base}/memories/search", json={"query": "note", "owner_id": owner},
+               headers={"X-AMP-Agent-ID": owner}, timeout=300).raise_for_status()
 
 
 def single_writes(server: Server, clients: int, total: int, tag: str, acked: dict[str, tuple[str, str]]) -> dict:
@@ -121,19 +134,23 @@ def single_writes(server: Server, clients: int, total: int, tag: str, acked: dic
     start.set()
     latencies: list[float] = []
     errors: list[str] = []
+    client_cpu = 0.0
     for _ in procs:
-        lat, ok, err = out.get()
+        lat, ok, err, used = out.get()
+        client_cpu += used
         latencies.extend(lat)
         errors.extend(err)
         for cid, owner, text in ok:
             acked[cid] = (owner, text)
+    searchable(server.base, f"{tag}-owner-0")
     elapsed = time.perf_counter() - started
     cpu = server_cpu_seconds(server.proc.pid) - cpu
     for p in procs:
         p.join()
     return {"clients": clients, "writes": len(latencies), "errors": len(errors), "first_error": errors[:1],
             "writes_per_s": round(len(latencies) / elapsed, 1), **percentiles(latencies),
-            "server_cpu_ms_per_write": round(1000 * cpu / max(1, len(latencies)), 2), **split.per_write(len(latencies))}
+            "server_cpu_ms_per_write": round(1000 * cpu / max(1, len(latencies)), 2), **split.per_write(len(latencies)),
+            "client_cpu_ms_per_write": round(1000 * client_cpu / max(1, len(latencies)), 2)}
 
 
 def batch_writes(server: Server, cells: int, acked: dict[str, tuple[str, str]]) -> dict:
@@ -159,6 +176,7 @@ def batch_writes(server: Server, cells: int, acked: dict[str, tuple[str, str]]) 
             for cell, text in zip(r.json()["results"], texts):
                 acked[cell["id"]] = (owner, text)
             done += n
+        searchable(base, f"batch-owner-{(done - 1) // 100 % owners:05d}")
         elapsed = time.perf_counter() - started
     cpu = server_cpu_seconds(server.proc.pid) - cpu
     return {"cells": cells, "batches": len(latencies), "cells_per_s": round(cells / elapsed, 1),
@@ -211,18 +229,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     result["machine"] = {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
                          "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}
     print(f"writes over HTTP: store {result['store']}, embedder {result['embedder']} {args.server_args}")
-    print("| phase | clients | writes/s | p50 ms | p95 ms | p99 ms | server CPU ms/write | of which event loop / other threads |\n"
-          "|---|---|---|---|---|---|---|---|")
+    print("| phase | clients | writes/s | p50 ms | p95 ms | p99 ms | server CPU ms/write | of which event loop / other threads "
+          "| client CPU ms/write |\n|---|---|---|---|---|---|---|---|---|")
     for name in ("single_1_client", f"single_{args.clients}_clients"):
         p = result[name]
         print(f"| {name} | {p['clients']} | {p['writes_per_s']} | {p['p50_ms']} | {p['p95_ms']} | {p['p99_ms']} "
               f"| {p['server_cpu_ms_per_write']} | {p['server_cpu_event_loop_ms_per_write']} / "
-              f"{p['server_cpu_other_threads_ms_per_write']} |")
+              f"{p['server_cpu_other_threads_ms_per_write']} | {p['client_cpu_ms_per_write']} |")
     if result["batch"]:
         b = result["batch"]
         print(f"| batch of 500 (cells/s; CPU per cell) | 1 | {b['cells_per_s']} | {b.get('p50_ms')} | {b.get('p95_ms')} "
               f"| {b.get('p99_ms')} | {b['server_cpu_ms_per_cell']} | {b['server_cpu_event_loop_ms_per_cell']} / "
-              f"{b['server_cpu_other_threads_ms_per_cell']} |")
+              f"{b['server_cpu_other_threads_ms_per_cell']} | |")
     print(f"acked {result['acked_writes']}, lost {result['lost_writes']}; machine {result['machine']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -121,6 +121,10 @@ def test_full_disk_answers_503_and_recovers_when_space_returns(tmp_path):
         assert_alive(srv.base_url)
         for cid in acked:
             assert http.get(f"/memories/{cid}", headers=AGENT).status_code == 200
+        # Keyword windows left pending while the disk was full are indexed now: every write is
+        # found by its words again.
+        found = http.post("/memories/search", json={"query": "filler", "limit": 50, "explain": True}, headers=AGENT).json()
+        assert set(acked) <= {h["id"] for h in found["results"] if "keyword" in h["explain"]}
 
 
 @pytest.mark.slow

@@ -244,7 +244,10 @@ def test_keyword_window_follows_updates_and_purges(store):
 
 
 def _windows_are_current(store) -> None:
-    """Every stored keyword window equals the one the per-row definition (`_window`) gives."""
+    """Every stored keyword window equals the one the per-row definition (`_window`) gives,
+    once the windows new cells left pending (SQLite, migration 12) are indexed."""
+    if hasattr(store, "index_pending_windows"):
+        store.index_pending_windows()
     with store.write() as tx:
         conn = tx.conn  # type: ignore[attr-defined]
         stored = dict(conn.execute("SELECT rowid, text FROM cell_context").fetchall())

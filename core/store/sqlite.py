@@ -16,6 +16,7 @@ import bisect
 import builtins
 import hashlib
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -42,6 +43,8 @@ from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
 from .base import (
     COMPACT_JSON, CONTEXT_RADIUS, Candidate, CellFilter, StoredVector, cell_columns_text, window_class,
 )
+
+log = logging.getLogger("ampkit.store")
 
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
@@ -251,6 +254,19 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         END;
         """,
     ),
+    (
+        12,
+        "keyword windows of new cells indexed after the commit that stores them",
+        # A create commits its row and its rowid here, instead of rewriting its keyword
+        # window and its predecessors' before COMMIT (about a third of a single create's
+        # CPU); `SQLiteStore.index_pending_windows` rewrites them later in one pass per
+        # window class: in the background, before any answer that depends on the windows
+        # (`_windows_current`), and at open after a crash. Rows here are committed with
+        # their cells, so no acknowledged write is lost to the keyword index either.
+        """
+        CREATE TABLE pending_windows (rowid INTEGER PRIMARY KEY);
+        """,
+    ),
 ]
 # Past this many rows logged by other processes since this one last looked, its caches load
 # afresh instead of patching (one scan then costs less than reading that many rows' state).
@@ -260,6 +276,16 @@ CHANGE_LOG_PATCH_MAX = 200_000
 # scan the whole log, at every commit).
 _LOG_BOUNDS = "SELECT (SELECT MIN(seq) FROM change_log), (SELECT MAX(seq) FROM change_log)"
 _LOG_SINCE = "SELECT rid FROM change_log WHERE seq > ?"
+# Pending windows (migration 12): indexed at most this many new rows per transaction (the
+# write lock is held that long), PENDING_WINDOWS_DELAY_S after the first of them commits
+# (the creates arriving meanwhile are indexed in the same pass, their windows shared).
+PENDING_WINDOWS_CHUNK = 2000
+PENDING_WINDOWS_DELAY_S = 0.05
+# Only a transaction creating at most this many cells leaves its windows pending (single
+# creates and their commit groups, whose windows a later pass shares); a batch's windows are
+# already rewritten in one pass, and deferring them cost more than it saved (bench/writes.py:
+# batches of 500, 0.29 instead of 0.27 ms of server CPU per cell).
+PENDING_WINDOWS_MAX_NEW = 64
 
 # Every occurrence of one term in the window text (column 0 of cells_fts), read from the FTS
 # index itself, as one comma-separated string of rowids in rowid order (fts5vocab `instance`
@@ -425,9 +451,13 @@ def filter_sql(flt: CellFilter, alias: str = "c") -> tuple[str, list[Any]]:
 class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
     dialect = SQLITE
 
-    def __init__(self, conn: sqlite3.Connection, embed_queue: bool = False):
+    def __init__(self, conn: sqlite3.Connection, embed_queue: bool = False, defer_windows: bool = False):
         super().__init__(conn)
         self.embed_queue = embed_queue
+        # New rows' windows left to `SQLiteStore.index_pending_windows` (migration 12) instead
+        # of rewritten before COMMIT; `deferred`: this transaction left some.
+        self.defer_windows = defer_windows
+        self.deferred = False
         self._dirty_windows: set[int] = set()
         self._inserted: list[int] = []  # new rows, whose windows `flush` marks in one pass
         self._vec_seq: Optional[int] = None  # last vec_seq given out in this transaction
@@ -523,12 +553,13 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
                     out[r] = (info[r][0], window)
         return out
 
-    def _touch_inserted(self) -> None:
+    def _touch_new(self, ids: Sequence[int]) -> None:
         """Mark the windows new rows change: their own and, per window class, those of the
-        CONTEXT_RADIUS cells just before the first new row (a new row has the highest rowid,
-        so every cell after it is new too)."""
+        CONTEXT_RADIUS cells just before the first new row (a new row had the highest rowid
+        when it was stored, so every cell after it is new too: stored in this transaction,
+        or pending with it, or moved into its class by an update that rewrote its window
+        and its neighbours' then)."""
         first: dict[str, int] = {}
-        ids = self._inserted
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
             for rowid, klass in self.conn.execute(
@@ -540,7 +571,15 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         for klass, rowid in first.items():
             self._dirty_windows.update(r for (r,) in self.conn.execute(sql, (klass, rowid, CONTEXT_RADIUS)))
         self._dirty_windows.update(ids)
-        self._inserted = []
+
+    def take_pending(self, limit: int) -> int:
+        """Mark the windows of up to `limit` pending new rows (the oldest) and take them off
+        the pending list; `flush` rewrites them. Returns how many."""
+        rowids = [r for (r,) in self.conn.execute("SELECT rowid FROM pending_windows ORDER BY rowid LIMIT ?", (limit,))]
+        if rowids:
+            self.conn.execute("DELETE FROM pending_windows WHERE rowid <= ?", (rowids[-1],))
+            self._touch_new(rowids)
+        return len(rowids)
 
     def flush(self) -> None:
         """Rewrite the marked keyword windows (text, term frequencies, length); runs once
@@ -550,7 +589,13 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
             self.conn.execute("UPDATE store_counters SET value = ? WHERE name = 'vec_seq'", (self._vec_seq,))
             self._vec_seq_stored = self._vec_seq
         if self._inserted:
-            self._touch_inserted()
+            if self.defer_windows and len(self._inserted) <= PENDING_WINDOWS_MAX_NEW:
+                # (A row a savepoint undid may be listed: its pass finds no row, and rewrites nothing.)
+                self.conn.executemany("INSERT OR IGNORE INTO pending_windows(rowid) VALUES (?)", [(r,) for r in self._inserted])
+                self.deferred = True
+            else:
+                self._touch_new(self._inserted)
+            self._inserted = []
         dirty = sorted(self._dirty_windows)
         if not dirty:  # nothing to rewrite (and an old schema mid-upgrade has no cell_context yet)
             return
@@ -645,7 +690,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
         warm_exact_max: int = 20000,
         checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
         warm_terms_min_cells: Optional[int] = WARM_TERMS_MIN_CELLS,
+        defer_windows: bool = True,
     ):
+        # False: every write rewrites its keyword windows before COMMIT, as before migration 12
+        # (the same windows, bit for bit: tests compare the two).
+        self.defer_windows = defer_windows
         # Past this many cells, open() reads the term rows of the words in the most windows
         # in the background (`_warm_terms`); None: never.
         self.warm_terms_min_cells = warm_terms_min_cells
@@ -699,6 +748,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._seen_version: Optional[int] = None
         self._writer_version: Optional[int] = None
         self._tracking = False  # the change log exists (open)
+        # New rows' keyword windows are indexed after their commit (migration 12), by a
+        # background thread woken by such commits and by `_windows_current` before a read.
+        self._deferring = False  # the pending_windows table exists (open)
+        self._windows_wanted = threading.Event()
+        self._windows_stop = threading.Event()
+        self._windows_thread: Optional[threading.Thread] = None
         self._log_seq = 0  # the last change_log entry the in-memory caches have taken in
 
     # ------------------------------------------------------------ connections
@@ -741,6 +796,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._tracking = self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'change_log'").fetchone() is not None
         if self._tracking:
             self._log_seq = self._writer.execute("SELECT COALESCE(MAX(seq), 0) FROM change_log").fetchone()[0]
+        self._deferring = self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'pending_windows'").fetchone() is not None
+        if self._deferring and self._windows_thread is None:  # (also what another process left pending)
+            self._windows_stop.clear()
+            self._windows_thread = threading.Thread(target=self._windows_loop, daemon=True, name="ampkit-windows")
+            self._windows_thread.start()
+            self._windows_wanted.set()  # what a crash left pending (a pass that finds none costs one query)
         self._writer.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
         if self._checkpointer is None:  # (an open store opened again keeps its thread)
             self._checkpoint_stop.clear()
@@ -824,6 +885,56 @@ class SQLiteStore(SQLFileReads, SQLStore):
             self._checkpoint_stop.set()
             self._checkpoint_wanted.set()
             thread.join()
+
+    def _windows_loop(self) -> None:
+        """Index pending windows (`index_pending_windows`) PENDING_WINDOWS_DELAY_S after a
+        commit left some; a failure (the disk, a busy file) is retried by the next commit
+        that leaves some, and by any read that needs them first."""
+        while True:
+            self._windows_wanted.wait()
+            if self._windows_stop.wait(PENDING_WINDOWS_DELAY_S):
+                return
+            self._windows_wanted.clear()
+            try:
+                self.index_pending_windows()
+            except Exception:  # noqa: BLE001 - keep the thread: the next commit or search retries
+                log.exception("indexing new cells' keyword windows failed")
+
+    def _stop_windows_thread(self) -> None:
+        thread, self._windows_thread = self._windows_thread, None
+        if thread is not None:
+            self._windows_stop.set()
+            self._windows_wanted.set()
+            thread.join()
+
+    def index_pending_windows(self) -> int:
+        """Index the keyword windows of the cells created since the last pass (and of their
+        predecessors), in transactions of at most PENDING_WINDOWS_CHUNK new rows; returns
+        how many new rows were indexed."""
+        done = 0
+        while True:
+            with self.write() as tx:
+                taken = cast(_SQLiteWriteTx, tx).take_pending(PENDING_WINDOWS_CHUNK)
+            done += taken
+            if taken < PENDING_WINDOWS_CHUNK:
+                return done
+
+    def _windows_current(self) -> None:
+        """Before any answer that depends on the keyword windows (matches, BM25's statistics,
+        the rows either leg admits: a cell without a window is admitted by neither): the
+        windows of every cell committed so far, by this process or another, are indexed, so
+        a search sees every write acknowledged before it, scored as if indexed at its commit.
+        A read inside this thread's own write transaction (none does) would not wait. When
+        the pass cannot write (a full disk), the search answers from the windows indexed so
+        far rather than fail: reads keep working, and the pass runs again at the next write
+        or search."""
+        if not self._deferring or getattr(self._local, "writing", False):
+            return
+        if self._query("SELECT EXISTS (SELECT 1 FROM pending_windows)")[0][0]:
+            try:
+                self.index_pending_windows()
+            except Unavailable as exc:
+                log.warning("new cells' keyword windows not indexed yet (searches miss them until they are): %s", exc)
 
     def _start_index_thread(self, target: Any, *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True, name="ampkit-vectors")
@@ -934,6 +1045,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
             conn.execute(statement)
 
     def close(self) -> None:
+        self._stop_windows_thread()
+        if self._deferring and self._writer is not None:
+            try:  # a clean stop leaves nothing pending (the next open would index it otherwise)
+                self.index_pending_windows()
+            except Unavailable:
+                pass
         self._stop_checkpointer()  # before the writer closes: its close checkpoints what is left
         for model, index in list(self._vectors.items()):
             if index.ann_state == "ready" and index.ann_dirty and self._writer is not None:
@@ -985,8 +1102,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 raise Unavailable(f"store is busy or unwritable: {exc}") from exc
+            tx = _SQLiteWriteTx(conn, self.embed_queue, defer_windows=self._deferring and self.defer_windows)
+            self._local.writing = True
             try:
-                yield _SQLiteWriteTx(conn, self.embed_queue)
+                yield tx
                 changes = self._collect_changes(conn)
                 conn.execute("COMMIT")
             except sqlite3.OperationalError as exc:
@@ -996,8 +1115,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
             except BaseException:
                 _rollback(conn)
                 raise
+            finally:
+                self._local.writing = False
             self._apply_changes(changes)
             self._checkpoint_wanted.set()
+            if tx.deferred:
+                self._windows_wanted.set()
 
     def _collect_changes(self, conn: sqlite3.Connection, limit: Optional[int] = None) -> Optional[_Changes]:
         """Inside a transaction (a write's, before COMMIT, or a read's): the rows logged since
@@ -1339,6 +1462,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         access snapshot, its rows kept until a row changes; any other is counted in SQL and
         kept per filter, for every thread, until the database changes (`_data_version`).
         Either answer is kept until a cell expires in between."""
+        self._windows_current()
         if AccessSnapshot.supports(flt):
             return self._snapshot_entry(flt)
         version = self._data_version()
