@@ -890,7 +890,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         """Index pending windows (`index_pending_windows`) PENDING_WINDOWS_DELAY_S after a
         commit left some; a failure (the disk, a busy file) is retried by the next commit
         that leaves some, and by any read that needs them first."""
-        while True:
+        while not self._windows_stop.is_set():  # (checked here too: a stop may come just before the clear)
             self._windows_wanted.wait()
             if self._windows_stop.wait(PENDING_WINDOWS_DELAY_S):
                 return
