@@ -546,6 +546,23 @@ def test_rate_limited_waits_for_retry_after_then_gives_up():
     assert len(seen) == 3 and info.value.details["retry_after"] == "0"
 
 
+def test_resends_wait_by_backoff_or_retry_after_and_stop_after_the_retries():
+    """The waits before resends: 0.1 s doubling (at most 2 s) plus up to 0.1 s of jitter, the
+    server's Retry-After for a 429, none once the retries are spent or the call is not safe."""
+    from ampkit.client._calls import call as make_call
+    from ampkit.client._http import _RetryPolicy
+
+    policy = _RetryPolicy(retries=6)
+    get = make_call("get_memory", lambda body: body, path_params={"memory_id": MISSING_ID})
+    down = Unavailable("store down")
+    for attempt, low in ((1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (5, 1.6), (6, 2.0)):
+        assert low <= policy.delay(get, down, attempt) <= low + 0.1, attempt
+    assert policy.delay(get, down, 7) is None
+    assert policy.delay(make_call("create_memory", lambda body: body), down, 1) is None  # a create is not resent
+    limited = RateLimited("slow down", {"retry_after": "3"})
+    assert policy.delay(get, limited, 1) == 3.0
+
+
 def test_connection_failure_raises_transport_error_not_httpx():
     url = f"http://127.0.0.1:{free_port()}/amp/v1"  # nothing listens there
     with ampkit.connect(url, agent_id="a", retries=1, timeout=2.0) as client:

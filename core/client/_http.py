@@ -1,18 +1,24 @@
 """HTTP transports: send a `Call` over one pooled httpx client, with timeouts and retries.
 
-Retries (tenacity, exponential backoff with jitter) cover connection failures and 503 for
-calls that are safe to resend (GET, search, DELETE, PATCH with If-Match, lifecycle run);
-a 429 is retried for any call, after the server's Retry-After, since the server refused it
-before doing anything. No httpx exception leaves this module: connection failures become
+Retries (exponential backoff with jitter) cover connection failures and 503 for calls that
+are safe to resend (GET, search, DELETE, PATCH with If-Match, lifecycle run); a 429 is
+retried for any call, after the server's Retry-After, since the server refused it before
+doing anything. No httpx exception leaves this module: connection failures become
 `TransportError`, error answers become the `APIError` subclass of their code.
+
+Per request the client's own CPU is mostly httpx's; what is ours is kept small (measured by
+bench/client_overhead.py): a call's URL is parsed once per path, not once or twice per
+request, and a call that succeeds at once passes no retry machinery (a plain loop resends).
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
+import time
 from typing import Any, Optional, Union
 
 import httpx
-from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from ..errors import APIError, RateLimited, TransportError, Unavailable, error_from_envelope
 from ..models import AMP_VERSION
@@ -40,10 +46,13 @@ def _headers(agent_id: Optional[str], api_key: Optional[str]) -> dict[str, str]:
     return headers
 
 
-def build_request(http: Union[httpx.Client, httpx.AsyncClient], call: Call) -> httpx.Request:
+def build_request(http: Union[httpx.Client, httpx.AsyncClient], call: Call, url: httpx.URL) -> httpx.Request:
+    """The request for `call` to `url` (its absolute URL). Query parameters only when it has
+    some: httpx parses the URL again for any `params`, even empty."""
     has_body = call.method in ("POST", "PATCH", "PUT")
     extra: dict[str, Any] = {} if call.timeout is None else {"timeout": httpx.Timeout(call.timeout, connect=5.0)}
-    return http.build_request(call.method, call.path.lstrip("/"), params=tuple(query_pairs(call.query)),
+    params = query_pairs(call.query)
+    return http.build_request(call.method, url, params=tuple(params) if params else None,
                               json=call.body if has_body else None, headers=call.headers, **extra)
 
 
@@ -80,9 +89,6 @@ class _RetryPolicy:
 
     def __init__(self, retries: int):
         self.retries = max(0, int(retries))
-        # 0.1 s doubling up to 2 s, plus up to 0.1 s of jitter; spelled with the wait strategies
-        # every tenacity >= 8.2 has (wait_exponential_jitter's keywords changed between releases).
-        self._backoff = wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.1)
 
     def should_retry(self, call: Call, exc: BaseException) -> bool:
         if isinstance(exc, RateLimited):
@@ -90,19 +96,15 @@ class _RetryPolicy:
             return delay is not None and delay <= MAX_RETRY_AFTER
         return call.idempotent and isinstance(exc, (TransportError, Unavailable))
 
-    def wait(self, state) -> float:
-        exc = state.outcome.exception() if state.outcome else None
+    def delay(self, call: Call, exc: BaseException, attempt: int) -> Optional[float]:
+        """Seconds to wait before sending `call` again after its `attempt`-th try (from 1)
+        failed with `exc`; None: give up and raise it. The server's Retry-After for a 429,
+        otherwise 0.1 s doubling up to 2 s, plus up to 0.1 s of jitter."""
+        if attempt > self.retries or not self.should_retry(call, exc):
+            return None
         if isinstance(exc, RateLimited):
             return _retry_after(exc) or 0.0
-        return self._backoff(state)
-
-    def options(self, call: Call) -> dict[str, Any]:
-        return {
-            "stop": stop_after_attempt(self.retries + 1),
-            "wait": self.wait,
-            "retry": retry_if_exception(lambda exc: self.should_retry(call, exc)),
-            "reraise": True,
-        }
+        return min(0.1 * 2 ** (attempt - 1), 2.0) + random.uniform(0, 0.1)
 
 
 def _transport_error(call: Call, exc: httpx.HTTPError) -> TransportError:
@@ -126,6 +128,21 @@ class _HTTPTransportBase:
         self._http = http
         self._http.base_url = self.url
         self._http.headers.update(_headers(agent_id, api_key))
+        self._urls: dict[str, httpx.URL] = {}
+
+    def _request(self, call: Call) -> httpx.Request:
+        return build_request(self._http, call, self._url(call.path))
+
+    def _url(self, path: str) -> httpx.URL:
+        """The absolute URL of `path` under the base URL (joined as httpx joins a relative
+        one), parsed once per path: a relative URL string is parsed anew by every request."""
+        url = self._urls.get(path)
+        if url is None:
+            if len(self._urls) >= 1024:  # paths with cell ids come and go
+                self._urls.clear()
+            base = self._http.base_url
+            url = self._urls[path] = base.copy_with(raw_path=base.raw_path + path.lstrip("/").encode("ascii"))
+        return url
 
 
 class HTTPTransport(_HTTPTransportBase):
@@ -136,7 +153,7 @@ class HTTPTransport(_HTTPTransportBase):
 
     def _send_once(self, call: Call) -> Any:
         try:
-            response = self._http.send(build_request(self._http, call))
+            response = self._http.send(self._request(call))
         except httpx.HTTPError as exc:
             raise _transport_error(call, exc) from exc
         return decode_response(call, response)
@@ -145,9 +162,16 @@ class HTTPTransport(_HTTPTransportBase):
         """Nothing to do: httpx connects on the first request."""
 
     def send(self, call: Call) -> Any:
-        for attempt in Retrying(**self.policy.options(call)):
-            with attempt:
+        attempt = 1
+        while True:
+            try:
                 return self._send_once(call)
+            except (APIError, TransportError) as exc:
+                delay = self.policy.delay(call, exc, attempt)
+                if delay is None:
+                    raise
+            time.sleep(delay)
+            attempt += 1
 
     def close(self) -> None:
         self._http.close()
@@ -161,7 +185,7 @@ class AsyncHTTPTransport(_HTTPTransportBase):
 
     async def _send_once(self, call: Call) -> Any:
         try:
-            response = await self._http.send(build_request(self._http, call))
+            response = await self._http.send(self._request(call))
         except httpx.HTTPError as exc:
             raise _transport_error(call, exc) from exc
         return decode_response(call, response)
@@ -170,9 +194,16 @@ class AsyncHTTPTransport(_HTTPTransportBase):
         """Nothing to do: httpx connects on the first request."""
 
     async def send(self, call: Call) -> Any:
-        async for attempt in AsyncRetrying(**self.policy.options(call)):
-            with attempt:
+        attempt = 1
+        while True:
+            try:
                 return await self._send_once(call)
+            except (APIError, TransportError) as exc:
+                delay = self.policy.delay(call, exc, attempt)
+                if delay is None:
+                    raise
+            await asyncio.sleep(delay)
+            attempt += 1
 
     async def close(self) -> None:
         await self._http.aclose()
