@@ -30,6 +30,8 @@ from ..models import Status
 from ._bm25 import int_list
 from .base import CellFilter
 
+Query = Callable[[str], Sequence[Sequence[Any]]]  # SQL text -> its rows
+
 # One row per cell with its window length (NULL: no keyword window, so never admitted, as the
 # SQL join with cell_context admits it never) and its `readable_by` patterns as stored in the body.
 SNAPSHOT_COLUMNS = (
@@ -37,12 +39,15 @@ SNAPSHOT_COLUMNS = (
     "json_extract(c.body, '$.access_policy.readable_by'), x.len"
 )
 SNAPSHOT_FROM = "cells c LEFT JOIN cell_context x ON x.rowid = c.rowid"
-# The same, for the whole table at once (`AccessSnapshot.load`), grouped in SQL.
+# The same, for the whole table at once (`AccessSnapshot.load`), grouped in SQL; the values
+# (a JSON parse of every body, most of the load) in two halves of the rowids, read side by side.
 _LENGTHS = "SELECT group_concat(rowid), group_concat(len) FROM cell_context"
 _BY_OWNER = "SELECT owner_id, group_concat(rowid) FROM cells GROUP BY owner_id"  # an index covers it
+_TOP = "SELECT COALESCE(MAX(rowid), 0) FROM cells"
 _BY_VALUES = (
     "SELECT created_by, type, status, public, superseded_by IS NOT NULL, expires_at, "
-    "json_extract(body, '$.access_policy.readable_by'), group_concat(rowid) FROM cells GROUP BY 1, 2, 3, 4, 5, 6, 7"
+    "json_extract(body, '$.access_policy.readable_by'), group_concat(rowid) FROM cells "
+    "WHERE rowid BETWEEN {} AND {} GROUP BY 1, 2, 3, 4, 5, 6, 7"
 )
 
 
@@ -138,22 +143,49 @@ class AccessSnapshot:
         return found
 
     # ------------------------------------------------------------ loading and changes
-    def load(self, query: Callable[[str], Sequence[Sequence[Any]]]) -> None:
-        """Every row, read by `query` (inside one read transaction) as groups of row ids
-        sharing their values: the table is scanned once in SQL and Python handles a group, not
-        a row (a store has few distinct owners, creators, statuses and reader sets)."""
+    def load(self, query: Query, beside: Optional[Query] = None) -> None:
+        """Every row, read as groups of row ids sharing their values: the table is scanned in
+        SQL and Python handles a group, not a row (a store has few distinct owners, creators,
+        statuses and reader sets). `query` and `beside` (a second connection, or None: the
+        same) must read inside one read snapshot of the file; `beside` reads the upper half
+        of the rowids' values in a thread of its own (the driver lets go of the GIL while
+        SQLite runs), `query` the rest."""
+        top = int(query(_TOP)[0][0])
+        half = top // 2
+        upper: dict[str, Any] = {}
+
+        def read_upper() -> None:
+            try:
+                upper["rows"] = (beside or query)(_BY_VALUES.format(half + 1, top))
+            except BaseException as exc:  # noqa: BLE001  (raised below, in the caller's thread)
+                upper["error"] = exc
+
+        thread = threading.Thread(target=read_upper, daemon=True, name="ampkit-snapshot-half")
+        if beside is not None:
+            thread.start()
+        try:
+            lengths = query(_LENGTHS)[0]
+            by_owner = query(_BY_OWNER)
+            lower = query(_BY_VALUES.format(0, half))
+        finally:
+            if beside is not None:
+                thread.join()
+        if beside is None:
+            read_upper()
+        if "error" in upper:
+            raise upper["error"]
         with self.lock:
-            rowids, lengths = query(_LENGTHS)[0]
+            rowids, lengths_text = lengths
             ids = int_list(rowids)
             if ids.size:
                 self._reserve(int(ids.max()) + 1)
-                self.length[ids] = int_list(lengths)
-            for owner, group in query(_BY_OWNER):
+                self.length[ids] = int_list(lengths_text)
+            for owner, group in by_owner:
                 ids = int_list(group)
                 self._reserve(int(ids.max()) + 1)
                 self.present[ids] = True
                 self.owner[ids] = self.code(owner)
-            for creator, type_, status, public, superseded, expires, readers, group in query(_BY_VALUES):
+            for creator, type_, status, public, superseded, expires, readers, group in lower + upper["rows"]:
                 ids = int_list(group)
                 self.creator[ids] = self.code(creator)
                 self.type[ids] = self.code(type_)

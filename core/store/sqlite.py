@@ -1402,34 +1402,70 @@ class SQLiteStore(SQLFileReads, SQLStore):
             if snapshot is not None and snapshot.foreign == self._foreign_generation():
                 return snapshot
             conn = self._reader()
+            beside = self._snapshot_connection()
             # The generation is read first (a reload the log asks for meanwhile moves it, and
-            # this snapshot is loaded again at its next use). This connection's read
-            # transaction starts under the write lock, with no commit of ours half done; the
-            # logged rows taken in from then on (ours, or another process's caught up) are
-            # kept in the backlog and applied on top (each is a row's whole state: one the
-            # load already saw changes nothing).
+            # this snapshot is loaded again at its next use). The read transactions start
+            # under the write lock, with no commit of ours half done, in one snapshot of the
+            # file (`_begin_reads`); the logged rows taken in from then on (ours, or another
+            # process's caught up) are kept in the backlog and applied on top (each is a
+            # row's whole state: one the load already saw changes nothing).
             foreign = self._foreign_generation()
             with self._write_lock:
                 self._snapshot = None
                 self._snapshot_backlog = []
-                conn.execute("BEGIN")
             try:
-                with self._write_lock:
-                    conn.execute("SELECT 1 FROM cells LIMIT 1").fetchall()  # the read transaction starts here
+                reading = self._begin_reads([conn] if beside is None else [conn, beside])
+                if beside is not None and len(reading) == 1:
+                    beside.close()  # another process kept committing: one connection reads it all
+                    beside = None
                 snapshot = AccessSnapshot(foreign)
-                snapshot.load(lambda sql: conn.execute(sql).fetchall())
+                snapshot.load(*[lambda sql, c=c: c.execute(sql).fetchall() for c in reading])
             except BaseException:
                 with self._write_lock:
                     self._snapshot_backlog = None
                 raise
             finally:
-                conn.execute("COMMIT")
+                for c in (conn, beside):
+                    if c is not None and c.in_transaction:
+                        c.execute("COMMIT")
+                if beside is not None:
+                    beside.close()
             with self._write_lock:
                 for states in self._snapshot_backlog or []:
                     snapshot.apply(states)
                 self._snapshot_backlog = None
                 self._snapshot = snapshot
             return snapshot
+
+    def _snapshot_connection(self) -> Optional[sqlite3.Connection]:
+        """A second connection for loading the access snapshot (its reader patterns, read
+        beside the rest: `AccessSnapshot.load`), closed after; None without the change log
+        (an old schema mid-upgrade), which `_begin_reads` needs."""
+        if not self._tracking:
+            return None
+        return sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                               timeout=self.busy_timeout_ms / 1000)
+
+    def _begin_reads(self, conns: builtins.list[sqlite3.Connection], attempts: int = 3) -> builtins.list[sqlite3.Connection]:
+        """Starts a read transaction on each connection, all in one snapshot of the file: under
+        the write lock (no commit of ours between them), and seeing the same last change_log
+        entry (no other process's commit between them either: every commit that changes a
+        row's access columns or window logs one). Tried again when another process committed
+        in between; the connections reading: all, or after `attempts` the first alone."""
+        def begin(c: sqlite3.Connection) -> Any:
+            c.execute("BEGIN")
+            return c.execute(_LOG_BOUNDS if len(conns) > 1 else "SELECT 1 FROM cells LIMIT 1").fetchone()[-1]
+
+        for _ in range(attempts):
+            with self._write_lock:
+                tops = {begin(c) for c in conns}
+            if len(tops) == 1:
+                return conns
+            for c in conns:
+                c.execute("COMMIT")
+        with self._write_lock:
+            begin(conns[0])
+        return conns[:1]
 
     def _admitted_set(self, flt: CellFilter, entry: builtins.list[Any]) -> AdmittedSet:
         """The filter's admitted rows (kept with its N in `_admitted_entry`), at most
