@@ -166,7 +166,7 @@ class AccessSnapshot:
         try:
             lengths = query(_LENGTHS)[0]
             by_owner = query(_BY_OWNER)
-            lower = query(_BY_VALUES.format(0, half))
+            lower = query(_BY_VALUES.format(-(2**63), half))
         finally:
             if beside is not None:
                 thread.join()
