@@ -259,3 +259,28 @@ def test_script_routing_queues_only_cjk_cells_and_backfills_only_them(store_url)
         assert EmbeddingWorker(service).backfill() == 0
     finally:
         service.store.close()
+
+
+def test_the_stale_scan_takes_the_write_lock_only_to_queue(tmp_path):
+    """A start's backfill finds stale cells by reads and writes only when a batch has some:
+    holding the write lock batch after batch (~10 s at a million cells) kept other writers,
+    and a search indexing new keyword windows, waiting until their busy timeout."""
+    store = store_from_url(f"sqlite:///{tmp_path}/stale.db")
+    store.open()
+    try:
+        service = MemoryService(store=store)
+        for i in range(30):
+            service.create("ada", CellCreate(content={"text": f"note {i}"}, identity={"owner_id": "ada"}))
+        assert store.queue_stale_embeddings("m", batch_size=7) == 30  # no vector of "m" yet
+        with store.write() as tx:
+            tx.conn.execute("UPDATE cells SET embed_model = 'm'")
+            tx.conn.execute("DELETE FROM embed_queue")
+        statements: list[str] = []
+        store._writer.set_trace_callback(statements.append)
+        try:
+            assert store.queue_stale_embeddings("m", batch_size=7) == 0
+        finally:
+            store._writer.set_trace_callback(None)
+        assert not [s for s in statements if s.startswith("BEGIN")], statements
+    finally:
+        store.close()

@@ -1823,7 +1823,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
             "SELECT q.cell_id, c.text FROM embed_queue q JOIN cells c ON c.id = q.cell_id ORDER BY q.seq LIMIT ?", (limit,))]
 
     def queue_stale_embeddings(self, model: str, batch_size: int = 10000, cjk_model: Optional[str] = None) -> int:
-        # In batches of rowids, so writers wait for one batch at a time, not the whole store.
+        # Found by reads, batch by batch of rowids, and queued by a short write only when a
+        # batch has some: the scan held the write lock batch after batch (~10 s at a million
+        # cells, at every start), so other writers, and a search indexing a new cell's
+        # keyword window (migration 12), lost the lock to the next batch until their busy
+        # timeout. A row found stale that is rewritten meanwhile is embedded once more.
         if cjk_model is None:
             stale, params = "embed_model IS NOT ?", [model]
         else:  # GLOB runs in C: an English store costs a scan, no Python per row
@@ -1831,17 +1835,17 @@ class SQLiteStore(SQLFileReads, SQLStore):
             params = [f"*{CJK_CLASS}*", cjk_model, model]
         queued, after = 0, 0
         while True:
-            with self.write() as tx:
-                conn = cast(_SQLiteWriteTx, tx).conn
-                last = conn.execute("SELECT MAX(rowid) FROM (SELECT rowid FROM cells WHERE rowid > ? ORDER BY rowid LIMIT ?)",
-                                    (after, batch_size)).fetchone()[0]
-                if last is None:
-                    return queued
-                queued += conn.execute(
-                    "INSERT OR IGNORE INTO embed_queue(cell_id) SELECT id FROM cells "
-                    f"WHERE rowid > ? AND rowid <= ? AND {stale} ORDER BY rowid", (after, last, *params),
-                ).rowcount
-                after = last
+            last = self._query("SELECT MAX(rowid) FROM (SELECT rowid FROM cells WHERE rowid > ? ORDER BY rowid LIMIT ?)",
+                               (after, batch_size))[0][0]
+            if last is None:
+                return queued
+            ids = self._query(f"SELECT id FROM cells WHERE rowid > ? AND rowid <= ? AND {stale} ORDER BY rowid",
+                              (after, last, *params))
+            if ids:
+                with self.write() as tx:
+                    queued += cast(_SQLiteWriteTx, tx).conn.executemany(
+                        "INSERT OR IGNORE INTO embed_queue(cell_id) VALUES (?)", ids).rowcount
+            after = last
 
 
 def _decode_vectors(blobs: Sequence[bytes], dims: Sequence[Optional[int]]) -> Optional[np.ndarray]:
