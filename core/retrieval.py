@@ -366,6 +366,10 @@ class Retriever:
         for value, i in zip(values, order):
             scored[i][1]["relevance"] = value
 
+    def _to_load(self, fused: dict[str, dict[str, float]], limit: int) -> list[str]:
+        """The fused candidates to load and boost: the best max(40, limit x rescore)."""
+        return sorted(fused, key=lambda cid: -fused[cid]["fused"])[: max(40, limit * self.config.rescore)]
+
     def _boost(self, store: Store, ranked: list[str], fused: dict[str, dict[str, float]], cells: dict[str, MemoryCell],
                keep: Callable[[MemoryCell], bool], names: list[str], content: list[str], asked_dates: set,
                warming: bool) -> list[tuple[MemoryCell, dict[str, float]]]:
@@ -427,7 +431,7 @@ class Retriever:
         asked_dates = dates_in(query) if cfg.date_weight else set()
         # Loading and validating a cell costs ~50 us: only the best fused candidates are
         # loaded; the boosts below reorder within them (LoCoMo: no loss against loading all).
-        ranked = sorted(fused, key=lambda cid: -fused[cid]["fused"])[: max(40, limit * cfg.rescore)]
+        ranked = self._to_load(fused, limit)
         cells = store.get_many(ranked)
         scored = self._boost(store, ranked, fused, cells, keep, names, content, asked_dates, warming)
         if cfg.date_session_weight > 0 and asked_dates and scored:
@@ -445,7 +449,7 @@ class Retriever:
                 date_leg = sorted(found.values(), key=lambda c: (-c.score, c.cell_id))
                 legs = [*legs, ("date_session", cfg.date_session_weight, date_leg)]
                 fused = fuse(legs, cfg.rrf_k)
-                ranked = sorted(fused, key=lambda cid: -fused[cid]["fused"])[: max(40, limit * cfg.rescore)]
+                ranked = self._to_load(fused, limit)
                 chosen = set(ranked)
                 ranked += [c.cell_id for c in date_leg if c.cell_id not in chosen][: cfg.date_extra]
                 missing = [cid for cid in ranked if cid not in cells]

@@ -7,7 +7,7 @@ doing anything. No httpx exception leaves this module: connection failures becom
 `TransportError`, error answers become the `APIError` subclass of their code.
 
 Per request the client's own CPU is mostly httpx's; what is ours is kept small (measured by
-bench/client_overhead.py): a call's URL is parsed once per path, not once or twice per
+bench/client_cpu.py): a call's URL is parsed once per path, not once or twice per
 request, and a call that succeeds at once passes no retry machinery (a plain loop resends).
 """
 
