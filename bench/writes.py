@@ -85,7 +85,7 @@ class ServerCPU:
                 "server_cpu_other_threads_ms_per_write": round(1000 * other / n, 3)}
 
 
-def client(base: str, tag: str, c: int, count: int, start: "multiprocessing.synchronize.Event", out) -> None:
+def client(base: str, tag: str, c: int, count: int, ready, start: "multiprocessing.synchronize.Event", out) -> None:
     """One client process: `count` writes in a row over one connection; sends back
     (latencies, acknowledged (id, owner, text), errors, its CPU seconds over the writes)."""
     owner = f"{tag}-owner-{c}"
@@ -95,6 +95,7 @@ def client(base: str, tag: str, c: int, count: int, start: "multiprocessing.sync
     errors: list[str] = []
     with httpx.Client(base_url=base, timeout=60) as http:
         http.get("/health")  # connect before the clock starts
+        ready.put(c)
         start.wait()
         cpu = time.process_time()
         for k in range(count):
@@ -122,12 +123,13 @@ def searchable(base: str, owner: str) -> None:
 def single_writes(server: Server, clients: int, total: int, tag: str, acked: dict[str, tuple[str, str]]) -> dict:
     """`total` single-cell writes split over `clients` client processes."""
     ctx = multiprocessing.get_context("spawn")
-    start, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=client, args=(server.base, tag, c, total // clients, start, out))
+    ready, start, out = ctx.Queue(), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=client, args=(server.base, tag, c, total // clients, ready, start, out))
              for c in range(clients)]
     for p in procs:
         p.start()
-    time.sleep(0.5)  # let the processes import and connect (they wait for `start`)
+    for _ in procs:  # every process has imported and connected (8 spawned processes take ~2 s here)
+        ready.get(timeout=120)
     cpu = server_cpu_seconds(server.proc.pid)
     split = ServerCPU(server.proc.pid)
     started = time.perf_counter()
