@@ -10,7 +10,7 @@ owner's search for words of the target (owner_words) or a paraphrased question
 (owner_paraphrase); a team member's search across its team's owners (team_words); the
 analyst's search across every owner (broad_words, broad_paraphrase: past 200,000 vectors the
 approximate index serves these). Then single-cell writes from one client and from 8
-concurrent clients, batch writes, bytes per cell on disk, the server's resident memory, and
+concurrent clients (bench/writes.py's: each client a process), batch writes, bytes per cell on disk, the server's resident memory, and
 after a restart the time from process start to the first answered search (then to the
 first broad one), and the reader-wide searches again once the restarted server is warm (the
 server that grew by writes beside one that opened the full store). The store defaults to a
@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
@@ -260,24 +259,16 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
             print(f"  {name}: {lat} hit@10 {hit}", file=sys.stderr, flush=True)
         result["health_after"] = http.get("/health").json()
 
-        # ---- single-cell writes: one client, then 8 concurrent clients
-        def write_many(count: int, tag: str) -> None:
-            with httpx.Client(base_url=server.base, timeout=60) as client:
-                for k in range(count):
-                    owner = owners[k % len(owners)]
-                    client.post("/memories", json=cell_body(owner, memory_text(random.Random(k)), f"{tag}-{k // 10}"),
-                                headers={"X-AMP-Agent-ID": owner}).raise_for_status()
+        # ---- single-cell writes: one client, then 8 concurrent clients, each client a process
+        # of its own and the clock started once all have connected (bench/writes.py: eight
+        # client threads in one process are held back by their own GIL)
+        from writes import single_writes  # (writes imports this module: imported here, not at the top)
 
-        t = time.perf_counter()
-        write_many(500, "single")
-        result["writes_per_s"] = round(500 / (time.perf_counter() - t), 1)
-        threads = [threading.Thread(target=write_many, args=(100, f"conc{c}")) for c in range(8)]
-        t = time.perf_counter()
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        result["writes_per_s_8_clients"] = round(800 / (time.perf_counter() - t), 1)
+        acked: dict[str, tuple[str, str]] = {}
+        result["single_writes"] = {"1_client": single_writes(server, 1, 500, "single", acked),
+                                   "8_clients": single_writes(server, 8, 800, "conc", acked)}
+        result["writes_per_s"] = result["single_writes"]["1_client"]["writes_per_s"]
+        result["writes_per_s_8_clients"] = result["single_writes"]["8_clients"]["writes_per_s"]
         result["rss_mb"] = server.rss_mb()
         http.close()
     finally:
