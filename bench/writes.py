@@ -9,7 +9,9 @@ its own agent and owner, in sessions of 10, like bench/scale.py), and `POST /mem
 in batches of 500 cells of one owner (how an import and bench/scale.py load). Prints a table
 (writes/s, p50/p95/p99 per request, and the server process's CPU time per write, the figure
 that does not depend on how busy the machine is, split into its event loop's and its other
-threads'; per cell for batches; and the client processes' CPU time per write) and checks that every acknowledged write
+threads'; per cell for batches; the client processes' CPU time per write; how busy the whole
+machine was over the phase; and the rate those CPU costs allow with every core busy, since
+here the clients share the cores with the server) and checks that every acknowledged write
 reads back with its text (`lost_writes` must be 0; the exit status is 1 otherwise).
 
 Each phase ends with one search, timed with it: its writes' keyword windows are all indexed
@@ -49,6 +51,13 @@ def server_cpu_seconds(pid: int) -> float:
     """User + system CPU time of the server process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine so far, every core (Linux /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
 
 
 def server_thread_cpu_seconds(pid: int) -> tuple[float, float]:
@@ -132,6 +141,7 @@ def single_writes(server: Server, clients: int, total: int, tag: str, acked: dic
         ready.get(timeout=120)
     cpu = server_cpu_seconds(server.proc.pid)
     split = ServerCPU(server.proc.pid)
+    machine = machine_cpu_jiffies()
     started = time.perf_counter()
     start.set()
     latencies: list[float] = []
@@ -147,12 +157,18 @@ def single_writes(server: Server, clients: int, total: int, tag: str, acked: dic
     searchable(server.base, f"{tag}-owner-0")
     elapsed = time.perf_counter() - started
     cpu = server_cpu_seconds(server.proc.pid) - cpu
+    busy, ticks = (now - then for now, then in zip(machine_cpu_jiffies(), machine))
     for p in procs:
         p.join()
+    n = max(1, len(latencies))
     return {"clients": clients, "writes": len(latencies), "errors": len(errors), "first_error": errors[:1],
             "writes_per_s": round(len(latencies) / elapsed, 1), **percentiles(latencies),
-            "server_cpu_ms_per_write": round(1000 * cpu / max(1, len(latencies)), 2), **split.per_write(len(latencies)),
-            "client_cpu_ms_per_write": round(1000 * client_cpu / max(1, len(latencies)), 2)}
+            "server_cpu_ms_per_write": round(1000 * cpu / n, 2), **split.per_write(len(latencies)),
+            "client_cpu_ms_per_write": round(1000 * client_cpu / n, 2),
+            # How busy every core was over the phase, and the rate these CPU costs would allow
+            # with every core busy on nothing else: the server and its clients share the cores.
+            "machine_busy": round(busy / max(1, ticks), 2),
+            "cpu_bound_writes_per_s": round((os.cpu_count() or 1) * n / max(1e-9, cpu + client_cpu), 1)}
 
 
 def batch_writes(server: Server, cells: int, acked: dict[str, tuple[str, str]]) -> dict:
@@ -232,17 +248,18 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}
     print(f"writes over HTTP: store {result['store']}, embedder {result['embedder']} {args.server_args}")
     print("| phase | clients | writes/s | p50 ms | p95 ms | p99 ms | server CPU ms/write | of which event loop / other threads "
-          "| client CPU ms/write |\n|---|---|---|---|---|---|---|---|---|")
+          "| client CPU ms/write | machine busy | CPU-bound writes/s |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for name in ("single_1_client", f"single_{args.clients}_clients"):
         p = result[name]
         print(f"| {name} | {p['clients']} | {p['writes_per_s']} | {p['p50_ms']} | {p['p95_ms']} | {p['p99_ms']} "
               f"| {p['server_cpu_ms_per_write']} | {p['server_cpu_event_loop_ms_per_write']} / "
-              f"{p['server_cpu_other_threads_ms_per_write']} | {p['client_cpu_ms_per_write']} |")
+              f"{p['server_cpu_other_threads_ms_per_write']} | {p['client_cpu_ms_per_write']} "
+              f"| {round(100 * p['machine_busy'])}% | {p['cpu_bound_writes_per_s']} |")
     if result["batch"]:
         b = result["batch"]
         print(f"| batch of 500 (cells/s; CPU per cell) | 1 | {b['cells_per_s']} | {b.get('p50_ms')} | {b.get('p95_ms')} "
               f"| {b.get('p99_ms')} | {b['server_cpu_ms_per_cell']} | {b['server_cpu_event_loop_ms_per_cell']} / "
-              f"{b['server_cpu_other_threads_ms_per_cell']} | |")
+              f"{b['server_cpu_other_threads_ms_per_cell']} | | | |")
     print(f"acked {result['acked_writes']}, lost {result['lost_writes']}; machine {result['machine']}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
