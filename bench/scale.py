@@ -296,7 +296,8 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < 3600:
                 index = http.get("/health").json().get("vector_index", {})
-                if index.get("state") == "ready" and index.get("approximate") != "building" \
+                # ("none" on PostgreSQL, whose vectors stay in the database: nothing to load)
+                if index.get("state") in ("ready", "none") and index.get("approximate") != "building" \
                         and index.get("keyword_warmup") != "warming":
                     break
                 time.sleep(1)
