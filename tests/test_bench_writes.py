@@ -1,0 +1,40 @@
+"""bench/writes.py runs end to end (a real `ampkit serve`, client processes, a SQLite file) and
+reports what it claims: every write counted and read back, each phase's clients, latencies and
+CPU, the machine's busy share and the CPU-bound rate beside each phase. Its numbers are
+not checked here (benchmarks keep their targets, docs/testing.md); that it measures is."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_the_write_benchmark_counts_every_write_and_reports_each_phase(tmp_path):
+    out = tmp_path / "writes.json"
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "writes.py"), "--single", "40", "--clients", "4",
+         "--batch-cells", "30", "--json", str(out)],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(out.read_text())
+    assert result["lost_writes"] == 0
+    # 50 warm-up writes, 40 from one client, 40 split over 4 clients, 30 in a batch
+    assert result["acked_writes"] == 50 + 40 + 40 + 30
+    for phase, clients in (("single_1_client", 1), ("single_4_clients", 4)):
+        p = result[phase]
+        assert (p["clients"], p["writes"], p["errors"]) == (clients, 40, 0)
+        assert p["writes_per_s"] > 0 and p["p50_ms"] <= p["p99_ms"]
+        assert 0 < p["machine_busy"] <= 1
+        assert p["server_cpu_ms_per_write"] > 0 and p["client_cpu_ms_per_write"] > 0
+        # both cores' worth of the measured CPU per write: never below what the phase achieved
+        # with part of the machine idle (the rate includes the phase's final search)
+        assert p["cpu_bound_writes_per_s"] >= p["writes_per_s"] * 0.9
+    assert "| single_4_clients | 4 |" in run.stdout
