@@ -261,6 +261,25 @@ def test_script_routing_queues_only_cjk_cells_and_backfills_only_them(store_url)
         service.store.close()
 
 
+def test_the_stale_scan_queues_every_stale_cell_across_its_batches(store_url):
+    """The start-up scan walks the store in batches (each bounded by its last id or rowid):
+    with batches of 2, five cells without a vector and two with the wanted model's give five
+    queued, once, whatever batch a cell falls in."""
+    store = store_from_url(store_url)
+    store.open()
+    try:
+        MemoryService(store=store, retriever=Retriever(embedder=None)).create_many(
+            "kim", [new(f"keyword only note {i}") for i in range(5)])
+        embedder = GatedEmbedder()
+        MemoryService(store=store, retriever=Retriever(embedder=embedder)).create_many(
+            "kim", [new("tea with oat milk"), new("we fly to Oslo in May")])
+        assert store.queue_stale_embeddings(embedder.name, batch_size=2) == 5
+        assert store.embedding_queue_depth() == 5
+        assert store.queue_stale_embeddings(embedder.name, batch_size=2) == 0
+    finally:
+        store.close()
+
+
 def test_the_stale_scan_takes_the_write_lock_only_to_queue(tmp_path):
     """A start's backfill finds stale cells by reads and writes only when a batch has some:
     holding the write lock batch after batch (~10 s at a million cells) kept other writers,

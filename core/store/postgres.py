@@ -600,15 +600,20 @@ class PostgresStore(SQLFileReads, SQLStore):
             wanted, params = sql.SQL("%s"), [model]
         else:
             wanted, params = sql.SQL("(CASE WHEN c.text ~ %s THEN %s ELSE %s END)"), [CJK_CLASS, cjk_model, model]
+        # Batch by batch of ids, each bounded by its last id in SQL: the ids never travel to
+        # Python and back (10,000 a batch as an array parameter cost ~2 s of CPU at a million
+        # cells, at every start).
         queued, after = 0, ""
         while True:
             with self._connection("write") as conn, conn.transaction():
-                ids = [r[0] for r in conn.execute("SELECT id FROM cells WHERE id > %s ORDER BY id LIMIT %s", (after, batch_size))]
-                if not ids:
+                last = conn.execute("SELECT MAX(id) FROM (SELECT id FROM cells WHERE id > %s ORDER BY id LIMIT %s) b",
+                                    (after, batch_size)).fetchone()[0]
+                if last is None:
                     return queued
                 queued += conn.execute(sql.SQL(
                     "INSERT INTO embed_queue (cell_id) SELECT c.id FROM cells c LEFT JOIN cell_vectors v ON v.cell_id = c.id "
-                    "WHERE c.id = ANY(%s) AND v.model IS DISTINCT FROM {wanted} ORDER BY c.seq ON CONFLICT (cell_id) DO NOTHING"
-                ).format(wanted=wanted), (ids, *params)).rowcount
-                after = ids[-1]
+                    "WHERE c.id > %s AND c.id <= %s AND v.model IS DISTINCT FROM {wanted} ORDER BY c.seq "
+                    "ON CONFLICT (cell_id) DO NOTHING"
+                ).format(wanted=wanted), (after, last, *params)).rowcount
+                after = last
 
