@@ -606,8 +606,9 @@ class PostgresStore(SQLFileReads, SQLStore):
         queued, after = 0, ""
         while True:
             with self._connection("write") as conn, conn.transaction():
-                last = conn.execute("SELECT MAX(id) FROM (SELECT id FROM cells WHERE id > %s ORDER BY id LIMIT %s) b",
-                                    (after, batch_size)).fetchone()[0]
+                row = conn.execute("SELECT MAX(id) FROM (SELECT id FROM cells WHERE id > %s ORDER BY id LIMIT %s) b",
+                                   (after, batch_size)).fetchone()
+                last = row[0] if row is not None else None  # (an aggregate: always one row)
                 if last is None:
                     return queued
                 queued += conn.execute(sql.SQL(
