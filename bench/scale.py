@@ -10,11 +10,12 @@ owner's search for words of the target (owner_words) or a paraphrased question
 (owner_paraphrase); a team member's search across its team's owners (team_words); the
 analyst's search across every owner (broad_words, broad_paraphrase: past 200,000 vectors the
 approximate index serves these). Then single-cell writes from one client and from 8
-concurrent clients (bench/writes.py's: each client a process), batch writes, bytes per cell on disk, the server's resident memory, and
-after a restart the time from process start to the first answered search (then to the
-first broad one), and the reader-wide searches again once the restarted server is warm (the
-server that grew by writes beside one that opened the full store). The store defaults to a
-temporary SQLite file; `--store postgresql://...` measures PostgreSQL.
+concurrent clients (bench/writes.py's: each client a process), batch writes, bytes per cell
+on disk, the server's resident memory, and after a restart the time from process start to
+the first answered search (then to the first broad one), and the reader-wide searches again
+once the restarted server is warm (the server that grew by writes beside one that opened the
+full store). The store defaults to a temporary SQLite file; `--store postgresql://...`
+measures PostgreSQL.
 """
 
 from __future__ import annotations
