@@ -391,3 +391,13 @@ def test_opening_an_open_store_changes_nothing(store, service):
     assert (getattr(store, "_pool", None), getattr(store, "_writer", None)) == held
     assert service.get("agent_a", cell.id).content.text == "the user likes tea"
     assert make(service, text="still writable").content.text == "still writable"
+
+
+def test_a_batch_with_two_spellings_of_a_stored_memory_finds_it_for_both(service, store):
+    """Two texts of one batch with the same digest: both are compared with the stored cell
+    (each is a use of it, neither is stored again)."""
+    first = make(service, text="Runs on Sundays")
+    reqs = [CellCreate.model_validate({"content": {"text": t}, "identity": {"owner_id": "user_1"}})
+            for t in ("Runs on Sundays", "runs on sundays.")]
+    assert [(c.id, kind) for c, kind in service.create_many_detailed("agent_a", reqs)] == [(first.id, "exact")] * 2
+    assert store.count(everything()) == 1

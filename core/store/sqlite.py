@@ -1568,16 +1568,20 @@ class SQLiteStore(SQLFileReads, SQLStore):
 
     def texts_with_candidates(self, texts: Sequence[str], flt: CellFilter) -> Optional[set[str]]:
         """The digests of `texts` in one query (a page of 500 at a time), instead of one probe
-        per text: most new memories have no duplicate, and then nothing more is asked."""
+        per text: most new memories have no duplicate, and then nothing more is asked. Texts
+        that share a digest (two spellings of one memory in a batch) are all found."""
         where, params = self._same_text_where(flt)
-        keys = {text_key(t): t for t in texts}
+        keys: dict[str, builtins.list[str]] = {}
+        for text in texts:
+            keys.setdefault(text_key(text), []).append(text)
         found: set[str] = set()
         digests = builtins.list(keys)
         for i in range(0, len(digests), 500):
             chunk = digests[i : i + 500]
             rows = self._query(f"SELECT DISTINCT c.text_key FROM cells c WHERE c.text_key IN "
                                f"({','.join('?' * len(chunk))}) AND {where}", [*chunk, *params])
-            found.update(keys[key] for (key,) in rows)
+            for (key,) in rows:
+                found.update(keys[key])
         return found
 
     def _catch_up_vectors(self) -> None:
