@@ -5,9 +5,9 @@ writer uses, so a "duplicate" answer never reveals a cell the writer could not s
 same owner and type, active or stale, not superseded, not expired:
 
 - exact: the same normalised text (Unicode NFKC, case-folded, whitespace collapsed,
-  trailing punctuation dropped). Candidates: the store's `same_text_candidates` (SQLite: an
-  indexed digest of the normalised text, one lookup; other stores: the keyword leg's top 25
-  for the text's first 64 words).
+  trailing punctuation dropped). Candidates: the store's `same_text_candidates` (SQLite and
+  PostgreSQL: an indexed digest of the normalised text, one lookup; a store without one: the
+  keyword leg's top 25 for the text's first 64 words).
 - near: similarity >= the threshold (default 0.90): the cosine of the embedder's vectors
   when one is configured (the dense leg's raw score), otherwise the Jaccard overlap of the
   normalised word sets. Candidates come from both legs of the hybrid retriever.
@@ -34,7 +34,7 @@ from .retrieval import Retriever
 from .textindex import normalise_text
 from .store.base import CellFilter, Store, StoredVector
 
-EXACT_POOL = 25  # keyword candidates searched for an exact duplicate
+EXACT_POOL = 25  # candidates compared for an exact duplicate
 NEAR_POOL = 10  # candidates per leg searched for a near duplicate
 QUERY_WORDS = 64  # a long text is looked up by its first words
 DEFAULT_THRESHOLD = 0.90

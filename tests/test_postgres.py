@@ -182,6 +182,46 @@ def test_servers_starting_together_apply_each_migration_once(pg_url):
             s.close()
 
 
+def test_migration_11_digests_existing_texts_so_dedup_finds_them(pg_url, monkeypatch):
+    """As SQLite's migration 9 (test_dedup_playbooks): a database written before the
+    normalised-text digest existed gets it filled in (in batches, here of 2 rows: the last one
+    short), so a restated memory written before the upgrade is still recognised, in any case
+    and spacing, and the lookup is the index's."""
+    from functools import partial
+
+    from ampkit.bootstrap import build_service, load_settings
+    from ampkit.store._pg_schema import MIGRATION_STEPS, digest_texts
+    from ampkit.textindex import text_key
+
+    service = build_service(load_settings(store=pg_url, embedder="none"))
+    service.store.open()
+    first = service.create("dd-old", CellCreate.model_validate(
+        {"content": {"text": "Prefers  window seats."}, "identity": {"owner_id": "dd-old"}}))
+    for i in range(4):
+        service.create("dd-old", CellCreate.model_validate({"content": {"text": f"note {i}"}, "identity": {"owner_id": "dd-old"}}))
+    service.store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to a version-10 database: no digest column
+        conn.execute("ALTER TABLE cells DROP COLUMN text_key")  # (its index goes with it)
+        conn.execute("DELETE FROM schema_migrations WHERE version = 11")
+    monkeypatch.setitem(MIGRATION_STEPS, 11, partial(digest_texts, batch_size=2))
+    service = build_service(load_settings(store=pg_url, embedder="none"))
+    service.store.open()
+    try:
+        assert service.store.schema_version() == 11
+        rows = service.store._query("SELECT text, text_key FROM cells")
+        assert len(rows) == 5 and all(key == text_key(text) for text, key in rows)
+        again, kind = service.create_many_detailed(
+            "dd-old", [CellCreate.model_validate({"content": {"text": "prefers window SEATS"}, "identity": {"owner_id": "dd-old"}})])[0]
+        assert (again.id, kind) == (first.id, "exact")
+        with service.store._connection() as conn, conn.transaction():
+            conn.execute("SET LOCAL enable_seqscan = off")  # (5 rows: the planner would scan them)
+            plan = "\n".join(r[0] for r in conn.execute(
+                "EXPLAIN SELECT id FROM cells WHERE owner_id = 'dd-old' AND text_key = %s", (text_key("note 1"),)))
+        assert "cells_text_key" in plan
+    finally:
+        service.store.close()
+
+
 def test_lifecycle_lock_is_held_across_stores(pg_url):
     a, b = PostgresStore(pg_url), PostgresStore(pg_url)
     a.open()

@@ -393,6 +393,63 @@ def test_opening_an_open_store_changes_nothing(store, service):
     assert make(service, text="still writable").content.text == "still writable"
 
 
+# ------------------------------------------------------------------ dedup's exact-duplicate lookups
+def test_same_text_lookups_find_the_normalised_text_among_the_admitted_cells(service, store):
+    """`same_text_candidates` and `texts_with_candidates` (dedup on write, ampkit.dedup) find a
+    cell by its normalised text (case, spacing, trailing punctuation do not count), and only
+    among the cells the filter admits: the same cells `list` gives for it."""
+    from ampkit.dedup import comparison_filter
+
+    mine = make(service, text="Prefers  the Window seat.")
+    flt = comparison_filter("agent_a", "user_1", "semantic", utcnow())
+    spellings = ["prefers the window seat", "PREFERS THE WINDOW SEAT!", " prefers\tthe window  seat ?"]
+    for spelling in spellings:
+        assert store.same_text_candidates(spelling, flt, 25) == [mine.id], spelling
+    assert store.same_text_candidates("prefers the window seats", flt, 25) == []  # other words: nothing
+    assert store.texts_with_candidates([*spellings, "prefers the aisle seat"], flt) == set(spellings)
+    # Cells of that text the filter does not admit: unreadable by agent_a, another owner, another
+    # type, archived, superseded, expired. All are there (a filter that admits them finds them).
+    hidden = {
+        make(service, agent="agent_b", text="Lives at 12 Hidden Lane").id,
+        make(service, text="Lives at 12 hidden lane", owner="user_2").id,
+        make(service, text="lives at 12 Hidden Lane", type="procedural").id,
+    }
+    for change in ({"lifecycle": {"status": "archived"}}, {"supersede": True},
+                   {"lifecycle": {"expires_at": (utcnow() + timedelta(seconds=1)).isoformat()}}):
+        other = make(service, text="Lives at 12 Hidden Lane.")  # (the previous one is no longer a duplicate)
+        if "supersede" in change:
+            make(service, text="Moved to 3 Open Road", supersedes=other.id)
+        else:
+            service.update("agent_a", other.id, CellPatch.model_validate(change))
+        hidden.add(other.id)
+    flt = replace(flt, not_expired_at=utcnow() + timedelta(seconds=2))
+    assert {c.id for c in store.list(flt, 100)} & hidden == set()
+    assert store.same_text_candidates("Lives at 12 Hidden Lane", flt, 25) == []
+    assert store.texts_with_candidates(["Lives at 12 Hidden Lane"], flt) == set()
+    assert set(store.same_text_candidates("Lives at 12 Hidden Lane", everything(), 25)) == hidden
+    assert store.texts_with_candidates(["Lives at 12 Hidden Lane"], everything()) == {"Lives at 12 Hidden Lane"}
+    assert len(store.same_text_candidates("Lives at 12 Hidden Lane", everything(), 2)) == 2  # k
+
+
+def test_same_text_lookups_follow_every_write_of_a_text(service, store):
+    """The digest is written with the text by every write: a create, a batch, a text update
+    (the old text is no longer found), a supersede; and a batch asks for many texts at once
+    (more than one page of digests)."""
+    flt = everything(owner_id="user_1")
+    cell = make(service, text="the cat sat on the mat")
+    service.update("agent_a", cell.id, CellPatch.model_validate({"content": {"text": "A dog in the fog."}}))
+    assert store.same_text_candidates("the cat sat on the mat", flt, 25) == []
+    assert store.same_text_candidates("a dog in the fog", flt, 25) == [cell.id]
+    newer = make(service, text="A frog on a log", supersedes=cell.id)
+    assert store.same_text_candidates("a frog on a log", flt, 25) == [newer.id]
+    texts = [f"batch fact {i}" for i in range(1200)]
+    batch = [c for part in (texts[0:600:2], texts[600::2]) for c in service.create_many("agent_a", [
+        CellCreate.model_validate({"content": {"text": t}, "identity": {"owner_id": "user_1"}}) for t in part])]
+    assert store.same_text_candidates("Batch fact 600", flt, 25) == [batch[300].id]
+    asked = [t.upper() for t in texts] + ["a dog in the fog", "a frog on a log"]
+    assert store.texts_with_candidates(asked, flt) == {*(t.upper() for t in texts[::2]), "a dog in the fog", "a frog on a log"}
+
+
 def test_a_batch_with_two_spellings_of_a_stored_memory_finds_it_for_both(service, store):
     """Two texts of one batch with the same digest: both are compared with the stored cell
     (each is a use of it, neither is stored again)."""

@@ -16,7 +16,7 @@ import psycopg
 from psycopg.types.json import Json
 
 from ..glob import upgrade_stored
-from ..textindex import index_text
+from ..textindex import index_text, text_key
 from ._files import FILES_SCHEMA
 from .base import CONTEXT_RADIUS, window_class
 from .sql.dialects import POSTGRES
@@ -195,6 +195,17 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             EXECUTE FUNCTION ampkit_search_changed();
         """,
     ),
+    (
+        11,
+        "normalised-text digest for exact dedup",
+        # As SQLite's migration 9: dedup on write looks an exact duplicate up by this digest
+        # (ampkit.textindex.text_key) in one index probe, instead of a keyword query on the
+        # text and a read of its hits. The digest is Python's, so `digest_texts` fills it in
+        # and then builds the index.
+        """
+        ALTER TABLE cells ADD COLUMN text_key TEXT;
+        """,
+    ),
 ]
 
 
@@ -293,5 +304,22 @@ def rewrite_hangul_windows(conn: psycopg.Connection) -> None:
         refresh_windows(conn, {*chunk, *(r[0] for r in neighbours)})
 
 
+def digest_texts(conn: psycopg.Connection, batch_size: int = 1000) -> None:
+    """Migration 11: every cell's `text_key`, then the index on it. The index comes last
+    (here, not in the migration's SQL, which runs before this step): built once over the filled
+    column instead of receiving an entry from every row's UPDATE, which also lets those
+    updates stay HOT (no new entry in the table's other indexes either)."""
+    after = ""
+    while True:
+        rows = conn.execute("SELECT id, text FROM cells WHERE id > %s ORDER BY id LIMIT %s", (after, batch_size)).fetchall()
+        if not rows:
+            break
+        with conn.cursor() as cur:
+            cur.executemany("UPDATE cells SET text_key = %s WHERE id = %s", [(text_key(text), cid) for cid, text in rows])
+        after = rows[-1][0]
+    conn.execute("CREATE INDEX cells_text_key ON cells (owner_id, text_key)")
+
+
 # Python steps that run inside a migration's transaction, after its SQL.
-MIGRATION_STEPS = {3: rebuild_keyword_index, 6: rebuild_access_and_windows, 8: rewrite_hangul_windows}
+MIGRATION_STEPS = {3: rebuild_keyword_index, 6: rebuild_access_and_windows, 8: rewrite_hangul_windows,
+                   11: digest_texts}

@@ -6,8 +6,9 @@ Several stateless `ampkit serve` processes can share one database. Layout (see M
 - `cells`: the indexed columns, the text, the rest of the cell as JSON (`body`, key order kept
   as written, like SQLite), `metadata` again as JSONB for equality filters, and the cell's
   `readable_by` patterns as anchored regular expressions compiled by `ampkit.glob`
-  (`reader_patterns`, matched with `~`)
-  so the access filter runs inside every query. A read bumps `access_count`, so cells rows are
+  (`reader_patterns`, matched with `~`) so the access filter runs inside every query, and
+  `text_key`, a digest of the normalised text indexed with the owner, for dedup's
+  exact-duplicate lookups (`SQLStore`). A read bumps `access_count`, so cells rows are
   rewritten often; the search structures therefore live in side tables that change only when
   the text or the vector does:
 - `cell_search`: the keyword leg, a `tsvector` per cell with a GIN index, ranked by Okapi
@@ -57,7 +58,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import Unavailable, ValidationFailed
 from ..models import MemoryCell
-from ..textindex import CJK_CLASS, query_terms
+from ..textindex import CJK_CLASS, query_terms, text_key
 from ._pg_keyword import PRUNE, WideKeywordIndex
 from ._pg_url import redact, split_url
 from ._pg_schema import (
@@ -151,6 +152,7 @@ def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
         "reader_patterns": sorted({POSTGRES.reader_pattern(p) for p in cell.access_policy.readable_by}),
         "metadata": Jsonb(body["content"].get("metadata") or {}),
         "body": Json(body),
+        "text_key": text_key(columns["text"]),  # dedup's exact-duplicate probe (migration 11)
     }
 
 

@@ -731,7 +731,6 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._readers_lock = threading.Lock()
         self._lifecycle_lock = threading.Lock()
         self._tempdir: Optional[tempfile.TemporaryDirectory] = None
-        self._same_text_filter: Optional[tuple[CellFilter, str, builtins.list[Any]]] = None
         # The keyword and vector legs' caches, shared by every thread (one reader connection
         # each), valid for one database version (`_data_version`).
         self._version_conn: Optional[sqlite3.Connection] = None
@@ -1548,41 +1547,6 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 admitted = AdmittedSet(rowids, lengths, int(lengths.sum()))
                 hit = snapshot.entries[key] = [at or 0.0, admitted.n, admitted.total, admitted]
             return hit
-
-    def _same_text_where(self, flt: CellFilter) -> tuple[str, builtins.list[Any]]:
-        # A batch checks each of its cells under one filter: compiled once (the last one is kept).
-        last = self._same_text_filter
-        if last is not None and last[0] == flt:
-            return last[1], last[2]
-        where, params = filter_sql(flt)
-        self._same_text_filter = (flt, where, params)
-        return where, params
-
-    def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
-        """Cells whose normalised text has the same digest (`text_key`, indexed with the
-        owner): one index probe, whatever the size of the store."""
-        where, params = self._same_text_where(flt)
-        rows = self._query(f"SELECT c.id FROM cells c WHERE c.text_key = ? AND {where} LIMIT ?",
-                           [text_key(text), *params, k])
-        return [cid for (cid,) in rows]
-
-    def texts_with_candidates(self, texts: Sequence[str], flt: CellFilter) -> Optional[set[str]]:
-        """The digests of `texts` in one query (a page of 500 at a time), instead of one probe
-        per text: most new memories have no duplicate, and then nothing more is asked. Texts
-        that share a digest (two spellings of one memory in a batch) are all found."""
-        where, params = self._same_text_where(flt)
-        keys: dict[str, builtins.list[str]] = {}
-        for text in texts:
-            keys.setdefault(text_key(text), []).append(text)
-        found: set[str] = set()
-        digests = builtins.list(keys)
-        for i in range(0, len(digests), 500):
-            chunk = digests[i : i + 500]
-            rows = self._query(f"SELECT DISTINCT c.text_key FROM cells c WHERE c.text_key IN "
-                               f"({','.join('?' * len(chunk))}) AND {where}", [*chunk, *params])
-            for (key,) in rows:
-                found.update(keys[key])
-        return found
 
     def _catch_up_vectors(self) -> None:
         """Load vectors written since the last call (by this process or any other)."""

@@ -1,6 +1,7 @@
 """What both SQL stores do the same way, written once: reading cells (get, list, count),
-history, the migration bookkeeping (applied versions, the pending check, the apply loop), and
-the write transaction's shared steps (locked reads, the key holder, history, purge).
+history, dedup's exact-duplicate lookups (by the `text_key` digest), the migration bookkeeping
+(applied versions, the pending check, the apply loop), and the write transaction's shared
+steps (locked reads, the key holder, history, purge).
 
 A backend supplies connections (`_query`, `_write_transaction`, `_migration_connection`,
 `_applied_versions`), its dialect, its migrations, and the two legs that really differ: the
@@ -16,6 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional, Sequence
 
 from ...models import HistoryEntry, MemoryCell
+from ...textindex import text_key
 from .._keys import SQLKeyStore
 from ..base import ApiKeyStore, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, WriteTx
 from .compiler import compile_filter
@@ -247,6 +249,46 @@ class SQLStore(Store):
             [*value_params, *params, *([] if after is None else [after]), limit],
         )
         return [(v, int(n)) for v, n in rows]
+
+    # ------------------------------------------------------------ exact duplicates (ampkit.dedup)
+    # Both stores keep `text_key`, a digest of the normalised text (ampkit.textindex.text_key),
+    # indexed with the owner (SQLite's migration 9, PostgreSQL's 11).
+    _same_text_filter: Optional[tuple[CellFilter, str, builtins.list[Any]]] = None
+
+    def _same_text_where(self, flt: CellFilter) -> tuple[str, builtins.list[Any]]:
+        # A batch checks each of its cells under one filter: compiled once (the last one is kept).
+        last = self._same_text_filter
+        if last is not None and last[0] == flt:
+            return last[1], last[2]
+        where, params = self._where(flt)
+        self._same_text_filter = (flt, where, params)
+        return where, params
+
+    def same_text_candidates(self, text: str, flt: CellFilter, k: int) -> builtins.list[str]:
+        """Cells whose normalised text has the same digest: one index probe, whatever the size
+        of the store."""
+        where, params = self._same_text_where(flt)
+        p = self.dialect.param
+        rows = self._query(f"SELECT c.id FROM cells c WHERE c.text_key = {p} AND {where} LIMIT {p}",
+                           [text_key(text), *params, k])
+        return [cid for (cid,) in rows]
+
+    def texts_with_candidates(self, texts: Sequence[str], flt: CellFilter) -> Optional[set[str]]:
+        """The digests of `texts` in one query (a page of 500 at a time), instead of one probe
+        per text: most new memories have no duplicate, and then nothing more is asked. Texts
+        that share a digest (two spellings of one memory in a batch) are all found."""
+        where, params = self._same_text_where(flt)
+        keys: dict[str, builtins.list[str]] = {}
+        for text in texts:
+            keys.setdefault(text_key(text), []).append(text)
+        found: set[str] = set()
+        digests = builtins.list(keys)
+        for i in range(0, len(digests), 500):
+            among, among_params = self.dialect.one_of("c.text_key", digests[i : i + 500])
+            rows = self._query(f"SELECT DISTINCT c.text_key FROM cells c WHERE {among} AND {where}", [*among_params, *params])
+            for (key,) in rows:
+                found.update(keys[key])
+        return found
 
     def history(self, cell_id: str) -> HistoryPage:
         rows = self._query("SELECT seq, cell_id, at, actor, action, changes FROM history "
