@@ -12,9 +12,10 @@ analyst's search across every owner (broad_words, broad_paraphrase: past 200,000
 approximate index serves these). Then single-cell writes from one client and from 8
 concurrent clients (bench/writes.py's: each client a process), batch writes, bytes per cell
 on disk, the server's resident memory, and after a restart the time from process start to
-the first answered search (then to the first broad one), and the reader-wide searches again
-once the restarted server is warm (the server that grew by writes beside one that opened the
-full store). The store defaults to a temporary SQLite file; `--store postgresql://...`
+the first answered search (then to the first broad one), every acknowledged single write read
+back by the restarted server (`lost_writes` must be 0; the exit status is 1 otherwise), and
+the reader-wide searches again once the restarted server is warm (the server that grew by
+writes beside one that opened the full store). The store defaults to a temporary SQLite file; `--store postgresql://...`
 measures PostgreSQL.
 """
 
@@ -263,7 +264,7 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
         # ---- single-cell writes: one client, then 8 concurrent clients, each client a process
         # of its own and the clock started once all have connected (bench/writes.py: eight
         # client threads in one process are held back by their own GIL)
-        from writes import single_writes  # (writes imports this module: imported here, not at the top)
+        from writes import lost_writes, single_writes  # (writes imports this module: imported here, not at the top)
 
         acked: dict[str, tuple[str, str]] = {}
         result["single_writes"] = {"1_client": single_writes(server, 1, 500, "single", acked),
@@ -291,6 +292,8 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
                 "then_first_broad_search": first["broad_words"],
             }
             result["health_after_restart"] = http.get("/health").json()
+            # Every single write the first server acknowledged, read back by the restarted one.
+            result["acked_writes"], result["lost_writes"] = len(acked), lost_writes(restarted.base, acked)
             # The reader-wide searches again once this restarted server has loaded its graph
             # and read its common words ahead (open() does that past 100,000 cells): beside
             # the grown server's figures above, on the same file and machine minutes apart.
@@ -354,7 +357,7 @@ def print_table(res: dict) -> None:
     p = res["search_inproc_ms"]
     print(f"| owner_words in process | - | {p['p50']} | {p['p95']} | {p['p99']} | - |")
     print("\n| measure | value |\n|---|---|")
-    for key in ("writes_per_s", "writes_per_s_8_clients", "batch_writes_per_s", "batch_server_cpu_ms_per_cell",
+    for key in ("writes_per_s", "writes_per_s_8_clients", "acked_writes", "lost_writes", "batch_writes_per_s", "batch_server_cpu_ms_per_cell",
                 "loadavg_after_load", "ann_ready_after_load_s", "keyword_warmup_after_load_s", "bytes_per_cell", "rss_mb"):
         print(f"| {key} | {res.get(key)} |")
     for key, value in res["first_search_after_restart_s"].items():
@@ -379,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
-    return 0
+    return 1 if result["lost_writes"] else 0
 
 
 if __name__ == "__main__":
