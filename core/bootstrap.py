@@ -74,9 +74,12 @@ def retriever_from_settings(settings: Settings, *, background: bool = False) -> 
 
 
 def store_from_settings(settings: Settings) -> Store:
-    """The store (built, not opened) at `settings.store_url()`, with the SQLite options."""
+    """The store (built, not opened) at `settings.store_url()`, with the SQLite options and the
+    approximate-search switch."""
     url = settings.store_url()
-    options = {"synchronous": settings.sqlite_synchronous} if url.startswith("sqlite") else {}
+    options: dict[str, Any] = {"synchronous": settings.sqlite_synchronous} if url.startswith(("sqlite", "memory")) else {}
+    if not settings.approximate_search:
+        options.update({"ann_threshold": None} if url.startswith(("sqlite", "memory")) else {"approximate": False})
     return store_from_url(url, **options)
 
 

@@ -116,7 +116,13 @@ class Settings(ClientDefaults):
     consolidation_interval_seconds: float = Field(default=600.0, ge=0, description="0 = off; off anyway without a model")
     consolidation_quiet_seconds: float = Field(default=1800.0, ge=0, description="a session is quiet after this")
 
-    # SQLite
+    # stores
+    approximate_search: bool = Field(
+        default=True, description="let the dense leg of wide searches walk an approximate vector index (HNSW: SQLite past "
+                                  "200,000 vectors with the ann extra, PostgreSQL always); its graph holds every cell's "
+                                  "vector, so which readable cells a wide search returns can depend on cells the caller "
+                                  "cannot read. Off: every dense ranking is exact over the caller's cells (slower past "
+                                  "~100,000 of them); docs/security.md")
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
 
     def store_url(self) -> str:

@@ -592,9 +592,10 @@ class VectorIndexHealth(Closed):
         default="none", description="loading: the in-memory vector index is filling after a start; until ready the dense "
                                     "leg ranks a small filtered set from the stored rows and is skipped for wide ones")
     vectors: int = Field(default=0, ge=0, description="vectors in memory (all models)")
-    approximate: Literal["none", "building", "ready", "unavailable"] = Field(
+    approximate: Literal["none", "building", "ready", "unavailable", "off"] = Field(
         default="none", description="the HNSW graph for wide searches: building (the exact scan answers meanwhile), "
-                                    "ready (built, or loaded from where the store saved it), unavailable (no hnswlib)")
+                                    "ready (built, or loaded from where the store saved it), unavailable (no hnswlib), "
+                                    "off (approximate_search off: every dense ranking is exact)")
     keyword_warmup: Literal["none", "warming", "ready"] = Field(
         default="none", description="warming: a large store loads its access snapshot and the common words' term rows "
                                     "in the background (after a start, or once it has grown past the size or its term "

@@ -27,9 +27,9 @@ MAX_ANN_FETCH = 5_000  # neighbours one approximate query may ask the graph for
 
 
 class VectorIndex:
-    def __init__(self, dim: int, ann_threshold: int = DEFAULT_ANN_THRESHOLD):
+    def __init__(self, dim: int, ann_threshold: Optional[int] = DEFAULT_ANN_THRESHOLD):
         self.dim = dim
-        self.ann_threshold = ann_threshold
+        self.ann_threshold = ann_threshold  # None: exact search only, at any size
         self._matrix = np.zeros((1024, dim), dtype=np.float32)
         self._rowids = np.zeros(1024, dtype=np.int64)  # slot -> rowid
         self._slot_of = np.full(1024, -1, dtype=np.int64)  # rowid -> slot (rowids are dense ints)
@@ -106,7 +106,7 @@ class VectorIndex:
 
     # ------------------------------------------------------------ approximate index
     def wants_ann(self) -> bool:
-        return self.ann_state == "none" and self._count >= self.ann_threshold
+        return self.ann_state == "none" and self.ann_threshold is not None and self._count >= self.ann_threshold
 
     def build_ann(self, saved: Optional[str] = None) -> None:
         """Build the HNSW graph (or load the one saved at `saved`, then add what changed since:

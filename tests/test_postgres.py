@@ -109,6 +109,40 @@ def test_dense_leg_filters_inside_the_hnsw_scan(pg_store):
     assert "cell_vectors_hnsw_" in plan
 
 
+def test_approximate_search_off_ranks_exactly_without_the_graph(pg_url):
+    """`approximate_search` off (the setting, or `approximate=off` in the URL): the dense leg
+    orders by an expression no index has, so it never walks the HNSW graph (which holds the
+    vectors of cells the caller cannot read), and /health says so."""
+    from ampkit.bootstrap import store_from_settings
+    from ampkit.config import Settings
+
+    assert split_url(pg_url + ("&" if "?" in pg_url else "?") + "approximate=off")[1]["approximate"] is False
+    store = store_from_settings(Settings(store=pg_url, approximate_search=False))
+    assert isinstance(store, PostgresStore) and store.approximate is False
+    store.open()
+    try:
+        service = MemoryService(store=store)
+        rng = np.random.default_rng(11)
+        query, vectors = unit(rng, 16), {}
+        with store.write() as tx:
+            for i in range(200):
+                owner = "agent_x" if i % 4 == 0 else "agent_y"
+                vec = query + (0.4 if owner == "agent_y" else 1.5) * unit(rng, 16)
+                vec = (vec / np.linalg.norm(vec)).astype(np.float32)
+                cell = service._build(CellCreate.model_validate(
+                    {"content": {"text": f"fact {i}"}, "identity": {"owner_id": owner}}), owner, service.clock())
+                tx.insert(cell, StoredVector("fake-16", vec))
+                vectors[cell.id] = (owner, vec)
+        for reader in ("agent_x", "agent_y"):
+            readable = [cid for cid, (owner, _) in vectors.items() if owner == reader]
+            expected = sorted(readable, key=lambda cid: -float(vectors[cid][1] @ query))[:10]
+            hits = store.vector_candidates(query, "fake-16", CellFilter(reader=reader), 10)
+            assert [h.cell_id for h in hits] == expected
+        assert store.vector_index_state()["approximate"] == "off"
+    finally:
+        store.close()
+
+
 def test_search_through_the_service_uses_both_legs(pg_store):
     class Letters:
         """A fake embedder: letter counts, so 'tea' is near 'teas' and far from 'rock'."""

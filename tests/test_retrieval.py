@@ -776,6 +776,43 @@ def test_a_warm_up_of_an_earlier_open_neither_readies_nor_builds(tmp_path):
         store.close()
 
 
+def test_approximate_search_off_keeps_every_dense_ranking_exact(tmp_path):
+    """`approximate_search` off (docs/security.md): the store never builds the graph, however
+    many vectors it holds, says so in /health, and a wide search ranks exactly. On, the same
+    store past its threshold builds one."""
+    pytest.importorskip("hnswlib")
+    from starlette.testclient import TestClient
+
+    from ampkit.bootstrap import store_from_settings
+    from ampkit.config import Settings
+    from ampkit.server.app import create_app
+
+    stores = {}
+    for approximate in (True, False):
+        store = store_from_settings(Settings(store=f"sqlite:///{tmp_path}/{approximate}.db", approximate_search=approximate))
+        assert isinstance(store, SQLiteStore)
+        if store.ann_threshold is not None:
+            store.ann_threshold = 50  # past the default's 200,000 in a test's size
+        store.open()
+        _random_unit_vectors(store, "rand8", [f"vector cell {i}" for i in range(120)])
+        stores[approximate] = store
+    query = np.ones(8, dtype=np.float32) / np.sqrt(8)
+    for approximate, store in stores.items():
+        store.wait_for_vector_index()
+        store.vector_candidates(query, "rand8", CellFilter(), 10)  # past the threshold: the graph if allowed
+        store.wait_for_vector_index()
+        assert store._vectors["rand8"].uses_ann is approximate
+        assert store.vector_index_state()["approximate"] == ("ready" if approximate else "off")
+    exact = _exact(stores[False], query, "rand8", CellFilter(), 10)
+    assert [c.cell_id for c in stores[False].vector_candidates(query, "rand8", CellFilter(), 10)] == exact
+    for store in stores.values():
+        store.close()
+    settings = Settings(store=f"sqlite:///{tmp_path}/False.db", approximate_search=False, embedder="none",
+                        lifecycle_interval_seconds=0)
+    with TestClient(create_app(settings), base_url="http://testserver/amp/v1") as client:
+        assert client.get("/health").json()["vector_index"]["approximate"] == "off"
+
+
 def test_ranker_puts_a_first_person_statement_above_a_question_the_first_pass_prefers(store):
     """The learned ranker (core/ranker.py) reads what the first pass does not: of two turns
     that match alike, the first pass puts the question first, the ranker the first-person

@@ -19,6 +19,7 @@ POOL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "keyword_ranker": str,
     "keyword_cache_mb": int,  # the wide keyword leg's arrays; 0: rank every keyword search in SQL
     "prepare_threshold": _threshold,  # psycopg's auto-prepare; "none" behind an old pgbouncer
+    "approximate": lambda v: v.lower() not in ("off", "false", "0", "no"),  # the HNSW graph for the dense leg
 }
 
 

@@ -276,13 +276,16 @@ class PostgresStore(SQLFileReads, SQLStore):
 
     def __init__(self, url: str, *, pool_min: int = 1, pool_max: int = 10, pool_timeout: float = 5.0,
                  ef_search: int = 100, keyword_ranker: str = "bm25", prepare_threshold: Optional[int] = 5,
-                 keyword_cache_mb: int = 512, keyword_warm_inline: bool = False):
+                 keyword_cache_mb: int = 512, keyword_warm_inline: bool = False, approximate: bool = True):
         self.conninfo, from_url = split_url(url)
         self.display_url = redact(self.conninfo)
         self.pool_min = from_url.get("pool_min", pool_min)
         self.pool_max = from_url.get("pool_max", pool_max)
         self.pool_timeout = from_url.get("pool_timeout", pool_timeout)
         self.ef_search = from_url.get("ef_search", ef_search)
+        # False: the dense leg never walks the HNSW graph, which holds every cell's vector
+        # (`approximate_search` off: docs/security.md, "Approximate search").
+        self.approximate = from_url.get("approximate", approximate)
         self.prepare_threshold = from_url.get("prepare_threshold", prepare_threshold)
         self.keyword_ranker = from_url.get("keyword_ranker", keyword_ranker)
         if self.keyword_ranker not in KEYWORD_RANKERS:
@@ -507,6 +510,9 @@ class PostgresStore(SQLFileReads, SQLStore):
     def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         with self._connection() as conn:
             with conn.transaction():
+                if not self.approximate:
+                    rows = conn.execute(*self.vector_query(vector, model, flt, k, exact=True)).fetchall()
+                    return [Candidate(cid, 1.0 - float(distance)) for cid, distance in rows]
                 self.set_search_options(conn, k)
                 rows = conn.execute(*self.vector_query(vector, model, flt, k)).fetchall()
                 if len(rows) < k:
@@ -539,7 +545,8 @@ class PostgresStore(SQLFileReads, SQLStore):
     def vector_index_state(self) -> dict[str, Any]:
         """For /health: the wide keyword leg's arrays (`keyword_warmup`); the dense leg's index
         is pgvector's, in the database."""
-        return {"keyword_warmup": self.wide_keywords.state() if self.wide_keywords is not None else "none"}
+        return {"keyword_warmup": self.wide_keywords.state() if self.wide_keywords is not None else "none",
+                **({} if self.approximate else {"approximate": "off"})}
 
     def vector_models(self, cell_ids: Sequence[str]) -> dict[str, str]:
         ids = list(dict.fromkeys(cell_ids))

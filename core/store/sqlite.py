@@ -685,7 +685,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         *,
         synchronous: str = "NORMAL",
         busy_timeout_ms: int = 10000,
-        ann_threshold: int = DEFAULT_ANN_THRESHOLD,
+        ann_threshold: Optional[int] = DEFAULT_ANN_THRESHOLD,
         keyword_scan_max: int = 5000,
         warm_exact_max: int = 20000,
         checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
@@ -720,6 +720,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self.keyword_scan_max = keyword_scan_max  # admitted cells up to which the keyword leg scans
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
+        # Vectors past which wide searches use the approximate graph; None: never
+        # (`approximate_search` off: docs/security.md, "Approximate search").
         self.ann_threshold = ann_threshold
         self._vectors: dict[str, VectorIndex] = {}  # embedding model -> in-memory index
         self._vectors_seq = 0  # highest cells.vec_seq loaded into self._vectors
@@ -1643,7 +1645,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
             "keyword_warmup": self._keyword_warmup_state(),
             "state": "loading" if not self._vectors_ready.is_set() else "ready" if self._vectors else "none",
             "vectors": sum(len(index) for index in self._vectors.values()),
-            "approximate": next((s for s in ("building", "ready", "unavailable") if s in states), "none"),
+            "approximate": "off" if self.ann_threshold is None
+            else next((s for s in ("building", "ready", "unavailable") if s in states), "none"),
         }
 
     def _keyword_warmup_state(self) -> str:
