@@ -315,6 +315,33 @@ def test_missing_right_to_create_pgvector_is_explained(pg_server):
     assert "CREATE EXTENSION vector" in str(raised.value) and "permission denied" in str(raised.value)
 
 
+def test_a_connection_the_server_ended_is_replaced_and_a_healthy_one_costs_no_round_trip(pg_url):
+    """The pool's check (`check_idle_connection`): a pooled connection whose backend was
+    terminated while idle is replaced before a request gets it; a healthy one is handed out
+    without asking the server anything (its last statement is still the one it ran)."""
+    sep = "&" if "?" in pg_url else "?"
+    store = PostgresStore(pg_url + sep + "pool_min=1&pool_max=1")
+    store.open()
+    try:
+        with psycopg.connect(split_url(pg_url)[0], autocommit=True) as admin:
+            def last_statement(pid: int) -> str:
+                return admin.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]
+
+            with store._connection() as conn:
+                pid = conn.execute("SELECT pg_backend_pid() /* marker-42 */").fetchone()[0]
+            with store._connection() as conn:  # checked out again: the pool ran its check
+                assert conn.info.backend_pid == pid
+                assert "marker-42" in last_statement(pid)  # no round trip for a healthy connection
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            deadline = time.monotonic() + 10
+            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert store._query("SELECT pg_backend_pid()")[0][0] != pid  # replaced, not an error
+    finally:
+        store.close()
+
+
 @pytest.mark.slow
 def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
     root = Path(tempfile.mkdtemp(prefix="ampkit-pg-outage-", dir=scratch_dir()))

@@ -44,6 +44,7 @@ import bisect
 import builtins
 import hashlib
 import json
+import select
 import threading
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
@@ -145,6 +146,19 @@ def _unavailable_on_connection_error(what: str) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------ rows
+def check_idle_connection(conn: psycopg.Connection) -> None:
+    """The pool's check of a connection it hands out: a round trip (psycopg_pool's
+    `check_connection`) only when the idle connection's socket has something to read. A server
+    that ends a connection (a restart, a crash, `pg_terminate_backend`) says so or closes the
+    socket, which makes it readable; a healthy idle connection has nothing to read. The round
+    trip on every checkout was ~16% of a single create's wall time at 1M cells (py-spy)."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:  # a goodbye, an EOF, or a notice: ask the server
+        ConnectionPool.check_connection(conn)
+
+
 def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
     columns, body = cell_columns(cell)
     return {
@@ -324,7 +338,7 @@ class PostgresStore(SQLFileReads, SQLStore):
             configure=self._configure,
             # Check each connection as it is handed out: after a database restart the stale
             # ones are replaced instead of failing the next request.
-            check=ConnectionPool.check_connection,
+            check=check_idle_connection,
             open=False,
             name="ampkit",
         )
