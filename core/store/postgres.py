@@ -154,9 +154,16 @@ def check_idle_connection(conn: psycopg.Connection) -> None:
     trip on every checkout was ~16% of a single create's wall time at 1M cells (py-spy)."""
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("the connection is closed")
-    readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    if readable:  # a goodbye, an EOF, or a notice: ask the server
+    if _readable(conn.fileno()):  # a goodbye, an EOF, or a notice: ask the server
         ConnectionPool.check_connection(conn)
+
+
+def _readable(fd: int) -> bool:
+    if hasattr(select, "poll"):  # poll, not select: a busy server's descriptors pass 1024
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))  # POLLHUP and POLLERR count too
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
