@@ -174,7 +174,11 @@ class PostgresDialect(Dialect):
         return parse_stored(pattern).postgres_regex()
 
     def reader_matches(self, alias: str) -> str:
-        return f"EXISTS (SELECT 1 FROM unnest({alias}.reader_patterns) p WHERE %s ~ p)"
+        # `~ ANY` rather than EXISTS over unnest(): no subplan per row, ~40% less time for a
+        # reader-wide filter's scan of `cells` (100k cells: 200-255 -> 120-175 ms; a new team
+        # reader's first keyword search 470-585 -> 305-450 ms). Same answer: the column is
+        # NOT NULL and holds no NULL pattern.
+        return f"%s ~ ANY({alias}.reader_patterns)"
 
     def expiry(self, value: datetime) -> datetime:
         return value
