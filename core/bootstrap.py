@@ -77,9 +77,10 @@ def store_from_settings(settings: Settings) -> Store:
     """The store (built, not opened) at `settings.store_url()`, with the SQLite options and the
     approximate-search switch."""
     url = settings.store_url()
-    options: dict[str, Any] = {"synchronous": settings.sqlite_synchronous} if url.startswith(("sqlite", "memory")) else {}
+    embedded = url.startswith(("sqlite", "memory"))
+    options: dict[str, Any] = {"synchronous": settings.sqlite_synchronous} if embedded else {}
     if not settings.approximate_search:
-        options.update({"ann_threshold": None} if url.startswith(("sqlite", "memory")) else {"approximate": False})
+        options.update({"ann_threshold": None} if embedded else {"approximate": False})
     return store_from_url(url, **options)
 
 

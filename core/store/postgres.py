@@ -531,14 +531,13 @@ class PostgresStore(SQLFileReads, SQLStore):
     def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         with self._connection() as conn:
             with conn.transaction():
-                if not self.approximate:
-                    rows = conn.execute(*self.vector_query(vector, model, flt, k, exact=True)).fetchall()
-                    return [Candidate(cid, 1.0 - float(distance)) for cid, distance in rows]
-                self.set_search_options(conn, k)
-                rows = conn.execute(*self.vector_query(vector, model, flt, k)).fetchall()
+                rows: builtins.list[Any] = []
+                if self.approximate:  # off: never walk the graph (it holds every cell's vector)
+                    self.set_search_options(conn, k)
+                    rows = conn.execute(*self.vector_query(vector, model, flt, k)).fetchall()
                 if len(rows) < k:
-                    # Short: either fewer than k admissible vectors exist (then the exact scan
-                    # is small), or the iterative scan gave up (hnsw.max_scan_tuples) before
+                    # Off, or short: either fewer than k admissible vectors exist (then the exact
+                    # scan is small), or the iterative scan gave up (hnsw.max_scan_tuples) before
                     # finding k that pass a very selective filter. Exact never comes back short.
                     rows = conn.execute(*self.vector_query(vector, model, flt, k, exact=True)).fetchall()
         return [Candidate(cid, 1.0 - float(distance)) for cid, distance in rows]
