@@ -15,8 +15,8 @@ on disk, the server's resident memory, and after a restart the time from process
 the first answered search (then to the first broad one), every acknowledged single write read
 back by the restarted server (`lost_writes` must be 0; the exit status is 1 otherwise), and
 the reader-wide searches again once the restarted server is warm (the server that grew by
-writes beside one that opened the full store). The store defaults to a temporary SQLite file; `--store postgresql://...`
-measures PostgreSQL.
+writes beside one that opened the full store). The store defaults to a temporary SQLite
+file; `--store postgresql://...` measures PostgreSQL.
 """
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
         # ---- single-cell writes: one client, then 8 concurrent clients, each client a process
         # of its own and the clock started once all have connected (bench/writes.py: eight
         # client threads in one process are held back by their own GIL)
-        from writes import lost_writes, single_writes  # (writes imports this module: imported here, not at the top)
+        from writes import lost_writes, single_writes  # (writes imports this module: not at the top)
 
         acked: dict[str, tuple[str, str]] = {}
         result["single_writes"] = {"1_client": single_writes(server, 1, 500, "single", acked),
@@ -357,8 +357,9 @@ def print_table(res: dict) -> None:
     p = res["search_inproc_ms"]
     print(f"| owner_words in process | - | {p['p50']} | {p['p95']} | {p['p99']} | - |")
     print("\n| measure | value |\n|---|---|")
-    for key in ("writes_per_s", "writes_per_s_8_clients", "acked_writes", "lost_writes", "batch_writes_per_s", "batch_server_cpu_ms_per_cell",
-                "loadavg_after_load", "ann_ready_after_load_s", "keyword_warmup_after_load_s", "bytes_per_cell", "rss_mb"):
+    for key in ("writes_per_s", "writes_per_s_8_clients", "acked_writes", "lost_writes", "batch_writes_per_s",
+                "batch_server_cpu_ms_per_cell", "loadavg_after_load", "ann_ready_after_load_s",
+                "keyword_warmup_after_load_s", "bytes_per_cell", "rss_mb"):
         print(f"| {key} | {res.get(key)} |")
     for key, value in res["first_search_after_restart_s"].items():
         print(f"| restart: {key} (s) | {value} |")
