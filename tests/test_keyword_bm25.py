@@ -412,9 +412,11 @@ def test_postgres_wide_keyword_leg_equals_the_one_statement(pg_url):
 
 
 def test_postgres_wide_keyword_arrays_follow_every_servers_writes(pg_url):
-    """Two servers on one database: the searcher's arrays start afresh when the other writes a
-    window, a policy, a status, or an operator changes a filtered column by hand, and stay
-    when a read only counts an access (the database says which: `search_changes`)."""
+    """Two servers on one database: the searcher's arrays are patched with the rows the other
+    changed (a window, a policy, a status, or an operator's change of a filtered column by
+    hand), and stay as they are when a read only counts an access (the database says which:
+    `search_changes`, `search_change_rows`); each first search after a change is answered
+    from the patched arrays, equal to the statement."""
     import psycopg
 
     from ampkit.store import store_from_url
@@ -427,19 +429,18 @@ def test_postgres_wide_keyword_arrays_follow_every_servers_writes(pg_url):
         flt = CellFilter(reader="team-lead")
 
         def search() -> list[tuple[str, float]]:
-            """Once (the arrays, or the statement after a change), then from the arrays."""
             expected = pg_reference(searcher, "quokka piano lena", flt, 80)
-            assert [(c.cell_id, c.score) for c in searcher.keyword_candidates("quokka piano lena", flt, 80)] == expected
-            assert searcher.wide_keywords.wait_until_warm()
             served = searcher.wide_keywords.served
             assert [(c.cell_id, c.score) for c in searcher.keyword_candidates("quokka piano lena", flt, 80)] == expected
             assert searcher.wide_keywords.served == served + 1
             return expected
 
-        before, generations = search(), searcher.wide_keywords.generations
+        searcher.keyword_candidates("quokka piano lena", flt, 80)  # the statement; the arrays load
+        assert searcher.wide_keywords.wait_until_warm()
+        before, generations, patches = search(), searcher.wide_keywords.generations, searcher.wide_keywords.patches
         shared = next(c for c in created if c.access_policy.readable_by == ["team-*"] and writer.get(c.id).lifecycle.status == "active")
         service.get("ada", shared.id) if shared.identity.owner_id == "ada" else service.get(shared.identity.owner_id, shared.id)
-        assert search() == before and searcher.wide_keywords.generations == generations  # an access count: no reload
+        assert search() == before and searcher.wide_keywords.patches == patches  # an access count: nothing to patch
         other = CellFilter(reader="team-y")  # first asked once the arrays are loaded: read by that search itself
         expected = pg_reference(searcher, "quokka piano lena", other, 80)
         served = searcher.wide_keywords.served
@@ -455,7 +456,92 @@ def test_postgres_wide_keyword_arrays_follow_every_servers_writes(pg_url):
         with psycopg.connect(split_conninfo(pg_url), autocommit=True) as conn:  # an operator, by hand
             conn.execute("UPDATE cells SET public = TRUE WHERE id = %s", (new.id,))
         assert new.id in [cid for cid, _ in search()]
-        assert searcher.wide_keywords.generations == generations + 3
+        assert (searcher.wide_keywords.generations, searcher.wide_keywords.patches) == (generations, patches + 3)
+        with psycopg.connect(split_conninfo(pg_url), autocommit=True) as conn:  # every row: read afresh
+            conn.execute("TRUNCATE cells CASCADE")
+        assert searcher.keyword_candidates("quokka piano lena", flt, 80) == []
+        assert searcher.wide_keywords.generations == generations + 1
+    finally:
+        searcher.close()
+        writer.close()
+
+
+def test_postgres_patched_keyword_arrays_equal_the_statement_after_every_kind_of_write(pg_url, monkeypatch):
+    """Random writes of every kind by another server (creates into old and new sessions,
+    text rewrites, policy, status and metadata changes, expiries, supersessions,
+    archives, deletes), each followed by searches of every wide filter at times on either
+    side of the expiries: each answer, bit for bit, the one statement's, from arrays patched
+    with the changed rows (never read afresh); a change of more rows than `PATCH_ROWS` reads
+    them afresh."""
+    from datetime import datetime, timedelta, timezone
+
+    import psycopg
+
+    from ampkit.store import _pg_keyword, store_from_url
+    searcher, writer = store_from_url(pg_url), store_from_url(pg_url)
+    searcher.open()
+    writer.open()
+    try:
+        rng = random.Random(17)
+        service = MemoryService(store=writer)
+        cells = _pg_world(service, rng, 160)
+        now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        searcher.keyword_candidates("piano", CellFilter(reader="team-lead"), 10)
+        assert searcher.wide_keywords.wait_until_warm()
+        generations = searcher.wide_keywords.generations
+        queries = ["lena oslo", "piano dog tea budget garden", "the", "quokka window-seats", "서울 커피"]
+
+        def check(step: str) -> None:
+            for flt in WIDE_FILTERS:
+                for at in (None, now + timedelta(days=2), now + timedelta(days=9)):
+                    timed = replace(flt, not_expired_at=at)
+                    for query in queries:
+                        expected = pg_reference(searcher, query, timed, 60)
+                        got = [(c.cell_id, c.score) for c in searcher.keyword_candidates(query, timed, 60)]
+                        assert got == expected, (step, query, timed)
+
+        check("loaded")
+        served = searcher.wide_keywords.served
+        for step in range(24):
+            live = [c for c in cells if writer.get(c.id) is not None and writer.get(c.id).lifecycle.status == "active"]
+            c = rng.choice(live)
+            owner = c.identity.owner_id
+            kind = step % 8
+            if kind == 0:
+                cells.append(service.create(owner, CellCreate(
+                    content={"text": "quokka " + " ".join(rng.choice(WORDS) for _ in range(4))},
+                    identity={"owner_id": owner, "session_id": c.identity.session_id},
+                    access_policy=rng.choice([{}, {"readable_by": ["team-*"]}, {"public": True}]))))
+            elif kind == 1:
+                service.update(owner, c.id, CellPatch(content={"text": "window-seats the lena " * rng.randint(1, 3)}))
+            elif kind == 2:
+                service.update(owner, c.id, CellPatch(access_policy=rng.choice(
+                    [{"readable_by": ["team-*"]}, {"readable_by": []}, {"readable_by": ["eve"]}, {"public": True}])))
+            elif kind == 3:
+                service.update(owner, c.id, CellPatch(lifecycle={"status": "archived"}))
+            elif kind == 4:
+                service.update(owner, c.id, CellPatch(lifecycle={"status": "archived"}))
+                service.delete(owner, c.id)
+            elif kind == 5:
+                service.update(owner, c.id, CellPatch(lifecycle={"expires_at": (now + timedelta(days=1)).isoformat()}))
+            elif kind == 6:
+                service.update(owner, c.id, CellPatch(content={"metadata": {"topic": rng.choice(["x", "y"])}}))
+            else:
+                cells.append(service.create(owner, CellCreate(
+                    content={"text": "a newer piano lena"}, identity={"owner_id": owner, "session_id": c.identity.session_id},
+                    access_policy={"readable_by": ["team-*"]}, supersedes=c.id)))
+            check(f"step {step} kind {kind}")
+        with psycopg.connect(split_conninfo(pg_url), autocommit=True) as conn:  # rows removed (as a purge does)
+            conn.execute("DELETE FROM cells WHERE id = ANY(%s)", ([c.id for c in cells[:5]],))
+        check("removed")
+        assert searcher.wide_keywords.generations == generations  # patched every time, never read afresh
+        assert searcher.wide_keywords.patches >= 20  # (a metadata value set to what it was changes nothing)
+        assert searcher.wide_keywords.served - served == 25 * len(WIDE_FILTERS) * 3 * len(queries)
+        monkeypatch.setattr(_pg_keyword, "PATCH_ROWS", 3)
+        service.create_many("ada", [CellCreate(content={"text": f"piano {i}"}, identity={"owner_id": "ada", "session_id": "bulk"})
+                                    for i in range(4)])
+        check("bulk")
+        assert searcher.wide_keywords.generations == generations + 1
     finally:
         searcher.close()
         writer.close()

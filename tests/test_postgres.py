@@ -241,7 +241,7 @@ def test_migration_11_digests_existing_texts_so_dedup_finds_them(pg_url, monkeyp
     service = build_service(load_settings(store=pg_url, embedder="none"))
     service.store.open()
     try:
-        assert service.store.schema_version() == 11
+        assert service.store.schema_version() == MIGRATIONS[-1][0]
         rows = service.store._query("SELECT text, text_key FROM cells")
         assert len(rows) == 5 and all(key == text_key(text) for text, key in rows)
         again, kind = service.create_many_detailed(
@@ -254,6 +254,47 @@ def test_migration_11_digests_existing_texts_so_dedup_finds_them(pg_url, monkeyp
         assert "cells_text_key" in plan
     finally:
         service.store.close()
+
+
+def test_migration_12_logs_the_changed_keyword_rows_so_wide_arrays_are_patched(pg_url):
+    """A version-11 database gains the per-row change log: afterwards every write that changes
+    a keyword window or a filtered column says which rows (`search_change_rows`), and a
+    server's wide keyword arrays are patched with them, not read afresh."""
+    from ampkit.store.base import CellFilter
+
+    store = PostgresStore(pg_url)
+    store.open()
+    store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 11
+        conn.execute("DROP TABLE search_change_rows")
+        conn.execute("DROP TRIGGER cell_search_row_changed ON cell_search")
+        conn.execute("DROP TRIGGER cell_search_truncated ON cell_search")
+        conn.execute("DROP TRIGGER cells_filter_row_changed ON cells")
+        conn.execute("DROP FUNCTION ampkit_search_row_changed()")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 12")
+    store = PostgresStore(pg_url)
+    store.open()
+    try:
+        assert store.schema_version() == MIGRATIONS[-1][0]
+        service = MemoryService(store=store)
+        flt = CellFilter(reader="team-a")
+        first = service.create("u1", CellCreate.model_validate(
+            {"content": {"text": "likes green tea"}, "identity": {"owner_id": "u1", "session_id": "s"},
+             "access_policy": {"readable_by": ["team-a"]}}))
+        store.keyword_candidates("green tea", flt, 10)
+        assert store.wide_keywords.wait_until_warm()
+        generations = store.wide_keywords.generations
+        second = service.create("u1", CellCreate.model_validate(
+            {"content": {"text": "green tea, no sugar"}, "identity": {"owner_id": "u1", "session_id": "s"},
+             "access_policy": {"readable_by": ["team-a"]}}))
+        logged = {r[0] for r in store._query("SELECT seq FROM search_change_rows")}
+        seqs = dict(store._query("SELECT id, seq FROM cells"))
+        assert {seqs[first.id], seqs[second.id]} <= logged  # the new row, and its neighbour's window
+        found = [c.cell_id for c in store.keyword_candidates("green tea", flt, 10)]
+        assert set(found) == {first.id, second.id}
+        assert (store.wide_keywords.generations, store.wide_keywords.patches) == (generations, 1)
+    finally:
+        store.close()
 
 
 def test_lifecycle_lock_is_held_across_stores(pg_url):

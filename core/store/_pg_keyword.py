@@ -20,10 +20,15 @@ bit (`tests/test_keyword_bm25.py` compares them with the one statement).
 
 Stateless servers: nothing here is believed past what the database says. Every transaction
 that changes what a keyword search reads (a window, a length, a column the filter looks at)
-leaves one row in `search_changes` (triggers, PostgreSQL migration 10, whatever the writer);
+leaves one row in `search_changes` (triggers, PostgreSQL migration 10, whatever the writer)
+and one per changed window in `search_change_rows` (its `cell_search.seq`, migration 12);
 each wide search runs in a REPEATABLE READ transaction and first asks whether a change is
 visible in its snapshot that was not in the snapshot the arrays were read at (`_CHECK`).
-If so, this server's arrays start afresh (a new `_Generation`). Snapshots are taken in the
+If so, the next `_Generation` is this one's arrays patched with those rows, read in the
+search's snapshot (each filter's admitted rows among them, their lexemes' term counts): a
+few small queries and copies of the touched arrays, where reading afresh costs seconds at
+a million cells. A bulk change (more than PATCH_ROWS rows), a TRUNCATE, or a log pruned
+past the anchor starts afresh (the background warm-up reloads). Snapshots are taken in the
 order of this lock, so the newest one is always the anchor; a search that started under an
 older generation only reads and fills that generation's arrays.
 """
@@ -52,19 +57,27 @@ from .sql import POSTGRES, compile_filter
 # whose anchor is older (idle that long) can no longer tell what changed, and starts afresh.
 PRUNE_AFTER = "1 hour"
 ADMITTED_SETS = 64  # filters kept per generation (least recently used out)
+# Past this many changed rows since the anchor, the arrays are read afresh rather than patched
+# (a bulk import): patching costs a few small queries and a copy of each touched array.
+PATCH_ROWS = 20_000
 SET_TERM_BYTES = 64 * 1024 * 1024  # per view: its lexemes' positions and term scores
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-# The snapshot of this search, whether a change is visible in it that was not in the anchor's,
-# and the query's lexemes in the database's order (the order the statement sums them in).
+# The snapshot of this search; whether the arrays cannot follow it (no anchor yet, or the log
+# was pruned past the anchor: start afresh); whether a change is visible in it that was not in
+# the anchor's; the query's lexemes in the database's order (the order the statement sums them in).
 _CHECK = """
 SELECT pg_current_snapshot()::text,
-       %s::text IS NULL
-       OR (SELECT deleted_below FROM search_changes_pruned) > pg_snapshot_xmin(%s::pg_snapshot)
-       OR EXISTS (SELECT 1 FROM search_changes
-                  WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot)),
+       %s::text IS NULL OR (SELECT deleted_below FROM search_changes_pruned) > pg_snapshot_xmin(%s::pg_snapshot),
+       EXISTS (SELECT 1 FROM search_changes
+               WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot)),
        ARRAY(SELECT DISTINCT l FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS l ORDER BY l)
+"""
+# The rows those changes touched (migration 12; NULL: every row, a TRUNCATE), at most `%s`.
+_CHANGED_ROWS = """
+SELECT seq FROM search_change_rows
+WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot) LIMIT %s
 """
 # The admitted rows of a filter whose time bound is left out (an expiring row carries its expiry).
 _ADMITTED = """
@@ -72,6 +85,16 @@ SELECT string_agg(s.seq::text, ','), string_agg(s.len::text, ','),
        string_agg(s.seq::text, ',') FILTER (WHERE c.expires_at IS NOT NULL),
        string_agg((extract(epoch FROM c.expires_at) * 1000000)::int8::text, ',') FILTER (WHERE c.expires_at IS NOT NULL)
 FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE {where}
+"""
+# The same, one row each, among some rows (those a change touched).
+_ADMITTED_AMONG = """
+SELECT s.seq, s.len, (extract(epoch FROM c.expires_at) * 1000000)::int8
+FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE s.seq = ANY(%s) AND {where}
+"""
+# The lexemes of some rows with their term frequencies (as `_POSTINGS` counts them).
+_TERMS_AMONG = """
+SELECT s.seq, u.lexeme, cardinality(u.positions) FROM cell_search s CROSS JOIN LATERAL unnest(s.tsv) u
+WHERE s.seq = ANY(%s)
 """
 # What AVG(len) of `_BM25_SCOPE` gives (int8 sums divided as numeric), from the sum and count.
 _MEAN_LENGTH = "SELECT GREATEST(COALESCE(%s::int8::numeric / NULLIF(%s::int8, 0)::numeric, 1), 1)::float8"
@@ -87,6 +110,7 @@ PRUNE = f"""
 UPDATE search_changes_pruned SET deleted_below = horizon, horizon = pg_snapshot_xmin(pg_current_snapshot()), at = now()
 WHERE at <= now() - interval '{PRUNE_AFTER}';
 DELETE FROM search_changes WHERE xid < (SELECT deleted_below FROM search_changes_pruned);
+DELETE FROM search_change_rows WHERE xid < (SELECT deleted_below FROM search_changes_pruned);
 """
 
 
@@ -173,6 +197,7 @@ class _Admitted:
     expiring: np.ndarray  # seqs of the admitted rows that expire, by `expiry`
     expiry: np.ndarray  # their expiry times (microseconds since 1970), ascending
     times: list[int]  # the distinct expiry times, ascending
+    params: list[Any]  # the filter's parameters (its SQL text is its key's first half)
     views: dict[int, _View] = field(default_factory=dict)
 
     @property
@@ -181,7 +206,8 @@ class _Admitted:
 
 
 class _Generation:
-    """The arrays read at one anchor snapshot; replaced whole when the database changes.
+    """The arrays read at one anchor snapshot; when the database changes, the next generation
+    is this one patched with the changed rows (`WideKeywordIndex._patched`), or read afresh.
     `warm`: the background warm-up has loaded the frequent lexemes (searches use the arrays
     from then on; before, the statement)."""
 
@@ -211,6 +237,67 @@ GROUP BY u.lexeme
 """
 
 
+def _members(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The positions in `sorted_values` of those of `values` it holds."""
+    at = np.searchsorted(sorted_values, values)
+    inside = at < sorted_values.size
+    at = at[inside]
+    return at[sorted_values[at] == values[inside]]
+
+
+def _widened(values: np.ndarray, top: int, dtype: Callable[[int], Any]) -> np.ndarray:
+    """`values` in a type that also holds `top` (`dtype(top)`: the smallest that does); never narrower."""
+    wanted = np.promote_types(values.dtype, dtype(top))
+    return values if wanted == values.dtype else values.astype(wanted)
+
+
+def _row_dtype(top: int) -> Any:
+    return np.int32 if top < 2**31 else np.int64
+
+
+def _replace_rows(seqs: np.ndarray, column: np.ndarray, changed: np.ndarray, new_seqs: np.ndarray,
+                  new_column: np.ndarray, column_dtype: Callable[[int], Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted `seqs` and their parallel `column` with the `changed` rows taken out and
+    `new_seqs` (sorted, among the changed) with their values put in their place."""
+    gone = _members(seqs, changed)
+    kept, values = np.delete(seqs, gone), np.delete(column, gone)
+    top = int(new_seqs.max()) if new_seqs.size else 0
+    kept = _widened(kept, top, _row_dtype)
+    values = _widened(values, int(new_column.max()) if new_column.size else 0, column_dtype)
+    at = np.searchsorted(kept, new_seqs)
+    return np.insert(kept, at, new_seqs.astype(kept.dtype)), np.insert(values, at, new_column.astype(values.dtype))
+
+
+def _patched_admitted(admitted: _Admitted, changed: np.ndarray, rows: list[tuple[int, int, Optional[int]]]) -> _Admitted:
+    """A filter's admitted set after the `changed` rows, given those it admits now (`rows`:
+    seq, window length, expiry). Untouched (no changed row was or is admitted), the same set,
+    with its views and term scores."""
+    if not rows and not _members(admitted.seqs, changed).size:
+        return admitted
+    rows = sorted(rows)
+    new_seqs = np.array([r[0] for r in rows], dtype=np.int64)
+    seqs, lengths = _replace_rows(admitted.seqs, admitted.lengths, changed, new_seqs,
+                                  np.array([r[1] for r in rows], dtype=np.int64), lambda _: np.int32)
+    keep = ~np.isin(admitted.expiring, changed)
+    expires = [(r[0], r[2]) for r in rows if r[2] is not None]
+    ex_rows = np.concatenate([admitted.expiring[keep], np.array([r for r, _ in expires], dtype=np.int64)])
+    ex_at = np.concatenate([admitted.expiry[keep], np.array([t for _, t in expires], dtype=np.int64)])
+    by_time = np.argsort(ex_at, kind="stable")
+    return _Admitted(seqs, lengths, ex_rows[by_time], ex_at[by_time], sorted(set(ex_at.tolist())), admitted.params)
+
+
+def _patched_postings(postings: tuple[np.ndarray, np.ndarray], changed: np.ndarray,
+                      now: Optional[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
+    """A lexeme's rows and term frequencies after the `changed` rows, given those of them that
+    hold it now (`now`: seq, frequency). Untouched, the same arrays."""
+    seqs, tf = postings
+    if now is None and not _members(seqs, changed).size:
+        return postings
+    now = sorted(now or [])
+    return _replace_rows(seqs, tf, changed, np.array([r[0] for r in now], dtype=np.int64),
+                         np.array([r[1] for r in now], dtype=np.int64), count_dtype)
+
+
 def _postings_arrays(seqs: Optional[str], tf: Optional[str]) -> tuple[np.ndarray, np.ndarray]:
     rows, counts = _rows(seqs), int_list(tf)
     order = np.argsort(rows, kind="stable")
@@ -233,6 +320,7 @@ class WideKeywordIndex:
         self._generation = _Generation(None, term_bytes)
         self._anchor: Optional[str] = None
         self.generations = 0  # how many times the arrays started afresh (tests)
+        self.patches = 0  # how many times they were patched with changed rows instead (tests)
         self.served = 0  # searches answered from the arrays (tests)
         self._recent: OrderedDict[tuple[str, str], list[Any]] = OrderedDict()  # filters asked lately
         self._wake = threading.Event()
@@ -307,13 +395,43 @@ class WideKeywordIndex:
         checked against the anchor; the generation whose arrays equal what it sees."""
         with self._lock:
             anchor = self._anchor
-            snapshot, changed, lexemes = _one(conn.execute(_CHECK, (anchor,) * 4 + (self.text_config, text)))
-            if changed:
-                self._generation = _Generation(snapshot, self.term_bytes)
-                self.generations += 1
+            snapshot, afresh, changed, lexemes = _one(conn.execute(_CHECK, (anchor,) * 4 + (self.text_config, text)))
+            if afresh or changed:
+                generation = self._patched(conn, self._generation, anchor, snapshot) if anchor and not afresh else None
+                if generation is None:
+                    generation = _Generation(snapshot, self.term_bytes)
+                    self.generations += 1
+                self._generation = generation
             # Unchanged since the anchor: what this snapshot sees equals what the arrays hold.
             self._anchor = snapshot
             return self._generation, list(lexemes)
+
+    def _patched(self, conn: psycopg.Connection, old: _Generation, anchor: str, snapshot: str) -> Optional[_Generation]:
+        """`old` with the rows changed since `anchor` read again in this search's snapshot:
+        each kept filter's admitted rows among them, their lexemes' term frequencies. None
+        (read afresh) when `old` is not loaded yet, or the changes are too many or a TRUNCATE."""
+        if not old.warm:
+            return None
+        rows = [seq for (seq,) in conn.execute(_CHANGED_ROWS, (anchor, anchor, PATCH_ROWS + 1))]
+        if len(rows) > PATCH_ROWS or None in rows:
+            return None
+        changed = np.unique(np.array(rows, dtype=np.int64))
+        ids = changed.tolist()
+        with old.lock:
+            admitted, postings, wanted = list(old.admitted.items()), list(old.postings.items()), dict(old.wanted)
+        new = _Generation(snapshot, self.term_bytes)
+        new.warm, new.wanted = True, wanted
+        for key, kept in admitted:
+            among = conn.execute(sql.SQL(_ADMITTED_AMONG).format(where=sql.SQL(key[0])), [ids, *kept.params]).fetchall()
+            new.admitted[key] = _patched_admitted(kept, changed, among)
+        terms: dict[str, list[tuple[int, int]]] = {}
+        if postings:
+            for seq, lexeme, tf in conn.execute(_TERMS_AMONG, (ids,)):
+                terms.setdefault(lexeme, []).append((seq, tf))
+        for lexeme, held in postings:  # least recently used first, as they were kept
+            new.postings.keep(lexeme, _patched_postings(held, changed, terms.get(lexeme)))
+        self.patches += 1
+        return new
 
     def _view(self, conn: psycopg.Connection, admitted: _Admitted, at: Optional[datetime]) -> _View:
         # Which expiry interval `at` falls in decides which expiring rows are gone.
@@ -469,4 +587,4 @@ class WideKeywordIndex:
         order = np.argsort(rows, kind="stable")
         ex_rows, ex_at = _rows(expiring), int_list(expiry)
         by_time = np.argsort(ex_at, kind="stable")
-        return _Admitted(rows[order], lens[order], ex_rows[by_time], ex_at[by_time], sorted(set(ex_at.tolist())))
+        return _Admitted(rows[order], lens[order], ex_rows[by_time], ex_at[by_time], sorted(set(ex_at.tolist())), params)

@@ -206,6 +206,35 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE cells ADD COLUMN text_key TEXT;
         """,
     ),
+    (
+        12,
+        "which keyword rows each transaction changed",
+        # Migration 10 logs *that* a transaction changed what a wide keyword search reads; this
+        # logs *which* rows (`cell_search.seq`, NULL: all of them, a TRUNCATE), so a server's
+        # arrays are patched with those rows instead of read afresh after every write
+        # (`_pg_keyword`: at 1M cells a fresh read took ~20 s, with wide searches on the
+        # slow statement meanwhile). Same triggers as migration 10's, per row.
+        """
+        CREATE TABLE search_change_rows (xid xid8 NOT NULL, seq BIGINT);
+        CREATE INDEX search_change_rows_xid ON search_change_rows (xid);
+        CREATE FUNCTION ampkit_search_row_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO search_change_rows (xid, seq)
+                VALUES (pg_current_xact_id(), CASE TG_OP WHEN 'DELETE' THEN OLD.seq WHEN 'TRUNCATE' THEN NULL ELSE NEW.seq END);
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER cell_search_row_changed AFTER INSERT OR UPDATE OR DELETE ON cell_search
+            FOR EACH ROW EXECUTE FUNCTION ampkit_search_row_changed();
+        CREATE TRIGGER cell_search_truncated AFTER TRUNCATE ON cell_search
+            FOR EACH STATEMENT EXECUTE FUNCTION ampkit_search_row_changed();
+        CREATE TRIGGER cells_filter_row_changed AFTER UPDATE ON cells FOR EACH ROW
+            WHEN ((OLD.owner_id, OLD.created_by, OLD.session_id, OLD.type, OLD.status, OLD.public, OLD.expires_at,
+                   OLD.superseded_by, OLD.reader_patterns, OLD.metadata, OLD.seq)
+                  IS DISTINCT FROM (NEW.owner_id, NEW.created_by, NEW.session_id, NEW.type, NEW.status, NEW.public,
+                                    NEW.expires_at, NEW.superseded_by, NEW.reader_patterns, NEW.metadata, NEW.seq))
+            EXECUTE FUNCTION ampkit_search_row_changed();
+        """,
+    ),
 ]
 
 

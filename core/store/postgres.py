@@ -18,7 +18,8 @@ Several stateless `ampkit serve` processes can share one database. Layout (see M
   its text plus its neighbours' of the same window class (insertion order, `cells.seq`,
   copied to `cell_search.seq`). A search without an owner (a team member, an analyst) is
   ranked from numpy arrays each server keeps, the same BM25 bit for bit, checked against
-  `search_changes` at every search (`_pg_keyword`);
+  `search_changes` at every search and patched with the rows in `search_change_rows`
+  (`_pg_keyword`);
 - `cell_vectors`: one untyped `vector` per cell plus its model name and dimension. Each
   (model, dimension) gets its own partial HNSW cosine index over `embedding::vector(dim)`,
   created the first time a vector of that model is written, so any embedder works and
