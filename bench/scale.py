@@ -162,6 +162,23 @@ def timed_searches(http: httpx.Client, workload: list[dict]) -> tuple[dict, floa
     return percentiles(ms), round(hits / len(workload), 3)
 
 
+def searches_after_writes(http: httpx.Client, workload: list[dict], owners: list[str]) -> tuple[dict, float]:
+    """`timed_searches` of team readers, each right after a single write by an owner of the
+    searching team, readable by it (the write not timed)."""
+    ms, hits = [], 0
+    for i, item in enumerate(workload):
+        team = int(item["agent"].rsplit("-", 1)[1])
+        owner = owners[team + TEAMS * (i % max(1, len(owners) // TEAMS))]
+        http.post("/memories", json=cell_body(owner, f"Noted {i}: the shuttle leaves at {i % 12 + 1} pm", f"{owner}-live", team=team),
+                  headers={"X-AMP-Agent-ID": owner}).raise_for_status()
+        t = time.perf_counter()
+        r = http.post("/memories/search", json={**item["body"], "limit": 10}, headers={"X-AMP-Agent-ID": item["agent"]})
+        ms.append((time.perf_counter() - t) * 1000)
+        r.raise_for_status()
+        hits += any(h["id"] == item["target"] or h["content"]["text"] == item["text"] for h in r.json()["results"])
+    return percentiles(ms), round(hits / len(workload), 3)
+
+
 def fact_plan(n: int, owners: list[str], rng: random.Random) -> list[tuple[int, str, str]]:
     """n templated memories spread over `owners`: (owner index, text, paraphrase), by owner."""
     plan = [(i % len(owners), *memory_fact(rng)) for i in range(n)]
@@ -261,6 +278,13 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
             print(f"  {name}: {lat} hit@10 {hit}", file=sys.stderr, flush=True)
         result["health_after"] = http.get("/health").json()
 
+        # ---- reader-wide searches while writes arrive: each team search follows a write that
+        # team may read (a new cell in a session of one of its owners), so every one of them
+        # sees a store changed since the one before (caches patched or reloaded, not reused)
+        lat, hit = searches_after_writes(http, workloads["team_words"], owners)
+        result["search_http"]["team_words_after_a_write"] = {**lat, "hit@10": hit, "queries": len(workloads["team_words"])}
+        print(f"  team_words_after_a_write: {lat} hit@10 {hit}", file=sys.stderr, flush=True)
+
         # ---- single-cell writes: one client, then 8 concurrent clients, each client a process
         # of its own and the clock started once all have connected (bench/writes.py: eight
         # client threads in one process are held back by their own GIL)
@@ -337,7 +361,7 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
         stats = service.store.stats()
     finally:
         service.store.close()
-    written = n + 500 + 800  # bulk load + single-client + concurrent writes
+    written = n + len(workloads["team_words"]) + 500 + 800  # bulk load + writes between searches + single writes
     result.update({
         "store": stats.get("backend", store_url.split(":")[0]),
         "search_inproc_ms": percentiles(inproc_ms),
