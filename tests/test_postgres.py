@@ -297,6 +297,38 @@ def test_migration_12_logs_the_changed_keyword_rows_so_wide_arrays_are_patched(p
         store.close()
 
 
+def test_a_wide_filters_admitted_rows_are_read_from_the_narrow_indexes_alone(pg_url):
+    """Migration 13: every column a reader-wide filter reads (the read rule, status, type,
+    supersession, expiry) and the window length are in two indexes, so a new reader's rows
+    come from index-only scans, not from the tables' wide rows (the cell's JSON, the tsvector)."""
+    from psycopg import sql
+
+    from ampkit.store._pg_keyword import _ADMITTED
+    from ampkit.store.base import CellFilter
+    from ampkit.store.sql import POSTGRES, compile_filter
+
+    store = PostgresStore(pg_url)
+    store.open()
+    try:
+        service = MemoryService(store=store)
+        for i in range(30):
+            service.create(f"u{i % 3}", CellCreate.model_validate(
+                {"content": {"text": f"note {i}"}, "identity": {"owner_id": f"u{i % 3}", "session_id": "s"},
+                 "access_policy": {"readable_by": ["team-*"]}}))
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE cells, cell_search")  # (index-only scans need the visibility map)
+            conn.execute("SET enable_seqscan = off")  # (30 rows: the planner would scan the tables)
+            conn.execute("SET enable_bitmapscan = off")
+            for flt in (CellFilter(reader="team-a"), CellFilter(reader="team-a", types=["episodic"]), CellFilter()):
+                where, params = compile_filter(flt, POSTGRES)
+                plan = "\n".join(r[0] for r in conn.execute(
+                    sql.SQL("EXPLAIN ") + sql.SQL(_ADMITTED).format(where=sql.SQL(where)), params))
+                assert "Index Only Scan using cells_read_rule" in plan, plan
+                assert "Index Only Scan using cell_search_seq_len" in plan, plan
+    finally:
+        store.close()
+
+
 def test_lifecycle_lock_is_held_across_stores(pg_url):
     a, b = PostgresStore(pg_url), PostgresStore(pg_url)
     a.open()

@@ -79,12 +79,13 @@ _CHANGED_ROWS = """
 SELECT seq FROM search_change_rows
 WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot) LIMIT %s
 """
-# The admitted rows of a filter whose time bound is left out (an expiring row carries its expiry).
+# The admitted rows of a filter whose time bound is left out (an expiring row carries its expiry);
+# joined by seq, so both sides can be read from indexes (migration 13).
 _ADMITTED = """
 SELECT string_agg(s.seq::text, ','), string_agg(s.len::text, ','),
        string_agg(s.seq::text, ',') FILTER (WHERE c.expires_at IS NOT NULL),
        string_agg((extract(epoch FROM c.expires_at) * 1000000)::int8::text, ',') FILTER (WHERE c.expires_at IS NOT NULL)
-FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE {where}
+FROM cells c JOIN cell_search s ON s.seq = c.seq WHERE {where}
 """
 # The same, one row each, among some rows (those a change touched).
 _ADMITTED_AMONG = """
