@@ -240,10 +240,19 @@ GROUP BY u.lexeme
 
 def _members(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
     """The positions in `sorted_values` of those of `values` it holds."""
+    values = _as_type_of(sorted_values, values)
     at = np.searchsorted(sorted_values, values)
     inside = at < sorted_values.size
     at = at[inside]
     return at[sorted_values[at] == values[inside]]
+
+
+def _as_type_of(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`values` in `sorted_values`' type (those it cannot hold left out: none of them is there),
+    so that searching does not first convert the whole sorted array to the wider type."""
+    if values.dtype == sorted_values.dtype:
+        return values
+    return values[values <= np.iinfo(sorted_values.dtype).max].astype(sorted_values.dtype)
 
 
 def _widened(values: np.ndarray, top: int, dtype: Callable[[int], Any]) -> np.ndarray:
@@ -265,8 +274,9 @@ def _replace_rows(seqs: np.ndarray, column: np.ndarray, changed: np.ndarray, new
     top = int(new_seqs.max()) if new_seqs.size else 0
     kept = _widened(kept, top, _row_dtype)
     values = _widened(values, int(new_column.max()) if new_column.size else 0, column_dtype)
+    new_seqs = new_seqs.astype(kept.dtype)  # (widened above to hold them)
     at = np.searchsorted(kept, new_seqs)
-    return np.insert(kept, at, new_seqs.astype(kept.dtype)), np.insert(values, at, new_column.astype(values.dtype))
+    return np.insert(kept, at, new_seqs), np.insert(values, at, new_column.astype(values.dtype))
 
 
 def _patched_admitted(admitted: _Admitted, changed: np.ndarray, rows: list[tuple[int, int, Optional[int]]]) -> _Admitted:
