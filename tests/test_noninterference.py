@@ -39,6 +39,7 @@ from ampkit.models import CellCreate, CellPatch, SearchRequest
 from ampkit.retrieval import RetrievalConfig, Retriever
 from ampkit.service import MemoryService
 from ampkit.store import store_from_url
+from ampkit.store.base import CellFilter
 from support import examples
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -551,7 +552,10 @@ def test_every_mcp_read_tool_is_a_read_path():
 
 # ---------------------------------------------------------------- building the two stores
 def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSpec],
-          noise: list[NoiseSpec], world: World, with_noise: bool) -> None:
+          noise: list[NoiseSpec], world: World, with_noise: bool,
+          between_steps: Callable[[], Any] = lambda: None) -> None:
+    """The world's cells, and in the noisy world the noise, interleaved; `between_steps` runs
+    after each step (in both worlds alike)."""
     def create(agent: str, body: dict[str, Any], cid: str) -> None:
         ids.next = cid
         service.create(agent, CellCreate.model_validate(body))
@@ -594,6 +598,7 @@ def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSp
                 if spec_n.then == "purge":
                     later = replace(service, clock=lambda: NOW + timedelta(days=400))
                     assert later.purge("admin", [cid]).purged == [cid]
+        between_steps()
     world.noise_texts = [" ".join(n.words) for n in noise]
     if with_noise:
         world.noise_ids = [cell_id(n, noise=True) for n in range(len(noise))]
@@ -732,7 +737,8 @@ def store_urls(request) -> Callable[[], tuple[str, str]]:
     read paths that never search take the same code on "sqlite" as on "sqlite-wide", so
     "sqlite" renders only the `keyword` ones). "postgres-wide": every search without an owner
     is ranked from the wide keyword leg's arrays (loaded by the search itself, not in the
-    background), and only the `keyword` paths are rendered."""
+    background; a search after each step of the build loads them early, so each later write,
+    noise included, is patched into them), and only the `keyword` paths are rendered."""
     if request.param.startswith("sqlite"):
         tmp = Path(tempfile.mkdtemp(prefix="ampkit-ni-"))
         counter = iter(range(10**6))
@@ -752,6 +758,7 @@ def store_urls(request) -> Callable[[], tuple[str, str]]:
                      for _ in range(2))  # type: ignore[return-value]
     if request.param == "postgres-wide":
         fresh.store_options = {"keyword_warm_inline": True}  # type: ignore[attr-defined]
+        fresh.search_while_building = True  # type: ignore[attr-defined]
         fresh.keyword_only = True  # type: ignore[attr-defined]
     return fresh
 
@@ -771,7 +778,9 @@ def test_no_read_path_depends_on_cells_the_caller_cannot_read(store_urls, monkey
         try:
             service = MemoryService(store=store, clock=lambda: NOW, retriever=getattr(store_urls, "retriever", Retriever)())
             world = World(caller=caller)
-            build(service, monkeypatch_ids, caller, specs, noise, world, with_noise)
+            between_steps = ((lambda: store.keyword_candidates("vault 4812", CellFilter(reader=caller), 5))
+                             if getattr(store_urls, "search_while_building", False) else lambda: None)
+            build(service, monkeypatch_ids, caller, specs, noise, world, with_noise, between_steps)
             worlds[label] = world
             if not with_noise:  # ask the plain store about the noise ids too
                 world.noise_ids = [cell_id(n, noise=True) for n in range(len(noise))]
