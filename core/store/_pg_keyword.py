@@ -40,6 +40,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
@@ -432,12 +433,15 @@ class WideKeywordIndex:
             admitted, postings, wanted = list(old.admitted.items()), list(old.postings.items()), dict(old.wanted)
         new = _Generation(snapshot, self.term_bytes)
         new.warm, new.wanted = True, wanted
-        for key, kept in admitted:
-            among = conn.execute(sql.SQL(_ADMITTED_AMONG).format(where=sql.SQL(key[0])), [ids, *kept.params]).fetchall()
-            new.admitted[key] = _patched_admitted(kept, changed, among)
-        terms: dict[str, list[tuple[int, int]]] = {}
-        if postings:
-            for seq, lexeme, tf in conn.execute(_TERMS_AMONG, (ids,)):
+        # Sent together, answered in one round trip (pipeline mode, where libpq has it).
+        with conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext():
+            among = [conn.execute(sql.SQL(_ADMITTED_AMONG).format(where=sql.SQL(key[0])), [ids, *kept.params])
+                     for key, kept in admitted]
+            rows = conn.execute(_TERMS_AMONG, (ids,)) if postings else None
+            for (key, kept), cursor in zip(admitted, among):
+                new.admitted[key] = _patched_admitted(kept, changed, cursor.fetchall())
+            terms: dict[str, list[tuple[int, int]]] = {}
+            for seq, lexeme, tf in rows.fetchall() if rows is not None else ():
                 terms.setdefault(lexeme, []).append((seq, tf))
         for lexeme, held in postings:  # least recently used first, as they were kept
             new.postings.keep(lexeme, _patched_postings(held, changed, terms.get(lexeme)))
