@@ -437,11 +437,11 @@ class WideKeywordIndex:
         with conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext():
             among = [conn.execute(sql.SQL(_ADMITTED_AMONG).format(where=sql.SQL(key[0])), [ids, *kept.params])
                      for key, kept in admitted]
-            rows = conn.execute(_TERMS_AMONG, (ids,)) if postings else None
+            among_terms = conn.execute(_TERMS_AMONG, (ids,)) if postings else None
             for (key, kept), cursor in zip(admitted, among):
                 new.admitted[key] = _patched_admitted(kept, changed, cursor.fetchall())
             terms: dict[str, list[tuple[int, int]]] = {}
-            for seq, lexeme, tf in rows.fetchall() if rows is not None else ():
+            for seq, lexeme, tf in among_terms.fetchall() if among_terms is not None else ():
                 terms.setdefault(lexeme, []).append((seq, tf))
         for lexeme, held in postings:  # least recently used first, as they were kept
             new.postings.keep(lexeme, _patched_postings(held, changed, terms.get(lexeme)))
