@@ -547,6 +547,36 @@ def test_postgres_patched_keyword_arrays_equal_the_statement_after_every_kind_of
         writer.close()
 
 
+def test_postgres_warm_up_loads_nothing_into_arrays_the_database_has_moved_past(pg_url):
+    """The background warm-up reads a generation's missing filters only in a snapshot equal
+    to the anchor's: after another server's write it loads nothing (the next search patches
+    the arrays, and then the filter is read in that search's snapshot)."""
+    from ampkit.store import store_from_url
+    from ampkit.store.sql import POSTGRES, compile_filter
+    searcher, writer = store_from_url(pg_url), store_from_url(pg_url)
+    searcher.open()
+    writer.open()
+    try:
+        service = MemoryService(store=writer)
+        _pg_world(service, random.Random(4), 60)
+        index = searcher.wide_keywords
+        searcher.keyword_candidates("piano", CellFilter(reader="team-lead"), 10)
+        assert index.wait_until_warm()
+        searcher.keyword_candidates("piano", CellFilter(reader="team-lead"), 10)  # the anchor: now
+        generation = index._generation
+        service.create("ada", CellCreate(content={"text": "piano quokka"}, identity={"owner_id": "ada"},
+                                         access_policy={"readable_by": ["team-*"]}))
+        eve = CellFilter(reader="eve")  # a filter asked for, as a search under load would ask
+        where, params = compile_filter(eve, POSTGRES)
+        generation.wanted = {(where, repr(params)): params}
+        assert index._warm(generation) is False and not generation.admitted.get((where, repr(params)))
+        expected = pg_reference(searcher, "piano quokka", eve, 20)
+        assert [(c.cell_id, c.score) for c in searcher.keyword_candidates("piano quokka", eve, 20)] == expected
+    finally:
+        searcher.close()
+        writer.close()
+
+
 def split_conninfo(url: str) -> str:
     from ampkit.store._pg_url import split_url
     return split_url(url)[0]

@@ -536,8 +536,8 @@ class WideKeywordIndex:
             anchor = self._anchor
         with self._connection() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            changed = _one(conn.execute(_CHECK, (anchor,) * 4 + (self.text_config, "")))[1]
-            if changed or self._stopped:
+            _, afresh, changed, _ = _one(conn.execute(_CHECK, (anchor,) * 4 + (self.text_config, "")))
+            if afresh or changed or self._stopped:
                 return False
             conn.execute("SET LOCAL work_mem = '256MB'")
             with generation.lock:
