@@ -489,11 +489,11 @@ def test_postgres_patched_keyword_arrays_equal_the_statement_after_every_kind_of
         searcher.keyword_candidates("piano", CellFilter(reader="team-lead"), 10)
         assert searcher.wide_keywords.wait_until_warm()
         generations = searcher.wide_keywords.generations
-        queries = ["lena oslo", "piano dog tea budget garden", "the", "quokka window-seats", "서울 커피"]
+        queries = ["lena oslo", "piano dog tea budget garden the", "quokka window-seats 서울"]
 
         def check(step: str) -> None:
             for flt in WIDE_FILTERS:
-                for at in (None, now + timedelta(days=2), now + timedelta(days=9)):
+                for at in (None, now + timedelta(days=2)):  # (on either side of the expiries set below)
                     timed = replace(flt, not_expired_at=at)
                     for query in queries:
                         expected = pg_reference(searcher, query, timed, 60)
@@ -502,7 +502,7 @@ def test_postgres_patched_keyword_arrays_equal_the_statement_after_every_kind_of
 
         check("loaded")
         served = searcher.wide_keywords.served
-        for step in range(24):
+        for step in range(16):  # each kind of write twice
             live = [c for c in cells if writer.get(c.id) is not None and writer.get(c.id).lifecycle.status == "active"]
             c = rng.choice(live)
             owner = c.identity.owner_id
@@ -535,8 +535,8 @@ def test_postgres_patched_keyword_arrays_equal_the_statement_after_every_kind_of
             conn.execute("DELETE FROM cells WHERE id = ANY(%s)", ([c.id for c in cells[:5]],))
         check("removed")
         assert searcher.wide_keywords.generations == generations  # patched every time, never read afresh
-        assert searcher.wide_keywords.patches >= 20  # (a metadata value set to what it was changes nothing)
-        assert searcher.wide_keywords.served - served == 25 * len(WIDE_FILTERS) * 3 * len(queries)
+        assert searcher.wide_keywords.patches >= 14  # (a metadata value set to what it was changes nothing)
+        assert searcher.wide_keywords.served - served == 17 * len(WIDE_FILTERS) * 2 * len(queries)
         monkeypatch.setattr(_pg_keyword, "PATCH_ROWS", 3)
         service.create_many("ada", [CellCreate(content={"text": f"piano {i}"}, identity={"owner_id": "ada", "session_id": "bulk"})
                                     for i in range(4)])
