@@ -23,6 +23,14 @@ from .sql.dialects import POSTGRES
 
 TEXT_CONFIG = "english"  # stemming and stop words, the counterpart of FTS5's porter tokenizer
 
+# A change of a `cells` column a keyword filter reads (the triggers of migrations 10 and 12).
+FILTER_COLUMNS_CHANGED = (
+    "(OLD.owner_id, OLD.created_by, OLD.session_id, OLD.type, OLD.status, OLD.public, OLD.expires_at, "
+    "OLD.superseded_by, OLD.reader_patterns, OLD.metadata, OLD.seq) IS DISTINCT FROM "
+    "(NEW.owner_id, NEW.created_by, NEW.session_id, NEW.type, NEW.status, NEW.public, NEW.expires_at, "
+    "NEW.superseded_by, NEW.reader_patterns, NEW.metadata, NEW.seq)"
+)
+
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
         1,
@@ -159,7 +167,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # only bumps access counts logs nothing. One row per transaction (the GUC remembers
         # it was logged); `_pg_keyword.PRUNE` removes old rows and says below which
         # transaction it did (a server whose arrays are older starts afresh).
-        """
+        f"""
         ALTER TABLE cell_search ADD COLUMN seq BIGINT;
         UPDATE cell_search s SET seq = c.seq FROM cells c WHERE c.id = s.cell_id;
         ALTER TABLE cell_search ALTER COLUMN seq SET NOT NULL;
@@ -188,10 +196,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE TRIGGER cells_removed AFTER DELETE OR TRUNCATE ON cells
             FOR EACH STATEMENT EXECUTE FUNCTION ampkit_search_changed();
         CREATE TRIGGER cells_filter_changed AFTER UPDATE ON cells FOR EACH ROW
-            WHEN ((OLD.owner_id, OLD.created_by, OLD.session_id, OLD.type, OLD.status, OLD.public, OLD.expires_at,
-                   OLD.superseded_by, OLD.reader_patterns, OLD.metadata, OLD.seq)
-                  IS DISTINCT FROM (NEW.owner_id, NEW.created_by, NEW.session_id, NEW.type, NEW.status, NEW.public,
-                                    NEW.expires_at, NEW.superseded_by, NEW.reader_patterns, NEW.metadata, NEW.seq))
+            WHEN ({FILTER_COLUMNS_CHANGED})
             EXECUTE FUNCTION ampkit_search_changed();
         """,
     ),
@@ -214,7 +219,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # arrays are patched with those rows instead of read afresh after every write
         # (`_pg_keyword`: at 1M cells a fresh read took ~20 s, with wide searches on the
         # slow statement meanwhile). Same triggers as migration 10's, per row.
-        """
+        f"""
         CREATE TABLE search_change_rows (xid xid8 NOT NULL, seq BIGINT);
         CREATE INDEX search_change_rows_xid ON search_change_rows (xid);
         CREATE FUNCTION ampkit_search_row_changed() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -228,10 +233,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE TRIGGER cell_search_truncated AFTER TRUNCATE ON cell_search
             FOR EACH STATEMENT EXECUTE FUNCTION ampkit_search_row_changed();
         CREATE TRIGGER cells_filter_row_changed AFTER UPDATE ON cells FOR EACH ROW
-            WHEN ((OLD.owner_id, OLD.created_by, OLD.session_id, OLD.type, OLD.status, OLD.public, OLD.expires_at,
-                   OLD.superseded_by, OLD.reader_patterns, OLD.metadata, OLD.seq)
-                  IS DISTINCT FROM (NEW.owner_id, NEW.created_by, NEW.session_id, NEW.type, NEW.status, NEW.public,
-                                    NEW.expires_at, NEW.superseded_by, NEW.reader_patterns, NEW.metadata, NEW.seq))
+            WHEN ({FILTER_COLUMNS_CHANGED})
             EXECUTE FUNCTION ampkit_search_row_changed();
         """,
     ),
