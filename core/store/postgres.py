@@ -99,13 +99,16 @@ WHERE s.tsv @@ q.tsq AND {where} ORDER BY score DESC, s.cell_id LIMIT %s
 # positions, document length from cell_search.len. The per-document sum runs in lexeme order,
 # so equal inputs give bit-identical scores. Placeholders: the query's lexemes, the filter's,
 # the scope's N and mean length (`_BM25_SCOPE`, kept per filter until the data changes), k.
+# Both join a window to its cell by seq (equal in both tables): a wide reader's filter is then
+# read from the narrow `cells_read_rule` index rather than the cells' rows (migration 13; at
+# 1M cells the scope 2.1 -> 1.4 s for an analyst, the statement 2.8-6.2 -> 2.1-3.7 s).
 _BM25_SCOPE = """SELECT COUNT(*)::float8 AS n, GREATEST(COALESCE(AVG(s.len), 1), 1)::float8 AS avgdl
-FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE {where}"""
+FROM cell_search s JOIN cells c ON c.seq = s.seq WHERE {where}"""
 _BM25 = f"""
 WITH weights AS (SELECT * FROM unnest(%s::text[]) AS w(lexeme)),
 matches AS MATERIALIZED (  -- each match's tsvector cut down to the query's lexemes (setweight marks them, ts_filter keeps them)
     SELECT s.cell_id, ts_filter(setweight(s.tsv, 'A', (SELECT array_agg(lexeme) FROM weights)), '{{{{a}}}}') AS hits, s.len
-    FROM cell_search s JOIN cells c ON c.id = s.cell_id
+    FROM cell_search s JOIN cells c ON c.seq = s.seq
     WHERE s.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM weights) AND {{where}}),
 terms AS (SELECT m.cell_id, m.len, u.lexeme, cardinality(u.positions) AS tf FROM matches m CROSS JOIN LATERAL unnest(m.hits) AS u),
 scope AS (SELECT %s::float8 AS n, %s::float8 AS avgdl),
