@@ -79,3 +79,134 @@ def test_a_loaded_snapshot_holds_what_its_rows_give_one_by_one(tmp_path):
         assert {r[4] for r in rows} >= {"active", "archived", "deleted"} and any(r[5] for r in rows)
     finally:
         store.close()
+
+
+def readers_mismatches(store: SQLiteStore) -> list[tuple]:
+    """Rows whose `readers` column (SQLite migration 13) is not, to the byte, what the body says."""
+    return store._query("SELECT rowid, readers, json_extract(body, '$.access_policy.readable_by') FROM cells "
+                        "WHERE readers IS NOT json_extract(body, '$.access_policy.readable_by')")
+
+
+def assert_snapshot_is_the_table(store: SQLiteStore) -> None:
+    """The snapshot the store keeps (patched by its commits), one loaded afresh and the rows one
+    by one hold the same; the `readers` column is the body's readable_by on every row."""
+    store.index_pending_windows()  # (new cells' windows, which the background pass may index meanwhile)
+    assert readers_mismatches(store) == []
+    one_by_one = AccessSnapshot(0)
+    one_by_one.apply({row[0]: row_state(row[1:], {}) for row in store._query(f"SELECT {SNAPSHOT_COLUMNS} FROM {SNAPSHOT_FROM}")})
+    kept = decoded(store._access_snapshot())
+    store._foreign += 1  # load afresh
+    assert kept == decoded(store._access_snapshot()) == decoded(one_by_one)
+
+
+def test_the_readers_column_follows_every_write_of_the_body(tmp_path):
+    """Creates (one and a batch), an update of readable_by, a supersede, a delete, a purge and a
+    rollback each leave `readers` equal to the body's readable_by, and the snapshot equal to SQL."""
+    from ampkit.models import CellCreate as Create
+
+    store = SQLiteStore(str(tmp_path / "readers.db"), warm_terms_min_cells=None)
+    store.open()
+    service = MemoryService(store=store, allow_clock_override=True)  # (the purge past its retention)
+    try:
+        store._access_snapshot()  # kept in step from here by the commits below
+        policy = {"readable_by": ["bob", "ev[[]1]", "équipe-*"]}
+        a = service.create("alice", Create.model_validate({
+            "content": {"text": "alice drinks tea"}, "identity": {"owner_id": "alice", "session_id": "s"},
+            "access_policy": policy}))
+        batch = service.create_many("alice", [Create.model_validate({
+            "content": {"text": f"fact {i} about trains"}, "identity": {"owner_id": "alice", "session_id": "s"},
+            "access_policy": {"readable_by": READERS[i % len(READERS)]}}) for i in range(12)])
+        assert_snapshot_is_the_table(store)
+        service.update("alice", a.id, CellPatch.model_validate({"access_policy": {"readable_by": ["carol"]}}))
+        assert_snapshot_is_the_table(store)
+        assert store._query("SELECT readers FROM cells WHERE id = ?", (a.id,)) == [('["carol"]',)]
+        service.rollback("alice", a.id, to_version=1)  # the first version's readers again
+        assert_snapshot_is_the_table(store)
+        assert store._query("SELECT readers FROM cells WHERE id = ?", (a.id,)) == [('["bob","ev[[]1]","équipe-*"]',)]
+        service.update("alice", a.id, CellPatch.model_validate({"access_policy": {"readable_by": ["carol"]}}))
+        newer = service.create("alice", Create.model_validate({
+            "content": {"text": "alice drinks green tea now"}, "identity": {"owner_id": "alice"},
+            "access_policy": {"readable_by": ["dave"]}, "supersedes": a.id}))
+        assert service.get("alice", a.id).lifecycle.superseded_by == newer.id
+        assert_snapshot_is_the_table(store)
+        service.update("alice", batch[0].id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
+        service.delete("alice", batch[0].id)
+        later = datetime.now(timezone.utc) + timedelta(days=3650)
+        service.purge("alice", [batch[0].id], as_of=later)
+        assert store._query("SELECT COUNT(*) FROM cells WHERE id = ?", (batch[0].id,)) == [(0,)]
+        assert_snapshot_is_the_table(store)
+        rows = decoded(store._access_snapshot())
+        assert {r[8] for r in rows} >= {("carol",), ("dave",), ("bob", "carol"), ("analyst", "team-1")}
+    finally:
+        store.close()
+
+
+def test_a_file_from_before_the_readers_column_is_filled_by_the_migration(tmp_path):
+    """A file at migration 12 (no `readers` column) opened by this version: every row's column
+    is taken from its body (NULL where the body has no readable_by), and the loaded snapshot
+    holds what the rows say."""
+    import sqlite3
+
+    path = str(tmp_path / "old.db")
+    store = SQLiteStore(path, warm_terms_min_cells=None)
+    store.open()
+    service = MemoryService(store=store)
+    for i in range(40):
+        service.create("alice", CellCreate.model_validate({
+            "content": {"text": f"fact {i} about jazz"}, "identity": {"owner_id": "alice", "session_id": "s"},
+            "access_policy": {"readable_by": READERS[i % len(READERS)], "public": i % 7 == 0}}))
+    store.close()
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        DROP TRIGGER cells_readers_ai; DROP TRIGGER cells_readers_au;
+        ALTER TABLE cells DROP COLUMN readers;
+        DELETE FROM schema_migrations WHERE version = 13;
+        UPDATE cells SET body = json_remove(body, '$.access_policy.readable_by') WHERE rowid = 3;
+    """)
+    conn.close()
+    store = SQLiteStore(path, warm_terms_min_cells=None)
+    assert store.pending_migrations() == [(13, store.MIGRATIONS[-1][1])]
+    store.open()
+    try:
+        assert store._query("SELECT readers FROM cells WHERE rowid = 3") == [(None,)]
+        assert store._query("SELECT COUNT(*) FROM cells WHERE readers IS NOT NULL") == [(39,)]
+        assert_snapshot_is_the_table(store)
+        assert len({r[8] for r in decoded(store._access_snapshot())}) >= 6
+    finally:
+        store.close()
+
+
+def test_a_writer_that_does_not_know_the_column_cannot_leave_it_stale(tmp_path):
+    """A process of an older version sharing the file writes the body alone: the triggers of
+    migration 13 take `readers` from it (an insert without it; an update that narrows
+    readable_by), so this process's snapshot, caught up from the change log, admits no reader
+    the body no longer names."""
+    import sqlite3
+
+    from ampkit.models import Status
+    from ampkit.store.base import CellFilter
+
+    path = str(tmp_path / "shared.db")
+    store = SQLiteStore(path, warm_terms_min_cells=None)
+    store.open()
+    service = MemoryService(store=store)
+    try:
+        cell = service.create("alice", CellCreate.model_validate({
+            "content": {"text": "alice's plans"}, "identity": {"owner_id": "alice"},
+            "access_policy": {"readable_by": ["bob", "carol"]}}))
+        wide = CellFilter(reader="bob", statuses=[s.value for s in Status])
+        store.index_pending_windows()
+        assert len(store._access_snapshot().admitted(wide)[0]) == 1
+        old = sqlite3.connect(path)
+        old.execute("UPDATE cells SET body = json_set(body, '$.access_policy.readable_by', json('[\"carol\"]')) "
+                    "WHERE id = ?", (cell.id,))
+        old.execute("INSERT INTO cells(id, owner_id, type, status, text, body) SELECT 'mem_' || 'X' || substr(id, 6), "
+                    "owner_id, type, status, text || ' too', body FROM cells WHERE id = ?", (cell.id,))
+        old.commit()
+        old.close()
+        assert readers_mismatches(store) == []
+        assert store._query("SELECT DISTINCT readers FROM cells") == [('["carol"]',)]
+        assert len(store._access_snapshot().admitted(wide)[0]) == 0
+        assert_snapshot_is_the_table(store)
+    finally:
+        store.close()

@@ -416,7 +416,7 @@ def test_migration_2_reindexes_a_version_1_store(tmp_path):
     for text in texts:
         row = cell_to_row(built(CellCreate(content={"text": text}, identity={"owner_id": "kim", "session_id": "s1"}), "kim", fixed))
         row.update(embed_model="old", embedding=np.ones(4, dtype=np.float32).tobytes())
-        for later in ("cell_key", "window_class", "cell_path", "text_key"):  # columns a version-1 table does not have yet
+        for later in ("cell_key", "window_class", "cell_path", "text_key", "readers"):  # columns a version-1 table lacks
             row.pop(later)
         conn.execute(f"INSERT INTO cells({','.join(row)}) VALUES ({','.join('?' * len(row))})", list(row.values()))
     conn.close()

@@ -267,6 +267,29 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE TABLE pending_windows (rowid INTEGER PRIMARY KEY);
         """,
     ),
+    (
+        13,
+        "each cell's readable_by in a column of its own, for the access snapshot",
+        # `readers`: the body's `access_policy.readable_by` as JSON text, as
+        # json_extract(body, '$.access_policy.readable_by') gives it (NULL: the body has
+        # none), so loading the access snapshot reads a short column instead of parsing every
+        # body (most of its load: seconds at a million cells, which the first reader-wide
+        # search after a restart waited for). Every write of the body writes it (`cell_to_row`);
+        # the triggers hold the column to the body for any writer that does not (a process of
+        # an older version sharing the file): an insert without it, or an update of the body
+        # that leaves it as it was while the body says otherwise, takes it from the body.
+        """
+        ALTER TABLE cells ADD COLUMN readers TEXT;
+        UPDATE cells SET readers = json_extract(body, '$.access_policy.readable_by');
+        CREATE TRIGGER cells_readers_ai AFTER INSERT ON cells WHEN new.readers IS NULL BEGIN
+            UPDATE cells SET readers = json_extract(new.body, '$.access_policy.readable_by') WHERE rowid = new.rowid;
+        END;
+        CREATE TRIGGER cells_readers_au AFTER UPDATE OF body ON cells WHEN new.readers IS old.readers
+            AND new.readers IS NOT json_extract(new.body, '$.access_policy.readable_by') BEGIN
+            UPDATE cells SET readers = json_extract(new.body, '$.access_policy.readable_by') WHERE rowid = new.rowid;
+        END;
+        """,
+    ),
 ]
 # Past this many rows logged by other processes since this one last looked, its caches load
 # afresh instead of patching (one scan then costs less than reading that many rows' state).
@@ -440,6 +463,8 @@ def cell_to_row(cell: MemoryCell) -> dict[str, Any]:
         "expires_at": _ts(columns["expires_at"]),
         "body": body,
         "text_key": text_key(columns["text"]),
+        # the body's readable_by as json_extract gives it (migration 13): the access snapshot's column
+        "readers": COMPACT_JSON.encode(cell.access_policy.readable_by),
     }
 
 
