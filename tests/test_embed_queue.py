@@ -240,7 +240,9 @@ def test_script_routing_queues_only_cjk_cells_and_backfills_only_them(store_url)
     before = store_from_url(store_url)
     before.open()
     old = MemoryService(store=before, retriever=Retriever(embedder=GatedEmbedder()))  # one model for every text
-    old_cells = old.create_many("kim", [new("tea with oat milk"), new("우리 집 강아지는 세 살이에요"), new("東京で寿司")])
+    # (Latin text beyond ASCII is matched against the CJK class, ASCII alone is not: neither is CJK.)
+    old_cells = old.create_many("kim", [new("tea with oat milk"), new("우리 집 강아지는 세 살이에요"), new("東京で寿司"),
+                                        new("café crème à Zürich")])
     before.close()
 
     embedder = ScriptRouted()
@@ -254,7 +256,7 @@ def test_script_routing_queues_only_cjk_cells_and_backfills_only_them(store_url)
         assert service.drain_embeddings() == 3
         ids = [c.id for c in [*old_cells, english, korean]]
         assert service.store.vector_models(ids) == dict(zip(ids, [
-            embedder.name, "fake-cjk-32", "fake-cjk-32", embedder.name, "fake-cjk-32"]))
+            embedder.name, "fake-cjk-32", "fake-cjk-32", embedder.name, embedder.name, "fake-cjk-32"]))
         assert [len(b) for b in embedder.cjk_embedder.batches] == [3]  # one batch, only CJK texts
         assert EmbeddingWorker(service).backfill() == 0
     finally:
