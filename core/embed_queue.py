@@ -59,6 +59,15 @@ class EmbeddingWorker:
         return queued
 
     def _run(self) -> None:
+        # The backfill reads every cell: on a store warming up after a restart it waits until
+        # the access snapshot (which the first reader-wide search waits for) is loaded, rather
+        # than share the cores with it (SQLite; at most 30 s; a stop ends the wait).
+        ready = getattr(self.service.store, "wait_for_access_snapshot", None)
+        for _ in range(120):
+            if ready is None or self._stop.is_set() or ready(0.25):
+                break
+        if self._stop.is_set():
+            return
         try:
             self.backfill()
         except Exception as exc:  # noqa: BLE001 - the worker still embeds what is queued

@@ -1018,3 +1018,31 @@ def test_health_says_when_the_keyword_warm_up_is_done(corpus):
         if store._warm_lock.locked():
             store._warm_lock.release()
         store.close()
+
+
+def test_a_warming_store_loads_its_access_snapshot_before_its_vectors(corpus):
+    """open() of a store past `warm_terms_min_cells`: the vector warm-up, and the embedding
+    worker's start-up scan (`wait_for_access_snapshot`), start once the access snapshot is
+    loaded, which the first reader-wide search waits for (on two cores they had shared them)."""
+    store = SQLiteStore(corpus, keyword_scan_max=0, warm_terms_min_cells=0)
+    store._snapshot_warm_lock.acquire()  # hold the warm-up at the snapshot's load
+    store.open()
+    try:
+        assert not store.wait_for_access_snapshot(0.3)
+        assert not store._vectors_ready.is_set() and store._snapshot is None
+        store._snapshot_warm_lock.release()
+        assert store.wait_for_access_snapshot(60) and store._snapshot is not None
+        store.wait_for_vector_index(60)
+        assert store._vectors_ready.is_set() and store.wait_for_term_warmup(60)
+    finally:
+        if store._snapshot_warm_lock.locked():
+            store._snapshot_warm_lock.release()
+        store.close()
+    small = SQLiteStore(corpus, keyword_scan_max=0)  # nothing to load ahead: nothing waits
+    small.open()
+    try:
+        assert small.wait_for_access_snapshot(60) and small._snapshot is None
+        small.wait_for_vector_index(60)
+        assert small._vectors_ready.is_set()
+    finally:
+        small.close()

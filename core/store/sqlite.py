@@ -344,6 +344,9 @@ _VOCAB_COLUMNS = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ampkit_vocab_columns U
 # does a reader-wide search of a store that grew past it while open, whose term cache started
 # afresh since, or that has grown this many times over since they were read.
 WARM_TERMS_MIN_CELLS = 100_000
+# The vector warm-up of an open() waits at most this long for the term warm-up to load the
+# access snapshot (`_snapshot_first`): ~1 s at a million cells on two idle cores.
+SNAPSHOT_FIRST_WAIT_S = 30.0
 WARM_TERMS_SHARE = 0.75
 WARM_TERMS_REGROWTH = 2.0
 
@@ -730,6 +733,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
         # epoch), the store's rows then); None: nothing since open().
         self._terms_warmed: Optional[tuple[tuple[int, int], int]] = None
         self._terms_warm_start = threading.Lock()
+        # Clear from open() until its term warm-up has loaded the access snapshot (or found
+        # the store too small for one): the vector warm-up waits for it (SNAPSHOT_FIRST_WAIT_S at most).
+        self._snapshot_first = threading.Event()
+        self._snapshot_first.set()
         self._opened = 0  # open() calls so far (`_warm_vectors`, `_warm_terms` belong to one)
         self.checkpoint_interval_s = checkpoint_interval_s
         self._checkpoint_wanted = threading.Event()  # set by each commit
@@ -835,11 +842,17 @@ class SQLiteStore(SQLFileReads, SQLStore):
             self._checkpointer.start()
         # The vector index loads in the background: a restarted server answers at once (the
         # dense leg meanwhile ranks small filtered sets from the table, see vector_candidates).
+        # It starts once the term warm-up has loaded the access snapshot (`_snapshot_first`),
+        # which the first reader-wide search waits for: on two cores the vector load had
+        # shared them with it.
         self._vectors_ready.clear()
-        self._start_index_thread(self._warm_vectors, self._opened)
         self._terms_warmed = None
         self._terms_warm.set()
-        if self.warm_terms_min_cells is not None and self._tracking:
+        warm_terms = self.warm_terms_min_cells is not None and self._tracking
+        if warm_terms:
+            self._snapshot_first.clear()
+        self._start_index_thread(self._warm_vectors, self._opened)
+        if warm_terms:
             self._start_term_warmup()
 
     def _start_term_warmup(self) -> None:
@@ -973,24 +986,30 @@ class SQLiteStore(SQLFileReads, SQLStore):
 
     def _warm_terms(self, opened: int) -> None:
         """Background, from open() of a store past `warm_terms_min_cells`, or from a
-        reader-wide search when it is due again (`_term_warmup_due`): the access
-        snapshot (in a thread of its own, beside this one), and the term rows of the words in
-        the most keyword windows (stop words aside: a query drops them) into the postings
-        cache, up to WARM_TERMS_SHARE of it, most common first. A reader-wide search
-        otherwise loads the snapshot (seconds at a million cells) and reads each word at its
-        first use (a tenth of a second for a word in half of a million windows). Each step
-        holds a lock close() takes before closing connections; searches never wait for a word
-        (one that needs it first reads it itself), and one that needs the snapshot while it
-        loads waits for that load. `/health` says `keyword_warmup: warming` until both end."""
-        snapshot = threading.Thread(target=self._warm_snapshot, args=(opened,), daemon=True, name="ampkit-snapshot")
+        reader-wide search when it is due again (`_term_warmup_due`): the access snapshot
+        first, then the term rows of the words in the most keyword windows (stop words aside:
+        a query drops them) into the postings cache, up to WARM_TERMS_SHARE of it, most
+        common first. A reader-wide search otherwise loads the snapshot (seconds at a million
+        cells) and reads each word at its first use (a tenth of a second for a word in half of
+        a million windows). The snapshot comes first because the first reader-wide search
+        waits for it, and only for it: the words' reads had shared the cores with its load
+        (a search reads a word it needs itself). Each step holds a lock close() takes before
+        closing connections; one that needs the snapshot while it loads waits for that load.
+        `/health` says `keyword_warmup: warming` until both end."""
         try:
+            try:
+                with self._warm_lock:
+                    if not self._current(opened):
+                        return
+                    rows = self._query("SELECT COALESCE(MAX(rowid), 0) FROM cells")[0][0]
+                    if rows < (self.warm_terms_min_cells or 0):
+                        return
+                self._warm_snapshot(opened)
+            finally:
+                self._snapshot_first.set()
             with self._warm_lock:
                 if not self._current(opened):
                     return
-                rows = self._query("SELECT COALESCE(MAX(rowid), 0) FROM cells")[0][0]
-                if rows < (self.warm_terms_min_cells or 0):
-                    return
-                snapshot.start()
                 conn = self._reader()
                 conn.execute(_VOCAB)
                 conn.execute(_VOCAB_COLUMNS)
@@ -1014,8 +1033,6 @@ class SQLiteStore(SQLFileReads, SQLStore):
         except Exception:  # noqa: BLE001  (closed meanwhile: searches read words themselves)
             return
         finally:
-            if snapshot.is_alive():
-                snapshot.join()
             if self._opened == opened:
                 self._terms_warm.set()
 
@@ -1027,6 +1044,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 self._access_snapshot()
             except Exception:  # noqa: BLE001  (closed meanwhile: the first wide search loads it)
                 return
+
+    def wait_for_access_snapshot(self, timeout: Optional[float] = None) -> bool:
+        """Until the warm-up open() started has loaded the access snapshot (at once when it
+        has none to load: a small store); False on timeout. The embedding worker's start-up
+        scan waits for it, as the vector warm-up does (`_snapshot_first`)."""
+        return self._snapshot_first.wait(timeout)
 
     def wait_for_term_warmup(self, timeout: Optional[float] = None) -> bool:
         """Until the background term warm-up started by open() is done; False on timeout."""
@@ -1694,6 +1717,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         neither marking the index ready nor building a graph over what it had loaded (at a
         million vectors, a saved graph loaded over a quarter of them had the later warm-up
         add the rest to the graph one by one, for minutes, while wide searches scanned SQL)."""
+        self._snapshot_first.wait(SNAPSHOT_FIRST_WAIT_S)
         try:
             self._catch_up_vectors()
         except Exception:  # noqa: BLE001  (closed meanwhile: the next search catches up)
