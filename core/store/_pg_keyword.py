@@ -131,10 +131,15 @@ def _one(cursor: "psycopg.Cursor[Any]") -> tuple[Any, ...]:
     return row
 
 
+def _row_dtype(top: int) -> Any:
+    """The type row numbers (cells.seq) up to `top` are kept in: int32 while they fit."""
+    return np.int32 if top < 2**31 else np.int64
+
+
 def _rows(values: Optional[str]) -> np.ndarray:
     """Row numbers (cells.seq) as the smallest signed type that holds them."""
     arr = int_list(values)
-    return arr.astype(np.int32) if arr.size and int(arr.max()) < 2**31 else arr
+    return arr.astype(_row_dtype(int(arr.max()))) if arr.size else arr
 
 
 @dataclass
@@ -202,6 +207,13 @@ class _Admitted:
     params: list[Any]  # the filter's parameters (its SQL text is its key's first half)
     views: dict[int, _View] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, seqs: np.ndarray, lengths: np.ndarray, expiring: np.ndarray, expiry: np.ndarray,
+           params: list[Any]) -> "_Admitted":
+        """The set, its expiring rows (in any order, with their expiry times) ordered by time."""
+        by_time = np.argsort(expiry, kind="stable")
+        return cls(seqs, lengths, expiring[by_time], expiry[by_time], sorted(set(expiry.tolist())), params)
+
     @property
     def nbytes(self) -> int:
         return int(self.seqs.nbytes + self.lengths.nbytes + self.expiring.nbytes + self.expiry.nbytes)
@@ -262,10 +274,6 @@ def _widened(values: np.ndarray, top: int, dtype: Callable[[int], Any]) -> np.nd
     return values if wanted == values.dtype else values.astype(wanted)
 
 
-def _row_dtype(top: int) -> Any:
-    return np.int32 if top < 2**31 else np.int64
-
-
 def _replace_rows(seqs: np.ndarray, column: np.ndarray, changed: np.ndarray, new_seqs: np.ndarray,
                   new_column: np.ndarray, column_dtype: Callable[[int], Any]) -> tuple[np.ndarray, np.ndarray]:
     """Sorted `seqs` and their parallel `column` with the `changed` rows taken out and
@@ -294,8 +302,7 @@ def _patched_admitted(admitted: _Admitted, changed: np.ndarray, rows: list[tuple
     expires = [(r[0], r[2]) for r in rows if r[2] is not None]
     ex_rows = np.concatenate([admitted.expiring[keep], np.array([r for r, _ in expires], dtype=np.int64)])
     ex_at = np.concatenate([admitted.expiry[keep], np.array([t for _, t in expires], dtype=np.int64)])
-    by_time = np.argsort(ex_at, kind="stable")
-    return _Admitted(seqs, lengths, ex_rows[by_time], ex_at[by_time], sorted(set(ex_at.tolist())), admitted.params)
+    return _Admitted.of(seqs, lengths, ex_rows, ex_at, admitted.params)
 
 
 def _patched_postings(postings: tuple[np.ndarray, np.ndarray], changed: np.ndarray,
@@ -601,5 +608,4 @@ class WideKeywordIndex:
         rows, lens = _rows(seqs), int_list(lengths).astype(np.int32)
         order = np.argsort(rows, kind="stable")
         ex_rows, ex_at = _rows(expiring), int_list(expiry)
-        by_time = np.argsort(ex_at, kind="stable")
-        return _Admitted(rows[order], lens[order], ex_rows[by_time], ex_at[by_time], sorted(set(ex_at.tolist())), params)
+        return _Admitted.of(rows[order], lens[order], ex_rows, ex_at, params)
