@@ -22,10 +22,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, AsyncIterator, Callable, Generator, Literal, Optional, Protocol, Sequence, cast
+from typing import Annotated, Any, Callable, Generator, Literal, Optional, Protocol, Sequence, cast
 
 import anyio.to_thread
 from mcp.server.fastmcp import Context, FastMCP
@@ -43,7 +42,6 @@ from .client._local import run_call
 from .errors import (
     APIError,
     InternalError,
-    MethodNotAllowed,
     MissingAgentId,
     NotFound,
     TransportError,
@@ -51,6 +49,7 @@ from .errors import (
     ValidationFailed,
     validation_to_api_error,
 )
+from .mcp_http import CALLER_SCOPE_KEY
 from .files.models import FileContent, FileListResponse, FileWriteResult, GrepResponse
 from .models import ConsolidateResponse, HistoryResponse, ListResponse, MemoryCell, SearchResponse
 from .service import MemoryService
@@ -128,8 +127,6 @@ class Caller(Protocol):
     def need(self, scope: str) -> str: ...
 
 
-CALLER_SCOPE_KEY = "ampkit.caller"
-"""Where `/mcp`'s identity check leaves the request's `Caller` in the ASGI scope."""
 
 
 def caller_from_request(ctx: Context) -> Caller:
@@ -653,71 +650,3 @@ __all__ = [
     "Gateway", "READ_TOOLS", "Remembered", "ServiceGateway", "TOOL_NAMES", "UpdateResult", "as_api_error", "build_mcp_server",
     "caller_from_request", "fixed_caller", "remember_request", "tool_error",
 ]
-
-
-# ---------------------------------------------------------------- /mcp in `ampkit serve`
-
-MCP_PATH = "/mcp"
-
-
-def mount_streamable_http(app: Any, service: MemoryService, identity: Any, host: str) -> "MCPEndpoint":
-    """Serve MCP over streamable HTTP at `/mcp` of the FastAPI `app`, each request as the
-    identity `identity` resolves (the REST API's `IdentityResolver`: a Bearer key with auth
-    on, X-AMP-Agent-ID with auth off; its rate limit too). The app's lifespan must enter
-    the returned endpoint's `running()`."""
-    from starlette.routing import Route
-
-    mcp = build_mcp_server(ServiceGateway(service, caller_from_request), host=host,
-                           max_request_bytes=service.limits.max_request_bytes)
-    endpoint = MCPEndpoint(mcp, identity)
-    app.router.routes.append(Route(MCP_PATH, endpoint=endpoint))
-    return endpoint
-
-
-class MCPEndpoint:
-    """ASGI app (a class, so Starlette routes every method to it) that resolves the caller,
-    then hands the request to the MCP session manager. An APIError raised by the identity
-    check (401, 403, 429) is answered by the app's error handlers, in the same envelope and
-    with the same headers as on /amp/v1.
-
-    Stateless and JSON-only: every POST stands alone (identity is per request anyway), so
-    several servers behind one load balancer need no session affinity."""
-
-    def __init__(self, mcp: AmpkitMCP, identity: Any):
-        self.mcp = mcp
-        self.identity = identity
-        self._manager: Any = None
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        """One session manager per app lifespan (a manager runs only once)."""
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-
-        settings = self.mcp.settings
-        manager = StreamableHTTPSessionManager(
-            app=self.mcp._mcp_server, json_response=True, stateless=True,
-            security_settings=settings.transport_security, max_request_body_size=settings.max_request_body_size,
-        )
-        async with manager.run():
-            self._manager = manager
-            try:
-                yield
-            finally:
-                self._manager = None
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        from starlette.requests import Request
-
-        if self._manager is None:
-            raise Unavailable("the MCP endpoint is not running")
-        if scope["method"] != "POST":
-            # Stateless: no server-to-client stream to GET and no session to DELETE (a GET
-            # would otherwise hold a connection open that nothing ever writes to).
-            from .server.errors import envelope_response
-
-            refused = MethodNotAllowed(f"{scope['method']} is not allowed on {MCP_PATH}; MCP messages are POSTed",
-                                       {"allowed": ["POST"]})
-            await envelope_response(refused, {"Allow": "POST"})(scope, receive, send)
-            return
-        scope[CALLER_SCOPE_KEY] = await self.identity.caller(Request(scope, receive))
-        await self._manager.handle_request(scope, receive, send)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -528,6 +529,36 @@ async def test_mcp_over_http_can_be_switched_off(tmp_path):
                         assert refused.status_code == 405 and refused.headers["Allow"] == "POST"
                         assert refused.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
                 assert (await http.get("/amp/v1/spec")).json()["capabilities"]["mcp_compatible"] is enabled
+
+
+def test_mcp_over_http_loads_on_its_first_request_and_serves_every_lifespan(tmp_path):
+    """The server starts without the `mcp` package (~0.5-1 s of imports at every start, see
+    bench/startup.py); /mcp's first POST loads it, and an app served again (a second lifespan)
+    starts a new session manager. In a fresh interpreter, so no other test has imported it."""
+    script = f"""
+import asyncio, sys, httpx
+from ampkit.config import Settings
+from ampkit.server.app import create_app
+
+async def main():
+    app = create_app(Settings(store="sqlite:///{tmp_path}/lazy.db", embedder="none"))
+    for round in (1, 2):
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as http:
+                assert (await http.get("/amp/v1/health")).status_code == 200
+                assert (await http.get("/mcp", headers={{"X-AMP-Agent-ID": "a"}})).status_code == 405
+                assert (await http.post("/mcp", json={{}})).status_code == 401  # identity first
+                print(round, "before", "mcp" in sys.modules)
+                answer = await http.post("/mcp", json={{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}},
+                                         headers={{"X-AMP-Agent-ID": "a", "Accept": "application/json, text/event-stream"}})
+                tools = [t["name"] for t in answer.json()["result"]["tools"]]
+                print(round, "after", "mcp" in sys.modules, answer.status_code, "recall" in tools)
+
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:4] == ["1 before False", "1 after True 200 True", "2 before True", "2 after True 200 True"]
 
 
 # ---------------------------------------------------------------- one memory with the framework adapters

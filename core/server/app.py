@@ -148,9 +148,15 @@ def _mount_inspector(app: FastAPI, service: MemoryService, identity: IdentityRes
 
 
 def _mount_mcp(app: FastAPI, service: MemoryService, identity: IdentityResolver, settings: Settings) -> Any:
-    from ..mcp_server import mount_streamable_http
+    from ..mcp_http import mount_streamable_http
 
-    return mount_streamable_http(app, service, identity, settings.host)
+    def build() -> Any:  # on /mcp's first request (core/mcp_http.py)
+        from ..mcp_server import ServiceGateway, build_mcp_server, caller_from_request
+
+        return build_mcp_server(ServiceGateway(service, caller_from_request), host=settings.host,
+                                max_request_bytes=service.limits.max_request_bytes)
+
+    return mount_streamable_http(app, build, identity)
 
 
 def _with_security_schemes(app: FastAPI):
