@@ -21,13 +21,14 @@ store knows which cells a model change left behind (`ampkit reindex`).
 from __future__ import annotations
 
 import hashlib
+import json
 import importlib.util
 import os
 import threading
 import warnings
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import numpy as np
@@ -71,14 +72,38 @@ class CharBigramEmbedder:
         return np.divide(out, norms, out=out, where=norms > 0)
 
 
+def load_static_model(path: Path) -> Any:
+    """model2vec's `StaticModel.from_pretrained` for a local directory in its own layout
+    (model.safetensors, tokenizer.json, config.json), without its Hugging Face Hub client:
+    importing that costs every process ~0.2-0.4 s before its first embed, for a model that
+    ships in the package. The same arrays, tokenizer and settings as `from_pretrained`
+    (tests/test_retrieval.py); any other layout goes through `from_pretrained`."""
+    from model2vec import StaticModel
+
+    files = [path / name for name in ("model.safetensors", "tokenizer.json", "config.json")]
+    if not all(f.is_file() for f in files) or (path / "README.md").exists():  # (a README holds metadata)
+        return StaticModel.from_pretrained(str(path))
+    import safetensors
+    from model2vec.model import DEFAULT_MAX_LENGTH, _DEFAULT_NORMALIZE
+    from tokenizers import Tokenizer
+
+    with safetensors.safe_open(str(files[0]), framework="numpy") as tensors:
+        names = set(tensors.keys())
+        vectors = tensors.get_tensor("embeddings")
+        weights, mapping = (tensors.get_tensor(name) if name in names else None for name in ("weights", "mapping"))
+    config = json.loads(files[2].read_text())
+    return StaticModel(
+        vectors=vectors, tokenizer=Tokenizer.from_file(str(files[1])), weights=weights, token_mapping=mapping, config=config, normalize=config.get("normalize", _DEFAULT_NORMALIZE),
+        max_length=config.get("max_length", DEFAULT_MAX_LENGTH),
+    )
+
+
 class StaticEmbedder:
     """A model2vec static model from a local directory (the default ships in ampkit/data)."""
 
     def __init__(self, path: Path = DEFAULT_MODEL_DIR, name: Optional[str] = None):
-        from model2vec import StaticModel
-
         self.path = Path(path)
-        self.model = StaticModel.from_pretrained(str(path))
+        self.model = load_static_model(self.path)
         self.dim = int(self.model.dim)
         self.name = name or f"m2v:{Path(path).name}"
         # `encode`'s resting tokenizer state (it re-sets truncation to the model's max_length

@@ -213,10 +213,15 @@ class Retriever:
         self.reranker = reranker
         weights = DEFAULT_WEIGHTS if self.config.ranker_weights is None else self.config.ranker_weights
         self.ranker = LinearRanker(weights) if weights else None
-        # Where the `related` leg's words come from: given, or the embedder's vocabulary.
-        self.related_words = related_words or getattr(embedder, "related_words", None)
+        # Where the `related` leg's words come from: given, or the embedder's vocabulary (read
+        # at the first search that needs it: ~0.1-0.2 s that a server's start need not wait for).
+        self._related_words = related_words
         # Embed after the write, from the store's queue (MemoryService.embed_queued), not in it.
         self.background = background and embedder is not None
+
+    @property
+    def related_words(self) -> Optional[RelatedWordsSource]:
+        return self._related_words or getattr(self.embedder, "related_words", None)
 
     @property
     def cjk_model(self) -> Optional[str]:

@@ -641,6 +641,31 @@ def test_static_embedder_direct_path_gives_model2vec_encode_vectors_bit_for_bit(
     assert np.array_equal(embedder.embed(texts), _normalise(embedder.model.encode(texts)))
 
 
+def test_shipped_model_loads_as_model2vec_loads_it(tmp_path):
+    """`load_static_model` (no Hugging Face Hub client at start-up) builds the model
+    `StaticModel.from_pretrained` builds from the shipped directory: the same arrays, settings
+    and vectors; a directory in another layout goes through `from_pretrained` itself."""
+    import shutil
+
+    from model2vec import StaticModel
+
+    from ampkit.embeddings import DEFAULT_MODEL_DIR, load_static_model
+
+    ours, theirs = load_static_model(DEFAULT_MODEL_DIR), StaticModel.from_pretrained(str(DEFAULT_MODEL_DIR))
+    for name in ("embedding", "weights", "token_mapping"):
+        mine, model2vec = getattr(ours, name), getattr(theirs, name)
+        assert (mine is None and model2vec is None) or np.array_equal(mine, model2vec), name
+    assert (ours.normalize, ours.max_length, ours.median_token_length, ours.unk_token_id, ours.config) == \
+        (theirs.normalize, theirs.max_length, theirs.median_token_length, theirs.unk_token_id, theirs.config)
+    assert ours.tokenizer.to_str() == theirs.tokenizer.to_str()
+    texts = ["Kim moved to Lisbon in March.", "word " * 3000, "서울에서 강아지를 키워요", ""]
+    assert np.array_equal(ours.encode(texts), theirs.encode(texts))
+    carded = tmp_path / "carded"
+    shutil.copytree(DEFAULT_MODEL_DIR, carded)
+    (carded / "README.md").write_text("---\nlanguage: [en]\nbase_model: x/y\n---\n")
+    assert load_static_model(carded).language == ["en"]  # from_pretrained's model card reading
+
+
 def test_term_cache_returns_the_tokenizer_counts_and_stays_bounded(tmp_path, monkeypatch):
     """tokenize() serves repeated texts from a shared cache: the counts must be the
     tokenizer's own, and the cache must drop the least recently used texts past its size."""
