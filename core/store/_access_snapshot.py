@@ -19,6 +19,7 @@ log cannot say (pruned past, or very long) is the snapshot rebuilt from the tabl
 from __future__ import annotations
 
 import json
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -52,6 +53,13 @@ _BY_VALUES = (
     "readers, group_concat(rowid) FROM cells "
     "WHERE rowid BETWEEN {} AND {} GROUP BY 1, 2, 3, 4, 5, 6, 7"
 )
+
+
+# A saved snapshot (`AccessSnapshot.save`, read back by `saved`): numpy's npz of these arrays
+# (no pickles) and a JSON header with the interned strings, the reader sets and the caller's
+# `meta` (for the store: the change-log entry the snapshot is current with).
+SAVED_FORMAT = 1
+_SAVED_ARRAYS = ("present", "owner", "creator", "type", "status", "public", "superseded", "expires", "length", "reader_set")
 
 
 @dataclass(frozen=True)
@@ -198,6 +206,43 @@ class AccessSnapshot:
                 self.expires[ids] = np.nan if expires is None else expires
                 self.reader_set[ids] = self._set_code(row_state_readers(readers, self._patterns))
             self._changed()
+
+    def save(self, path: str, meta: dict[str, Any]) -> None:
+        """Write the snapshot and `meta` to `path` (atomically: a temporary file, then a rename)."""
+        with self.lock:
+            arrays = {name: getattr(self, name)[: self.size] for name in _SAVED_ARRAYS}
+            header = {"format": SAVED_FORMAT, "codes": sorted(self._codes, key=self._codes.__getitem__),
+                      "reader_sets": [list(s) for s in self.reader_sets], "meta": meta}
+            with open(path + ".tmp", "wb") as f:
+                np.savez(f, header=np.array(json.dumps(header)), **arrays)
+        os.replace(path + ".tmp", path)
+
+    @classmethod
+    def saved(cls, path: str, foreign: int) -> tuple["AccessSnapshot", dict[str, Any]]:
+        """A snapshot `save` wrote, and its `meta`; ValueError (or the reader's own error) when
+        the file is not one, in whole and in this format."""
+        with np.load(path, allow_pickle=False) as saved:
+            header = json.loads(str(saved["header"]))
+            if header.get("format") != SAVED_FORMAT:
+                raise ValueError(f"saved access snapshot of format {header.get('format')!r}")
+            snapshot = cls(foreign)
+            size = len(saved["present"])
+            snapshot._alloc(max(size, 1024))
+            for name in _SAVED_ARRAYS:
+                column, target = saved[name], getattr(snapshot, name)
+                if column.shape != (size,) or column.dtype != target.dtype:
+                    raise ValueError(f"saved access snapshot: column {name} is {column.dtype}{column.shape}")
+                target[:size] = column
+        snapshot.size = size
+        snapshot._codes = {value: code for code, value in enumerate(header["codes"])}
+        snapshot.reader_sets = [tuple(s) for s in header["reader_sets"]]
+        snapshot._sets = {s: code for code, s in enumerate(snapshot.reader_sets)}
+        interned = [snapshot.owner, snapshot.creator, snapshot.type, snapshot.status]
+        if (len(snapshot._codes) != len(header["codes"]) or len(snapshot._sets) != len(snapshot.reader_sets)
+                or any(size and (column[:size].min() < -1 or column[:size].max() >= len(snapshot._codes)) for column in interned)
+                or (size and (snapshot.reader_set[:size].min() < 0 or snapshot.reader_set[:size].max() >= max(len(snapshot.reader_sets), 1)))):
+            raise ValueError("saved access snapshot: a code out of range")
+        return snapshot, header["meta"]
 
     def _reserve(self, top: int) -> None:
         if top > len(self.present):

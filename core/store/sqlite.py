@@ -299,6 +299,14 @@ CHANGE_LOG_PATCH_MAX = 200_000
 # scan the whole log, at every commit).
 _LOG_BOUNDS = "SELECT (SELECT MIN(seq) FROM change_log), (SELECT MAX(seq) FROM change_log)"
 _LOG_SINCE = "SELECT rid FROM change_log WHERE seq > ?"
+# A saved access snapshot (`_save_snapshot`, at close) names the change-log entry it is current
+# with by its sequence number and a digest of the entries up to it (this many): a file put back
+# from a backup, or another history's log, gives another digest (or lacks the entry).
+_LOG_MARK_ENTRIES = 64
+_LOG_MARK = "SELECT seq, rid FROM change_log WHERE seq > ? AND seq <= ? ORDER BY seq"
+# At most this many logged rows since the save are read to bring a saved snapshot forward (under
+# the write lock); past it the snapshot loads from the table.
+SNAPSHOT_RESUME_MAX = 20_000
 # Pending windows (migration 12): indexed at most this many new rows per transaction (the
 # write lock is held that long), PENDING_WINDOWS_DELAY_S after the first of them commits
 # (the creates arriving meanwhile are indexed in the same pass, their windows shared).
@@ -776,6 +784,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._snapshot: Optional[AccessSnapshot] = None
         self._snapshot_build_lock = threading.Lock()
         self._snapshot_backlog: Optional[builtins.list[dict[int, Optional[RowState]]]] = None
+        self._snapshot_saved = False  # a saved snapshot is yet to be tried (set by open())
+        self.snapshot_source: Optional[str] = None  # how the current one came: "saved" or "table"
         self._foreign_lock = threading.Lock()
         self._foreign = 0
         self._seen_version: Optional[int] = None
@@ -830,6 +840,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         if self._tracking:
             self._log_seq = self._writer.execute("SELECT COALESCE(MAX(seq), 0) FROM change_log").fetchone()[0]
         self._deferring = self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'pending_windows'").fetchone() is not None
+        self._snapshot_saved = self._tracking and os.path.exists(self._snapshot_file())
         if self._deferring and self._windows_thread is None:  # (also what another process left pending)
             self._windows_stop.clear()
             self._windows_thread = threading.Thread(target=self._windows_loop, daemon=True, name="ampkit-windows")
@@ -1107,6 +1118,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     self._save_ann(model, index)
                 except OSError:
                     pass
+        if self._writer is not None:
+            try:  # a restart then reads it instead of scanning the table (seconds at a million cells)
+                self._save_snapshot()
+            except (OSError, sqlite3.Error, Unavailable) as exc:
+                log.warning("access snapshot not saved (the next start loads it from the table): %s", exc)
         with self._warm_lock, self._snapshot_warm_lock, self._vectors_lock:  # the background warm-ups read under them
             with self._readers_lock:
                 for conn in self._readers:
@@ -1193,17 +1209,24 @@ class SQLiteStore(SQLFileReads, SQLStore):
         if limit is not None and top - since > limit:
             return _Changes(top, {}, {}, reload=True)
         touched = sorted({r for (r,) in conn.execute(_LOG_SINCE, (since,))})
-        states: dict[int, Optional[RowState]] = dict.fromkeys(touched)
-        terms: dict[int, Optional[dict[str, int]]] = dict.fromkeys(touched)
+        return _Changes(top, *self._row_states(conn, touched))
+
+    @staticmethod
+    def _row_states(conn: sqlite3.Connection, rowids: builtins.list[int]) -> tuple[
+            dict[int, Optional[RowState]], dict[int, Optional[dict[str, int]]]]:
+        """Each row's access columns (None: gone) and keyword window's term counts (None: no
+        window), as the caches take them in."""
+        states: dict[int, Optional[RowState]] = dict.fromkeys(rowids)
+        terms: dict[int, Optional[dict[str, int]]] = dict.fromkeys(rowids)
         patterns: dict[Optional[str], tuple[str, ...]] = {}
-        for i in range(0, len(touched), 500):
-            chunk = touched[i : i + 500]
+        for i in range(0, len(rowids), 500):
+            chunk = rowids[i : i + 500]
             for row in conn.execute(
                 f"SELECT {SNAPSHOT_COLUMNS}, x.terms FROM {SNAPSHOT_FROM} WHERE c.rowid IN ({','.join('?' * len(chunk))})", chunk,
             ):
                 states[row[0]] = row_state(row[1:-1], patterns)
                 terms[row[0]] = None if row[-1] is None else json.loads(row[-1])
-        return _Changes(top, states, terms)
+        return states, terms
 
     def _apply_changes(self, changes: Optional[_Changes]) -> None:
         """After COMMIT, under the write lock (so in commit order): the logged rows' new state
@@ -1450,6 +1473,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
             snapshot = self._snapshot
             if snapshot is not None and snapshot.foreign == self._foreign_generation():
                 return snapshot
+            if self._snapshot_saved:  # the first load since open(): a saved one, when it is current
+                self._snapshot_saved = False
+                snapshot = self._resumed_snapshot()
+                if snapshot is not None:
+                    return snapshot
             conn = self._reader()
             beside = self._snapshot_connection()
             # The generation is read first (a reload the log asks for meanwhile moves it, and
@@ -1484,7 +1512,82 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     snapshot.apply(states)
                 self._snapshot_backlog = None
                 self._snapshot = snapshot
+                self.snapshot_source = "table"
             return snapshot
+
+    # A restart's first reader-wide search waited for the snapshot's load from the table (~2.5 s
+    # of CPU at a million cells, `AccessSnapshot.load`); a clean close saves it beside the file
+    # and the next open reads it back (~0.1 s) and brings it forward by the change log, which
+    # every writer of the file appends to (migration 11), whatever process it is.
+    def _snapshot_file(self) -> str:
+        return f"{self.path}.access-snapshot"
+
+    def _log_mark(self, conn: sqlite3.Connection, seq: int) -> Optional[str]:
+        """A digest of the change log's entries up to `seq` (the last _LOG_MARK_ENTRIES), or
+        None when the log does not hold entry `seq` (pruned past, emptied, never written)."""
+        entries = conn.execute(_LOG_MARK, (seq - _LOG_MARK_ENTRIES, seq)).fetchall()
+        if not entries or entries[-1][0] != seq:
+            return None
+        return hashlib.blake2b(json.dumps(entries).encode(), digest_size=16).hexdigest()
+
+    def _save_snapshot(self) -> None:
+        """At close: the access snapshot, with the change-log entry it is current with (every
+        logged change up to it is in the snapshot: the store applies its own commits and catches
+        up with other processes' in log order), beside the database file. None to save (never
+        loaded, or due to load afresh): a file saved earlier stays, as current as it was."""
+        if not self._tracking:
+            return
+        self._foreign_generation()  # other processes' commits so far, into the snapshot
+        with self._write_lock:
+            snapshot = self._snapshot
+            if snapshot is None or snapshot.foreign != self._foreign or self._snapshot_backlog is not None:
+                return
+            seq = self._log_seq
+            mark = self._log_mark(self._require_writer(), seq)
+            if mark is None:
+                return
+            snapshot.save(self._snapshot_file(), {"log_seq": seq, "log_mark": mark, "schema": self.schema_version()})
+
+    def _resumed_snapshot(self) -> Optional[AccessSnapshot]:
+        """The saved access snapshot brought forward to now, and made the store's; None when
+        there is none to trust: not this schema, its change-log entry gone or another (a file put
+        back from a backup), more than SNAPSHOT_RESUME_MAX rows logged since, or rows that do not
+        add up to the table's (then the caller loads from the table). The log's rows since the
+        save are read in one transaction under the write lock (no commit of ours in between),
+        each row's whole current state; another process's commits after it are caught up like
+        any other (`_foreign_generation`)."""
+        foreign = self._foreign_generation()
+        try:
+            snapshot, meta = AccessSnapshot.saved(self._snapshot_file(), foreign)
+            seq = int(meta["log_seq"])
+        except Exception as exc:  # noqa: BLE001  (any unreadable file: load from the table)
+            log.warning("saved access snapshot not used (loading from the table): %s", exc)
+            return None
+        if meta.get("schema") != self.schema_version():
+            return None
+        with self._write_lock:
+            conn = self._require_writer()
+            conn.execute("BEGIN")
+            try:
+                if self._log_mark(conn, seq) != meta.get("log_mark"):
+                    return None
+                top = conn.execute(_LOG_BOUNDS).fetchone()[1]
+                if top - seq > SNAPSHOT_RESUME_MAX:
+                    return None
+                touched = sorted({r for (r,) in conn.execute(_LOG_SINCE, (seq,))})
+                snapshot.apply(self._row_states(conn, touched)[0])
+                rows, highest = conn.execute("SELECT count(*), COALESCE(MAX(rowid), 0) FROM cells").fetchone()
+            finally:
+                conn.execute("COMMIT")
+            present = np.flatnonzero(snapshot.present[: snapshot.size])
+            if len(present) != rows or (rows and int(present[-1]) != highest):
+                log.warning("saved access snapshot does not match the table (loading from the table)")
+                return None
+            if foreign != self._foreign:  # the log asked for a reload meanwhile
+                return None
+            self._snapshot = snapshot
+            self.snapshot_source = "saved"
+        return snapshot
 
     def _snapshot_connection(self) -> Optional[sqlite3.Connection]:
         """A second connection for loading the access snapshot (its reader patterns, read
