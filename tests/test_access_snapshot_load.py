@@ -354,3 +354,34 @@ def test_a_saved_snapshot_that_cannot_be_trusted_is_not_used(tmp_path, monkeypat
     raw.commit()
     raw.close()
     restart_uses_the_table()
+
+
+def test_a_store_that_never_closes_saves_its_snapshot_while_commits_arrive(tmp_path):
+    """The checkpoint thread saves the snapshot too (every SNAPSHOT_SAVE_INTERVAL_S while
+    commits arrive; 0 here), so a restart after a crash (the first store is never closed: a
+    second one opens the file, as a restarted process would) reads back a recent one and takes
+    in what was written after it."""
+    rng = random.Random(13)
+    path = str(tmp_path / "crash.db")
+    first = SQLiteStore(path, warm_terms_min_cells=None, snapshot_save_interval_s=0)
+    first.open()
+    try:
+        service = MemoryService(store=first)
+        fill(service, rng, 80, "before")
+        first._access_snapshot()
+        fill(service, rng, 20, "saved")  # commits: the checkpoint thread saves the snapshot they patched
+        first.index_pending_windows()  # (their windows' rows logged too, before the last save)
+        assert first.wait_for_checkpoint(30)
+        saved = AccessSnapshot.saved(str(tmp_path / "crash.db.access-snapshot"), 0)[1]
+        assert saved["log_seq"] == first._log_seq
+        first.snapshot_save_interval_s = None  # no more saves: the next rows come after the file
+        fill(service, rng, 15, "after the save")
+        restarted = reopened(path)
+        try:
+            restarted._access_snapshot()
+            assert restarted.snapshot_source == "saved"
+            assert_snapshot_is_the_table(restarted)
+        finally:
+            restarted.close()
+    finally:
+        first.close()

@@ -22,6 +22,7 @@ import re
 import sqlite3
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -368,6 +369,10 @@ WARM_TERMS_REGROWTH = 2.0
 # less often and for less (a batch load's main thread in process: blocked 0.09-0.12 -> 0.06 ms a cell).
 CHECKPOINT_INTERVAL_S = 1.0
 AUTOCHECKPOINT_PAGES = 4_000
+# While commits arrive, the checkpoint thread also saves the access snapshot (as close() does)
+# at most once per this many seconds, so a restart after a crash finds one at most this old
+# (and usable while at most SNAPSHOT_RESUME_MAX rows were logged since).
+SNAPSHOT_SAVE_INTERVAL_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -727,7 +732,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
         checkpoint_interval_s: float = CHECKPOINT_INTERVAL_S,
         warm_terms_min_cells: Optional[int] = WARM_TERMS_MIN_CELLS,
         defer_windows: bool = True,
+        snapshot_save_interval_s: Optional[float] = SNAPSHOT_SAVE_INTERVAL_S,
     ):
+        self.snapshot_save_interval_s = snapshot_save_interval_s  # None: saved at close only
+        self._snapshot_saved_state: Optional[tuple[int, int, int]] = None  # (foreign, generation, log seq) last saved
+        self._snapshot_saved_time = 0.0  # time.monotonic() of the last periodic save
         # False: every write rewrites its keyword windows before COMMIT, as before migration 12
         # (the same windows, bit for bit: tests compare the two).
         self.defer_windows = defer_windows
@@ -908,8 +917,14 @@ class SQLiteStore(SQLFileReads, SQLStore):
                         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                                timeout=self.busy_timeout_ms / 1000)
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    interval = self.snapshot_save_interval_s
+                    if interval is not None and time.monotonic() - self._snapshot_saved_time >= interval:
+                        self._snapshot_saved_time = time.monotonic()
+                        self._save_snapshot(conn)
                 except sqlite3.Error:
                     pass  # the next commit asks again; the writer's autocheckpoint is the backstop
+                except (OSError, Unavailable) as exc:
+                    log.warning("access snapshot not saved: %s", exc)
                 finally:
                     with self._checkpoint_state:
                         self._checkpoint_busy = False
@@ -1530,23 +1545,30 @@ class SQLiteStore(SQLFileReads, SQLStore):
             return None
         return hashlib.blake2b(json.dumps(entries).encode(), digest_size=16).hexdigest()
 
-    def _save_snapshot(self) -> None:
-        """At close: the access snapshot, with the change-log entry it is current with (every
-        logged change up to it is in the snapshot: the store applies its own commits and catches
-        up with other processes' in log order), beside the database file. None to save (never
-        loaded, or due to load afresh): a file saved earlier stays, as current as it was."""
+    def _save_snapshot(self, conn: Optional[sqlite3.Connection] = None) -> None:
+        """The access snapshot, with the change-log entry it is current with (every logged
+        change up to it is in the snapshot: the store applies its own commits and catches up
+        with other processes' in log order), beside the database file: at close, and from the
+        checkpoint thread (on its connection `conn`) every SNAPSHOT_SAVE_INTERVAL_S while
+        commits arrive. Nothing to save (never loaded, due to load afresh, unchanged since the
+        last save): a file saved earlier stays, as current as it was."""
         if not self._tracking:
             return
         self._foreign_generation()  # other processes' commits so far, into the snapshot
-        with self._write_lock:
+        with self._write_lock:  # (held only to copy the arrays: no commit moves them meanwhile)
             snapshot = self._snapshot
             if snapshot is None or snapshot.foreign != self._foreign or self._snapshot_backlog is not None:
                 return
-            seq = self._log_seq
-            mark = self._log_mark(self._require_writer(), seq)
-            if mark is None:
+            state = (self._foreign, snapshot.generation, self._log_seq)
+            if state == self._snapshot_saved_state and os.path.exists(self._snapshot_file()):
                 return
-            snapshot.save(self._snapshot_file(), {"log_seq": seq, "log_mark": mark, "schema": self.schema_version()})
+            frozen, seq = snapshot.frozen(), self._log_seq
+        # Entries up to `seq` are committed and never change (the log is only pruned from its start).
+        mark = self._log_mark(conn or self._require_writer(), seq)
+        if mark is None:
+            return
+        frozen.save(self._snapshot_file(), {"log_seq": seq, "log_mark": mark, "schema": self.schema_version()})
+        self._snapshot_saved_state = state
 
     def _resumed_snapshot(self) -> Optional[AccessSnapshot]:
         """The saved access snapshot brought forward to now, and made the store's; None when
