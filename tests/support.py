@@ -51,6 +51,32 @@ def examples(named: int) -> int:
     return max(1, round(named * settings.default.max_examples / 100))
 
 
+def glob_witnesses(pattern: str) -> list[str]:
+    """Two agent ids a `readable_by` pattern matches, from the first and the last choice at each
+    item (a set's lowest and highest member, a run empty or not): `[ab]` gives `a` and `b`, a
+    pattern that names one agent gives that agent twice."""
+    from ampkit import glob
+
+    parsed = glob.parse(pattern)
+    firsts, lasts = [], []
+    for item in parsed.items:
+        if isinstance(item, str):
+            first = last = item
+        elif isinstance(item, glob.AnyRun):
+            first, last = "", "xy"
+        elif isinstance(item, glob.AnyOne):
+            first, last = "x", "é"
+        elif not item.negated:
+            first, last = item.ranges[0][0], item.ranges[-1][1]
+        else:  # (test alphabets stay between "!" and "中": " " and "😀" are outside any set of theirs)
+            first = last = next(c for c in "xyaZé中-q 😀" if not any(lo <= c <= hi for lo, hi in item.ranges))
+        firsts.append(first)
+        lasts.append(last)
+    found = ["".join(firsts), "".join(lasts)]
+    assert all(parsed.matches(w) for w in found), (pattern, found)
+    return found
+
+
 def run_cli(*args: str, env: Optional[dict[str, str]] = None, input: Optional[str] = None,
             timeout: Optional[float] = None) -> "subprocess.CompletedProcess[str]":
     """`ampkit ARGS` in this process: click's CliRunner calls the same command the console script

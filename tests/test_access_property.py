@@ -17,16 +17,16 @@ from typing import Callable, Optional
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ampkit.access import can_read
 from ampkit.errors import AccessDenied
-from ampkit.glob import GlobError, parse as parse_glob
+from ampkit.glob import GlobError, literal, parse as parse_glob
 from ampkit.models import CellCreate, CellPatch, MemoryCell, SearchRequest
 from ampkit.service import MemoryService
 from ampkit.store.sqlite import SQLiteStore
-from support import AppServer, examples
+from support import AppServer, examples, glob_witnesses
 
 AGENTS = ["alice", "alex", "al", "bob", "bot-1", "bot-2", "Carol", "c4", "ev[1]", "x*y"]
 PATTERNS = AGENTS + ["*", "a*", "al?ce", "bot-*", "bot-[12]", "[!a]*", "*o*", "[A-Z]*", "?4", "ev[[]1]",
@@ -336,3 +336,109 @@ def test_as_of_read_paths_agree_with_can_read(specs):
             check_world(cells, AGENTS, owners, lambda agent: as_of_reads(service, agent))
         finally:
             store.close()
+
+
+# ---------------------------------------------------------------- PostgreSQL's compiled rule
+# Agent ids a regular expression would read differently from the glob: regex metacharacters,
+# glob syntax written literally, a backslash, non-ASCII, a case twin.
+PG_AGENTS = ["alice", "al", "a.b", "axb", "a+b", "aab", "ab", "a*b", "a?b", "ev[1]", "ev1", "(a)", "a|b", "^a$",
+             "a\\b", "é", "bot-1", "Bot-1", "x*y", "x]y"]
+PG_PATTERNS = ([literal(a) for a in PG_AGENTS]  # each agent by name (`a[*]b`, `ev[[]1]`...)
+               + ["a.b", "a+b", "(a)", "a|b", "^a$", "a\\b", "ev[1]", "[aa]", "a[.]b", "x]y",  # names, with no wildcard
+                  "*", "a*", "a?b", "a*b", "[!a]*", "a[.+]b", "*b", "bot-[0-9]", "[A-Z]*", "?"])  # globs
+pg_patterns = st.one_of(
+    st.sampled_from(PG_PATTERNS),
+    st.text(alphabet="ab.+*?[]!\\|()^$", min_size=1, max_size=5).filter(_valid),
+)
+
+
+@dataclass
+class PgCellSpec:
+    creator: str
+    owner: str
+    readable_by: list[str]
+    public: bool
+    status: str
+    readable_later: Optional[list[str]]  # a policy change after the first reads, or none
+
+
+pg_worlds = st.lists(st.builds(
+    PgCellSpec,
+    creator=st.sampled_from(["own-1", "own-2", "alice"]),
+    owner=st.sampled_from(["own-1", "own-2", "ab"]),
+    readable_by=st.lists(pg_patterns, max_size=4),
+    public=st.sampled_from([False, False, False, True]),
+    status=st.sampled_from(["active", "active", "archived", "deleted"]),
+    readable_later=st.one_of(st.none(), st.lists(pg_patterns, max_size=3)),
+), min_size=1, max_size=6)
+
+
+@pytest.fixture(scope="module")
+def pg_stores(pg_server):
+    """One database for the module, emptied by each example: a store whose wide keyword searches
+    always use the arrays (loaded inline), and one that ranks every search in SQL."""
+    from ampkit.store.postgres import PostgresStore
+
+    url = pg_server.create_database("access_property", template="ampkit_template")
+    arrays, statement = PostgresStore(url, keyword_warm_inline=True), PostgresStore(url, keyword_cache_mb=0)
+    arrays.open()
+    statement.open()
+    yield arrays, statement
+    arrays.close()
+    statement.close()
+
+
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(specs=pg_worlds)
+@example(specs=[  # every kind at least once, whatever the draw
+    PgCellSpec("own-1", "own-1", ["a.b", "a[.+]b"], False, "active", ["alice"]),
+    PgCellSpec("own-2", "own-2", ["a[*]b", "ev[1]", "(a)"], False, "archived", None),
+    PgCellSpec("own-1", "own-1", ["[aa]", "x]y", "a?b"], False, "active", ["a\\b", "bot-[0-9]"]),
+    PgCellSpec("alice", "ab", ["alice"], False, "active", []),
+    PgCellSpec("own-2", "own-2", [], True, "active", None),
+    PgCellSpec("own-1", "own-2", ["a|b", "*b"], False, "deleted", None),
+])
+def test_postgres_compiled_read_rule_admits_what_can_read_allows(pg_stores, specs):
+    """The read rule as PostgreSQL runs it (`reader_literals` by equality, `reader_globs` as
+    regular expressions: `PostgresDialect.reader_matches`), in the store's own queries (list, count,
+    the wide keyword leg from its arrays and from the statement), admits for every agent
+    exactly the cells `can_read` allows: literal names that look like regular expressions,
+    glob syntax written literally, empty lists, public cells and mixes; then again after some
+    cells' `readable_by` changed (the arrays are patched from the triggers' log). Store
+    level, so the service's own re-check cannot hide a cell the SQL admits wrongly."""
+    from ampkit.store.base import CellFilter
+
+    arrays, statement = pg_stores
+    with arrays._connection() as conn:
+        conn.execute("TRUNCATE cells CASCADE")
+    service = MemoryService(store=arrays)
+    cells = build_world(
+        [CellSpec(s.creator, s.owner, s.readable_by, [], s.public, s.status) for s in specs],
+        create=lambda agent, body: service.create(agent, CellCreate.model_validate(body)),
+        archive=lambda agent, cid: service.update(agent, cid, CellPatch.model_validate({"lifecycle": {"status": "archived"}})),
+        delete=service.delete, fetch=arrays.get)
+    named = {w for s in specs for p in s.readable_by + (s.readable_later or []) for w in glob_witnesses(p) if w}
+    agents = sorted(set(PG_AGENTS) | {"own-1", "ab", "stranger"} | named)
+    live = ["active", "stale", "archived"]
+
+    def check(cells: list[MemoryCell], when: str) -> None:
+        for agent in agents:
+            flt = CellFilter(reader=agent, statuses=live)
+            expected = {c.id for c in cells if can_read(c, agent)}
+            assert {c.id for c in arrays.list(flt, 100)} == expected, (when, agent)
+            assert arrays.count(flt) == len(expected), (when, agent)
+            for store in (arrays, statement):
+                found = {c.cell_id for c in store.keyword_candidates(WORD, flt, 100)}
+                assert found == expected, (when, agent, store.wide_keywords is not None)
+
+    check(cells, "created")
+    assert arrays.wide_keywords.served > 0
+    changed = False
+    for spec, cell in zip(specs, cells):
+        if spec.readable_later is not None and cell.lifecycle.status != "deleted":
+            service.update(cell.identity.owner_id, cell.id, CellPatch.model_validate(
+                {"access_policy": {"readable_by": spec.readable_later}}))
+            changed = True
+    if changed:
+        check([arrays.get(c.id) or c for c in cells], "changed")

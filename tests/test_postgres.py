@@ -329,6 +329,140 @@ def test_a_wide_filters_admitted_rows_are_read_from_the_narrow_indexes_alone(pg_
         store.close()
 
 
+def test_migration_14_splits_readers_into_literals_and_globs(pg_url):
+    """A version-13 database gains `reader_literals` and `reader_globs`, derived by the database
+    from `reader_patterns`: the read rule then compares a reader named by a literal by equality
+    and grants what `can_read` does, and what the rule of version 13 (`~ ANY(reader_patterns)`,
+    a server of the previous version still serving) grants; the read-rule index holds the new
+    columns (index-only scans still) and only live rows; whoever writes `reader_patterns` (here
+    plain SQL, as a server of the previous version writes it) keeps both right, and the wide
+    keyword arrays follow (the filter triggers watch `reader_patterns`)."""
+    import re
+
+    from psycopg import sql
+
+    from ampkit.access import can_read
+    from ampkit.store._pg_keyword import _ADMITTED
+    from ampkit.store.sql import POSTGRES, compile_filter
+    from ampkit.store.sql.dialects import READER_LITERAL
+
+    grants = [["a.b", "team-*"], ["x[*]y", "ev[1]"], [], ["alice"], ["bot-?", "[aa]"], ["a+b", "alice", "a.b"]]
+    store = PostgresStore(pg_url)
+    store.open()
+    service = MemoryService(store=store)
+    # (Cell 3 has no session, so no keyword window whose rewrite would log its policy change.)
+    cells = [service.create("u1", CellCreate.model_validate(
+        {"content": {"text": f"note {i}"}, "identity": {"owner_id": "u1", "session_id": None if i == 3 else "s"},
+         "access_policy": {"readable_by": grant}})) for i, grant in enumerate(grants)]
+    store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 13
+        conn.execute("ALTER TABLE cells DROP COLUMN reader_literals, DROP COLUMN reader_globs")  # (and the index)
+        conn.execute("DROP FUNCTION ampkit_reader_literals(TEXT[]), ampkit_reader_globs(TEXT[])")
+        conn.execute("CREATE INDEX cells_read_rule ON cells (status, seq) "
+                     "INCLUDE (owner_id, created_by, public, reader_patterns, superseded_by, expires_at, type)")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 14")
+    store = PostgresStore(pg_url)
+    store.open()
+    try:
+        assert store.schema_version() == MIGRATIONS[-1][0] == 14
+        rows = {cid: (patterns, literals, globs) for cid, patterns, literals, globs in
+                store._query("SELECT id, reader_patterns, reader_literals, reader_globs FROM cells")}
+        for cell in cells:
+            patterns, literals, globs = rows[cell.id]
+            assert patterns == sorted({POSTGRES.reader_pattern(p) for p in cell.access_policy.readable_by})
+            assert literals == [p for p in patterns if re.fullmatch(READER_LITERAL, p)]
+            assert globs == [p for p in patterns if p not in literals]
+        assert rows[cells[5].id][1:] == (sorted(POSTGRES.reader_literal(a) for a in ("a+b", "alice", "a.b")), [])
+        assert rows[cells[1].id][1:] == ([POSTGRES.reader_literal("x*y")], [POSTGRES.reader_pattern("ev[1]")])  # (a set: "ev1")
+        assert rows[cells[4].id][1:] == ([], sorted(POSTGRES.reader_pattern(p) for p in ("bot-?", "[aa]")))
+        version_13 = sql.SQL("SELECT id FROM cells c WHERE status = 'active' AND (c.owner_id = %s OR c.created_by = %s "
+                             "OR c.public OR %s ~ ANY(c.reader_patterns))")
+        for agent in ("a.b", "axb", "a+b", "aab", "x*y", "xzy", "ev[1]", "ev1", "alice", "bot-1", "a", "team-x", "u2"):
+            flt = CellFilter(reader=agent, statuses=["active"])
+            readable = {c.id for c in cells if can_read(c, agent)}
+            assert {c.id for c in store.list(flt, 10)} == readable, agent
+            assert {r[0] for r in store._query(version_13, (agent,) * 3)} == readable, agent
+        index = store._query("SELECT indexdef FROM pg_indexes WHERE indexname = 'cells_read_rule'")[0][0]
+        assert "reader_literals" in index and "reader_globs" in index
+        # The table was rewritten, so its build saw no replaced row version: one entry a cell.
+        assert store._query("SELECT reltuples FROM pg_class WHERE relname = 'cells_read_rule'") == [(len(cells),)]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE cells, cell_search")
+            conn.execute("SET enable_seqscan = off")
+            conn.execute("SET enable_bitmapscan = off")
+            where, params = compile_filter(CellFilter(reader="alice"), POSTGRES)
+            plan = "\n".join(r[0] for r in conn.execute(
+                sql.SQL("EXPLAIN ") + sql.SQL(_ADMITTED).format(where=sql.SQL(where)), params))
+            assert "Index Only Scan using cells_read_rule" in plan, plan
+        flt = CellFilter(reader="alice")
+        assert {c.cell_id for c in store.keyword_candidates("note", flt, 10)} == {cells[3].id, cells[5].id}
+        assert store.wide_keywords.wait_until_warm()
+        assert {c.cell_id for c in store.keyword_candidates("note", flt, 10)} == {cells[3].id, cells[5].id}
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # alice -> bob, as version 13's store writes it
+            body = cells[3].model_copy(update={"access_policy": cells[3].access_policy.model_copy(
+                update={"readable_by": ["bob"]})})
+            from ampkit.store.postgres import cell_to_row
+
+            row = cell_to_row(body)
+            conn.execute("UPDATE cells SET body = %s, reader_patterns = %s WHERE id = %s",
+                         (row["body"], row["reader_patterns"], cells[3].id))
+        assert store._query("SELECT reader_literals FROM cells WHERE id = %s", (cells[3].id,)) == [
+            ([POSTGRES.reader_literal("bob")],)]
+        assert {c.cell_id for c in store.keyword_candidates("note", flt, 10)} == {cells[5].id}
+        assert {c.cell_id for c in store.keyword_candidates("note", CellFilter(reader="bob"), 10)} == {cells[3].id}
+        assert store.wide_keywords.served >= 2
+    finally:
+        store.close()
+
+
+def test_every_write_path_stores_the_readers_split(pg_server, pg_url):
+    """Create, batch create, a policy change, a supersession and an import each store a cell's
+    `readable_by` compiled, split by the database into literals and globs (migration 14), and
+    the read rule then grants what `can_read` does."""
+    import re
+
+    from ampkit.access import can_read
+    from ampkit.portable import export_lines, import_lines
+    from ampkit.store.sql import POSTGRES
+    from ampkit.store.sql.dialects import READER_LITERAL
+
+    def body(text: str, readers: list[str], **more) -> CellCreate:
+        return CellCreate.model_validate({"content": {"text": text}, "identity": {"owner_id": "u1"},
+                                          "access_policy": {"readable_by": readers}, **more})
+
+    def check(store: PostgresStore) -> None:
+        rows = store._query("SELECT id, reader_patterns, reader_literals, reader_globs FROM cells")
+        cells = {c.id: c for c in store.iter_cells()}
+        assert len(rows) == len(cells) == 6 and any(literals for _, _, literals, _ in rows)
+        for cid, patterns, literals, globs in rows:
+            assert patterns == sorted({POSTGRES.reader_pattern(p) for p in cells[cid].access_policy.readable_by}), cid
+            assert literals == [p for p in patterns if re.fullmatch(READER_LITERAL, p)], cid
+            assert globs == [p for p in patterns if p not in literals], cid
+        for agent in ("a.b", "axb", "x*y", "xzy", "bot-1", "carol", "dave", "team-q"):
+            flt = CellFilter(reader=agent, statuses=["active", "archived"], include_superseded=True)
+            assert {c.id for c in store.list(flt, 10)} == {c.id for c in cells.values() if can_read(c, agent)}, agent
+
+    store = PostgresStore(pg_url)
+    store.open()
+    copy = PostgresStore(pg_server.create_database(f"{pg_url.rsplit('/', 1)[1].split('?')[0]}_import",
+                                                   template="ampkit_template"))
+    copy.open()
+    try:
+        service = MemoryService(store=store)
+        one = service.create("u1", body("one", ["a.b", "bot-?"]))
+        service.create_many("u1", [body("two", ["x[*]y"]), body("three", []), body("four", ["carol", "team-*"])])
+        service.update("u1", one.id, CellPatch.model_validate({"access_policy": {"readable_by": ["dave", "a.b"]}}))
+        service.create("u1", body("five", ["carol"], supersedes=one.id))
+        service.create("u1", body("six", ["[!a]*"]))
+        check(store)
+        lines = list(export_lines(store))
+        assert import_lines(copy, lambda: iter(lines)).cells_written == 6
+        check(copy)
+    finally:
+        store.close()
+        copy.close()
+
+
 def test_lifecycle_lock_is_held_across_stores(pg_url):
     a, b = PostgresStore(pg_url), PostgresStore(pg_url)
     a.open()

@@ -27,7 +27,7 @@ from ampkit.access import can_read
 from ampkit.store import CellFilter, store_from_url
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import TLS, AppServer, examples
+from support import TLS, AppServer, examples, glob_witnesses
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -218,6 +218,62 @@ def test_matcher_sqlite_glob_and_postgres_regex_agree(pg_conn, pattern, agents):
             pattern, parsed.sqlite_glob(), agent)
         assert pg_conn.execute("SELECT %s ~ %s", (agent, parsed.postgres_regex())).fetchone()[0] == expected, (
             pattern, parsed.postgres_regex(), agent)
+
+
+# Patterns without wildcards, whose text is full of what a regular expression reads as syntax.
+literal_patterns = st.text(alphabet=ALPHABET + ".+()|{}$", min_size=1, max_size=5).map(glob.literal)
+
+
+@pytest.fixture(scope="module")
+def pg_schema_conn(pg_server):
+    """A connection to a database with ampkit's schema (its SQL functions)."""
+    import psycopg
+
+    from ampkit.store.postgres import PostgresStore
+
+    url = pg_server.create_database(f"isolation_schema_{os.getpid()}_{uuid.uuid4().hex[:8]}", template="ampkit_template")
+    store = PostgresStore(url)
+    store.open()
+    store.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        yield conn
+
+
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(patterns=st.lists(st.one_of(grammar_patterns, literal_patterns), max_size=4),
+       agents=st.lists(agent_ids, min_size=1, max_size=8))
+def test_postgres_reader_literals_and_globs_grant_what_the_matcher_grants(pg_schema_conn, patterns, agents):
+    """A `readable_by` list as PostgreSQL reads it since migration 14 (the compiled patterns
+    split by the database into `reader_literals`, compared by equality with the reader's own
+    literal, and `reader_globs`, run as regular expressions), through the compiled condition
+    itself, grants exactly the agents the access rule's matcher grants. A pattern written as
+    `glob.literal(agent)` is always a literal; a literal matches exactly the one id whose
+    literal compiles to it (checked against ids the patterns match, `glob_witnesses`)."""
+    import re
+
+    from ampkit.store.sql import POSTGRES
+    from ampkit.store.sql.dialects import READER_LITERAL
+
+    regexes = sorted({POSTGRES.reader_pattern(p) for p in patterns})
+    literals, globs = pg_schema_conn.execute("SELECT ampkit_reader_literals(%s::text[]), ampkit_reader_globs(%s::text[])",
+                                             (regexes, regexes)).fetchone()
+    assert literals == [r for r in regexes if re.fullmatch(READER_LITERAL, r)]  # the same shape in both
+    assert sorted(literals + globs) == regexes
+    candidates = [a for a in agents + patterns + [w for p in patterns for w in glob_witnesses(p)] if a]  # (ids are never empty)
+    for agent in candidates:
+        assert POSTGRES.reader_literal(agent) in pg_schema_conn.execute(
+            "SELECT ampkit_reader_literals(ARRAY[%s])", (POSTGRES.reader_literal(agent),)).fetchone()[0]
+    for pattern in patterns:
+        if POSTGRES.reader_pattern(pattern) in literals:
+            assert all(glob.parse(pattern).matches(a) == (POSTGRES.reader_literal(a) == POSTGRES.reader_pattern(pattern))
+                       for a in candidates), pattern
+    for agent in candidates:
+        expected = any(glob.parse(p).matches(agent) for p in patterns)
+        condition, params = POSTGRES.reader_matches("c", agent)
+        got = pg_schema_conn.execute(
+            f"SELECT {condition} FROM (SELECT %s::text[] AS reader_literals, %s::text[] AS reader_globs) c",
+            [*params, literals, globs]).fetchone()[0]
+        assert got == expected, (patterns, literals, globs, agent)
 
 
 def test_grammar_examples():

@@ -19,7 +19,7 @@ from ..glob import upgrade_stored
 from ..textindex import index_text, text_key
 from ._files import FILES_SCHEMA
 from .base import CONTEXT_RADIUS, window_class
-from .sql.dialects import POSTGRES
+from .sql.dialects import POSTGRES, READER_LITERAL
 
 TEXT_CONFIG = "english"  # stemming and stop words, the counterpart of FTS5's porter tokenizer
 
@@ -250,6 +250,35 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             INCLUDE (owner_id, created_by, public, reader_patterns, superseded_by, expires_at, type);
         CREATE UNIQUE INDEX cell_search_seq_len ON cell_search (seq) INCLUDE (cell_id, len);
         DROP INDEX cell_search_seq;
+        """,
+    ),
+    (
+        14,
+        "readers named by a literal compared by equality, not run as regular expressions",
+        # Most grants name an agent; a regular expression per row was most of a new wide
+        # reader's scan of its admitted rows. `reader_patterns` stays as it was (every pattern
+        # compiled, written by the store); two columns derived from it by the database split it:
+        # `reader_literals`, those of READER_LITERAL's shape (each names one agent id, compared
+        # by equality with the reader's own literal, `PostgresDialect.reader_literal`), and
+        # `reader_globs`, the rest. Derived, not written: whoever writes `reader_patterns` (a
+        # server of the previous version during an upgrade, an operator) keeps them right.
+        # Adding them rewrites the table once (its indexes rebuilt, no dead rows left behind);
+        # `cells_read_rule` then holds them instead of `reader_patterns`, so the admitted-rows
+        # query stays index-only. The keyword filter triggers (10, 12) already watch
+        # `reader_patterns`, which the two follow.
+        f"""
+        CREATE FUNCTION ampkit_reader_literals(patterns TEXT[]) RETURNS TEXT[]
+            LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+            RETURN ARRAY(SELECT p FROM unnest(patterns) AS p WHERE p ~ '{READER_LITERAL}');
+        CREATE FUNCTION ampkit_reader_globs(patterns TEXT[]) RETURNS TEXT[]
+            LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+            RETURN ARRAY(SELECT p FROM unnest(patterns) AS p WHERE p !~ '{READER_LITERAL}');
+        ALTER TABLE cells
+            ADD COLUMN reader_literals TEXT[] NOT NULL GENERATED ALWAYS AS (ampkit_reader_literals(reader_patterns)) STORED,
+            ADD COLUMN reader_globs TEXT[] NOT NULL GENERATED ALWAYS AS (ampkit_reader_globs(reader_patterns)) STORED;
+        DROP INDEX cells_read_rule;
+        CREATE INDEX cells_read_rule ON cells (status, seq)
+            INCLUDE (owner_id, created_by, public, reader_literals, reader_globs, superseded_by, expires_at, type);
         """,
     ),
 ]

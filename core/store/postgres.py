@@ -6,7 +6,9 @@ Several stateless `ampkit serve` processes can share one database. Layout (see M
 - `cells`: the indexed columns, the text, the rest of the cell as JSON (`body`, key order kept
   as written, like SQLite), `metadata` again as JSONB for equality filters, and the cell's
   `readable_by` patterns as anchored regular expressions compiled by `ampkit.glob`
-  (`reader_patterns`, matched with `~`) so the access filter runs inside every query, and
+  (`reader_patterns`) so the access filter runs inside every query: split by the database
+  into `reader_literals`, those that name one agent (compared by equality), and
+  `reader_globs` (matched with `~`; migration 14, `PostgresDialect.reader_matches`), and
   `text_key`, a digest of the normalised text indexed with the owner, for dedup's
   exact-duplicate lookups (`SQLStore`). A read bumps `access_count`, so cells rows are
   rewritten often; the search structures therefore live in side tables that change only when

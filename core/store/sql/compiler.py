@@ -61,8 +61,9 @@ def compile_filter(flt: CellFilter, dialect: Dialect, alias: str = "c") -> SQLFr
     if flt.reader is not None:
         # The read rule of `ampkit.access.can_read`, inside the query: owner, creator, public,
         # or a `readable_by` pattern (compiled from the same parsed glob) matching the agent.
-        add((f"({a}.owner_id = {p} OR {a}.created_by = {p} OR {dialect.is_true(f'{a}.public')} "
-             f"OR {dialect.reader_matches(a)})", [flt.reader, flt.reader, flt.reader]))
+        match, match_params = dialect.reader_matches(a, flt.reader)
+        add((f"({a}.owner_id = {p} OR {a}.created_by = {p} OR {dialect.is_true(f'{a}.public')} OR {match})",
+             [flt.reader, flt.reader, *match_params]))
     if flt.owner_id is not None:
         add((f"{a}.owner_id = {p}", [flt.owner_id]))
     if flt.types:
