@@ -184,12 +184,13 @@ class PostgresDialect(Dialect):
         # from it, in the database, `reader_literals` (those of READER_LITERAL's shape: each
         # matches one agent id, the one `reader_literal` compiles to that same text) and
         # `reader_globs` (the rest). A literal is then compared by equality rather than run as
-        # a regular expression on every row a wide filter scans: at 100k cells (two named
-        # readers a cell) a new team reader's admitted rows 40-109 -> 26-56 ms median in
-        # alternating rounds (README, "Readers named, not matched"). `~ ANY` of an empty
-        # array costs nothing measurable. Same answer as `~ ANY(reader_patterns)`, and so as
-        # `can_read`'s matcher: a regular expression of that shape matches exactly the one
-        # id whose literal compiles to it; both columns are NOT NULL, with no NULL element.
+        # a regular expression on every row a wide filter scans: a new wide reader's
+        # admitted rows (every cell naming two readers) 76-79 -> 40-42 ms at 100k cells,
+        # 553-588 -> 392-409 ms at 1M (medians, alternating; README, "Readers named, not
+        # matched"). `~ ANY` of an empty array costs nothing measurable. Same answer as
+        # `~ ANY(reader_patterns)`, and so as `can_read`'s matcher: a regular expression of
+        # that shape matches exactly the one id whose literal compiles to it; both columns
+        # are NOT NULL, with no NULL element.
         return (f"(%s = ANY({alias}.reader_literals) OR %s ~ ANY({alias}.reader_globs))",
                 [self.reader_literal(reader), reader])
 
