@@ -242,6 +242,18 @@ def reopened(path: str) -> SQLiteStore:
     return store
 
 
+def assert_restart_loads_from(path: str, source: str) -> None:
+    """A store opened on `path` takes its snapshot from `source` ("saved" or "table"), and the
+    snapshot is the table's, row for row."""
+    store = reopened(path)
+    try:
+        store._access_snapshot()
+        assert store.snapshot_source == source
+        assert_snapshot_is_the_table(store)
+    finally:
+        store.close()
+
+
 def test_a_snapshot_saved_at_close_is_brought_forward_by_every_later_write(tmp_path):
     """A clean close saves the snapshot beside the file; the next open reads it back (instead of
     scanning the table) and takes in every write made since by any process (here another
@@ -300,13 +312,7 @@ def test_a_saved_snapshot_that_cannot_be_trusted_is_not_used(tmp_path, monkeypat
     saved = (tmp_path / "kept.db.access-snapshot").read_bytes()
 
     def restart_uses_the_table() -> None:
-        store = reopened(path)
-        try:
-            store._access_snapshot()
-            assert store.snapshot_source == "table"
-            assert_snapshot_is_the_table(store)
-        finally:
-            store.close()
+        assert_restart_loads_from(path, "table")
         (tmp_path / "kept.db.access-snapshot").write_bytes(saved)
 
     shutil.copy(tmp_path / "backup.db", path)  # the backup back, the newer snapshot beside it ...
@@ -337,13 +343,7 @@ def test_a_saved_snapshot_that_cannot_be_trusted_is_not_used(tmp_path, monkeypat
     restart_uses_the_table()
     # and the same file with its own schema is used (the cases above failed for their reason)
     snapshot.save(str(tmp_path / "kept.db.access-snapshot"), meta)
-    store = reopened(path)
-    try:
-        store._access_snapshot()
-        assert store.snapshot_source == "saved"
-        assert_snapshot_is_the_table(store)
-    finally:
-        store.close()
+    assert_restart_loads_from(path, "saved")
 
     # a row gone without a log entry (its trigger dropped by hand): the rows do not add up
     import sqlite3
@@ -376,12 +376,6 @@ def test_a_store_that_never_closes_saves_its_snapshot_while_commits_arrive(tmp_p
         assert saved["log_seq"] == first._log_seq
         first.snapshot_save_interval_s = None  # no more saves: the next rows come after the file
         fill(service, rng, 15, "after the save")
-        restarted = reopened(path)
-        try:
-            restarted._access_snapshot()
-            assert restarted.snapshot_source == "saved"
-            assert_snapshot_is_the_table(restarted)
-        finally:
-            restarted.close()
+        assert_restart_loads_from(path, "saved")
     finally:
         first.close()
