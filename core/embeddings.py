@@ -21,8 +21,8 @@ store knows which cells a model change left behind (`ampkit reindex`).
 from __future__ import annotations
 
 import hashlib
-import json
 import importlib.util
+import json
 import os
 import threading
 import warnings
@@ -93,7 +93,8 @@ def load_static_model(path: Path) -> Any:
         weights, mapping = (tensors.get_tensor(name) if name in names else None for name in ("weights", "mapping"))
     config = json.loads(files[2].read_text())
     return StaticModel(
-        vectors=vectors, tokenizer=Tokenizer.from_file(str(files[1])), weights=weights, token_mapping=mapping, config=config, normalize=config.get("normalize", _DEFAULT_NORMALIZE),
+        vectors=vectors, tokenizer=Tokenizer.from_file(str(files[1])), weights=weights, token_mapping=mapping,
+        config=config, normalize=config.get("normalize", _DEFAULT_NORMALIZE),
         max_length=config.get("max_length", DEFAULT_MAX_LENGTH),
     )
 
