@@ -602,6 +602,11 @@ class VectorIndexHealth(Closed):
                                     "cache started afresh); until ready a reader-wide search may load them itself "
                                     "(slower). none: not read ahead for what the store holds now (the next reader-wide "
                                     "search starts it), or a store without it; ready: read ahead, or too small to need it")
+    access_snapshot: Literal["none", "saved", "table"] = Field(
+        default="none", description="where this process got the access snapshot reader-wide searches use (SQLite): saved "
+                                    "(read back from the file a stop or a periodic save left beside the database, brought "
+                                    "forward by the change log), table (loaded from the table: none to trust), none (not "
+                                    "loaded yet, or a store that keeps none)")
 
 
 class Health(Closed):

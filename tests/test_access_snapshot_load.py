@@ -247,8 +247,9 @@ def assert_restart_loads_from(path: str, source: str) -> None:
     snapshot is the table's, row for row."""
     store = reopened(path)
     try:
+        assert store.vector_index_state()["access_snapshot"] == "none"
         store._access_snapshot()
-        assert store.snapshot_source == source
+        assert store.vector_index_state()["access_snapshot"] == source  # (/health says so)
         assert_snapshot_is_the_table(store)
     finally:
         store.close()

@@ -490,7 +490,8 @@ def test_restart_loads_the_saved_graph_and_answers_while_the_index_loads(tmp_pat
     store.vector_candidates(query, "rand16", flt, 10)
     store.wait_for_vector_index()
     assert store.wait_for_term_warmup(60)  # a small store: nothing read ahead, ready at once
-    assert store.vector_index_state() == {"state": "ready", "vectors": 200, "approximate": "ready", "keyword_warmup": "ready"}
+    assert store.vector_index_state() == {"state": "ready", "vectors": 200, "approximate": "ready", "keyword_warmup": "ready",
+                                         "access_snapshot": "none"}  # (no reader-wide search yet)
     store.close()
     saved = store._ann_path("rand16")
     assert os.path.exists(saved) and os.path.exists(saved + ".json")

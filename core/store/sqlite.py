@@ -794,7 +794,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._snapshot_build_lock = threading.Lock()
         self._snapshot_backlog: Optional[builtins.list[dict[int, Optional[RowState]]]] = None
         self._snapshot_saved = False  # a saved snapshot is yet to be tried (set by open())
-        self.snapshot_source: Optional[str] = None  # how the current one came: "saved" or "table"
+        self.snapshot_source: Optional[str] = None  # how the current one came: "saved" or "table" (/health)
         self._foreign_lock = threading.Lock()
         self._foreign = 0
         self._seen_version: Optional[int] = None
@@ -1149,7 +1149,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     self._version_conn.close()
                     self._version_conn = None
             self._stats_cache = self._postings = None
-            self._snapshot = None
+            self._snapshot = self.snapshot_source = None
             self._seen_version = self._writer_version = None
             if self._writer is not None:
                 self._writer.close()
@@ -1816,6 +1816,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         states = {index.ann_state for index in self._vectors.values()} - {"none"}
         return {
             "keyword_warmup": self._keyword_warmup_state(),
+            "access_snapshot": self.snapshot_source or "none",
             "state": "loading" if not self._vectors_ready.is_set() else "ready" if self._vectors else "none",
             "vectors": sum(len(index) for index in self._vectors.values()),
             "approximate": "off" if self.ann_threshold is None
