@@ -1227,20 +1227,22 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return _Changes(top, *self._row_states(conn, touched))
 
     @staticmethod
-    def _row_states(conn: sqlite3.Connection, rowids: builtins.list[int]) -> tuple[
+    def _row_states(conn: sqlite3.Connection, rowids: builtins.list[int], with_terms: bool = True) -> tuple[
             dict[int, Optional[RowState]], dict[int, Optional[dict[str, int]]]]:
-        """Each row's access columns (None: gone) and keyword window's term counts (None: no
-        window), as the caches take them in."""
+        """Each row's access columns (None: gone) and, `with_terms`, its keyword window's term
+        counts (None: no window), as the caches take them in."""
         states: dict[int, Optional[RowState]] = dict.fromkeys(rowids)
-        terms: dict[int, Optional[dict[str, int]]] = dict.fromkeys(rowids)
+        terms: dict[int, Optional[dict[str, int]]] = dict.fromkeys(rowids) if with_terms else {}
         patterns: dict[Optional[str], tuple[str, ...]] = {}
+        extra = ", x.terms" if with_terms else ", NULL"
         for i in range(0, len(rowids), 500):
             chunk = rowids[i : i + 500]
             for row in conn.execute(
-                f"SELECT {SNAPSHOT_COLUMNS}, x.terms FROM {SNAPSHOT_FROM} WHERE c.rowid IN ({','.join('?' * len(chunk))})", chunk,
+                f"SELECT {SNAPSHOT_COLUMNS}{extra} FROM {SNAPSHOT_FROM} WHERE c.rowid IN ({','.join('?' * len(chunk))})", chunk,
             ):
                 states[row[0]] = row_state(row[1:-1], patterns)
-                terms[row[0]] = None if row[-1] is None else json.loads(row[-1])
+                if with_terms:
+                    terms[row[0]] = None if row[-1] is None else json.loads(row[-1])
         return states, terms
 
     def _apply_changes(self, changes: Optional[_Changes]) -> None:
@@ -1597,7 +1599,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 if top - seq > SNAPSHOT_RESUME_MAX:
                     return None
                 touched = sorted({r for (r,) in conn.execute(_LOG_SINCE, (seq,))})
-                snapshot.apply(self._row_states(conn, touched)[0])
+                snapshot.apply(self._row_states(conn, touched, with_terms=False)[0])  # (the snapshot only)
                 rows, highest = conn.execute("SELECT count(*), COALESCE(MAX(rowid), 0) FROM cells").fetchone()
             finally:
                 conn.execute("COMMIT")
