@@ -380,3 +380,46 @@ def test_a_store_that_never_closes_saves_its_snapshot_while_commits_arrive(tmp_p
         assert_restart_loads_from(path, "saved")
     finally:
         first.close()
+
+
+def test_a_backup_put_back_and_written_the_same_way_again_does_not_take_the_old_snapshot(tmp_path):
+    """The snapshot's mark names log entries (sequence number, row id), not values: a file put
+    back from a backup and then given the same creates in the same order (a re-run import),
+    with other readers, logs the very same entries. So every open checks a saved snapshot
+    against the log before it writes anything and deletes one that does not hold; the re-run
+    import's own open does, and the next start loads from the table."""
+    import shutil
+
+    path = str(tmp_path / "rerun.db")
+
+    def store_of() -> SQLiteStore:  # (windows rewritten in each write: the log's order fixed)
+        store = SQLiteStore(path, warm_terms_min_cells=None, defer_windows=False)
+        store.open()
+        return store
+
+    def run_import(readers: list[str]) -> SQLiteStore:
+        store = store_of()
+        service = MemoryService(store=store)
+        for i in range(40):
+            service.create("alice", CellCreate.model_validate({
+                "content": {"text": f"imported fact {i}"}, "identity": {"owner_id": "alice", "session_id": f"s{i // 10}"},
+                "access_policy": {"readable_by": readers}}))
+        return store
+
+    store = store_of()
+    fill(MemoryService(store=store), random.Random(14), 30, "first")
+    store.close()
+    shutil.copy(path, tmp_path / "backup.db")
+    store = run_import(["bob"])  # the first import: bob may read
+    store._access_snapshot()
+    store.close()  # ... saved
+    shutil.copy(tmp_path / "backup.db", path)  # put back; the import run again, for carol
+    run_import(["carol"]).close()
+    assert not (tmp_path / "rerun.db.access-snapshot").exists()
+    store = store_of()
+    try:
+        store._access_snapshot()
+        assert store.vector_index_state()["access_snapshot"] == "table"
+        assert_snapshot_is_the_table(store)
+    finally:
+        store.close()

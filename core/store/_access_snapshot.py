@@ -234,6 +234,15 @@ class AccessSnapshot:
                 {name: getattr(self, name)[: self.size].copy() for name in _SAVED_ARRAYS},
                 sorted(self._codes, key=self._codes.__getitem__), [list(s) for s in self.reader_sets])
 
+    @staticmethod
+    def saved_meta(path: str) -> dict[str, Any]:
+        """The `meta` a saved snapshot was written with, reading nothing else of the file."""
+        with np.load(path, allow_pickle=False) as saved:
+            header = json.loads(str(saved["header"]))
+        if header.get("format") != SAVED_FORMAT:
+            raise ValueError(f"saved access snapshot of format {header.get('format')!r}")
+        return header["meta"]
+
     @classmethod
     def saved(cls, path: str, foreign: int) -> tuple["AccessSnapshot", dict[str, Any]]:
         """A snapshot `save` wrote, and its `meta`; ValueError (or the reader's own error) when

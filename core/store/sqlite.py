@@ -849,7 +849,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         if self._tracking:
             self._log_seq = self._writer.execute("SELECT COALESCE(MAX(seq), 0) FROM change_log").fetchone()[0]
         self._deferring = self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'pending_windows'").fetchone() is not None
-        self._snapshot_saved = self._tracking and os.path.exists(self._snapshot_file())
+        self._snapshot_saved = self._tracking and self._saved_snapshot_holds()
         if self._deferring and self._windows_thread is None:  # (also what another process left pending)
             self._windows_stop.clear()
             self._windows_thread = threading.Thread(target=self._windows_loop, daemon=True, name="ampkit-windows")
@@ -1546,6 +1546,28 @@ class SQLiteStore(SQLFileReads, SQLStore):
         if not entries or entries[-1][0] != seq:
             return None
         return hashlib.blake2b(json.dumps(entries).encode(), digest_size=16).hexdigest()
+
+    def _saved_snapshot_holds(self) -> bool:
+        """At open, before this process writes anything: whether a saved snapshot is there and
+        still names an entry of this file's change log (the same entry, the same 64 up to it).
+        One that does not is deleted now: the file was put back from a backup, or is another
+        one, and writes from here on could log a sequence of rows that happens to match the
+        mark again (a restored file re-imported in the same order) with other values."""
+        path = self._snapshot_file()
+        if not os.path.exists(path):
+            return False
+        try:
+            meta = AccessSnapshot.saved_meta(path)
+            holds = self._log_mark(self._require_writer(), int(meta["log_seq"])) == meta.get("log_mark")
+        except Exception as exc:  # noqa: BLE001  (an unreadable file is no snapshot)
+            log.warning("saved access snapshot unreadable: %s", exc)
+            holds = False
+        if not holds:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        return holds
 
     def _save_snapshot(self, conn: Optional[sqlite3.Connection] = None) -> None:
         """The access snapshot, with the change-log entry it is current with (every logged
