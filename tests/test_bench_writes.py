@@ -1,7 +1,8 @@
-"""bench/writes.py runs end to end (a real `ampkit serve`, client processes, a SQLite file) and
-reports what it claims: every write counted and read back, each phase's clients, latencies and
-CPU, the machine's busy share and the CPU-bound rate beside each phase. Its numbers are
-not checked here (benchmarks keep their targets, docs/testing.md); that it measures is."""
+"""bench/writes.py and bench/startup.py run end to end (a real `ampkit serve`, client processes,
+a SQLite file) and report what they claim: every write counted and read back, each phase's
+clients, latencies and CPU, the machine's busy share and the CPU-bound rate beside each phase;
+each restart's steps timed from the process start. Their numbers are not checked here
+(benchmarks keep their targets, docs/testing.md); that they measure is."""
 
 from __future__ import annotations
 
@@ -38,3 +39,22 @@ def test_the_write_benchmark_counts_every_write_and_reports_each_phase(tmp_path)
         # with part of the machine idle (the rate includes the phase's final search)
         assert p["cpu_bound_writes_per_s"] >= p["writes_per_s"] * 0.9
     assert "| single_4_clients | 4 |" in run.stdout
+
+
+@pytest.mark.slow
+def test_the_startup_benchmark_times_each_step_from_the_process_start(tmp_path):
+    """bench/startup.py: every restart reports ready, then the first owner search, the first
+    analyst search and the first /mcp call, each from the process start, so in that order."""
+    out = tmp_path / "startup.json"
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "startup.py"), "--rounds", "2", "--cells", "60", "--embedder", "none",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(out.read_text())
+    assert len(result["rounds"]) == 2
+    for r in result["rounds"]:
+        assert 0 < r["ready"] <= r["first_search"] <= r["first_wide_search"] <= r["first_mcp"]
+        assert 0 < r["cpu_at_ready"] <= r["cpu_total"]
+    assert "| /health answers" in run.stdout
