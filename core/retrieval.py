@@ -295,7 +295,7 @@ class Retriever:
     def related_terms(self, query: str) -> list[str]:
         """The `related` leg's query: words near the query's content words (its names left
         out: a name's neighbours are other names). Built from the query and the model only."""
-        if self.related_words is None or self.config.related_weight <= 0:
+        if self.config.related_weight <= 0 or self.related_words is None:  # (off: the table is never read)
             return []
         names = set(query_names(query))
         return self.related_words.expand([w for w in content_words(query) if w not in names])
