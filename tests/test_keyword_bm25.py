@@ -411,6 +411,63 @@ def test_postgres_wide_keyword_leg_equals_the_one_statement(pg_url):
         store.close()
 
 
+def test_postgres_wide_keyword_search_before_the_warm_up_reads_what_it_needs(pg_url, monkeypatch):
+    """A restarted server's wide searches do not wait for the background warm-up (20-25 s at
+    1M cells) or run the statement meanwhile: each reads its filter's admitted rows and its
+    query's lexemes itself, in its own snapshot, and is answered from the arrays, bit for bit
+    the statement's, for every wide filter, query, expiry interval and k; the warm-up never
+    runs here. The warm-up started later skips the filters the searches loaded."""
+    from datetime import datetime, timedelta, timezone
+
+    from ampkit.store import store_from_url
+    from ampkit.store._pg_keyword import WideKeywordIndex
+
+    writer = store_from_url(pg_url)
+    writer.open()
+    try:
+        _pg_world(MemoryService(store=writer), random.Random(13))
+    finally:
+        writer.close()
+    asked = []
+    monkeypatch.setattr(WideKeywordIndex, "_request_warmup", lambda self: asked.append(1))
+    store = store_from_url(pg_url)  # a restarted server
+    store.open()
+    try:
+        now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        for query in QUERIES:
+            for flt in WIDE_FILTERS:
+                for at in (None, now + timedelta(days=2), now + timedelta(days=9)):
+                    timed = replace(flt, not_expired_at=at)
+                    expected = pg_reference(store, query, timed, 1000)
+                    for k in (1, 80):
+                        served = store.wide_keywords.served
+                        got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, timed, k)]
+                        assert got == expected[:k], (query, timed, k)
+                        assert store.wide_keywords.served == served + 1
+        index = store.wide_keywords
+        assert asked and not index._generation.warm and (index.generations, index.patches) == (1, 0)
+        writer.open()  # another server writes: the arrays loaded so far are patched, not dropped
+        try:
+            MemoryService(store=writer).create("ada", CellCreate(
+                content={"text": "lena oslo piano quokka"}, identity={"owner_id": "ada"}, access_policy={"readable_by": ["team-*"]}))
+        finally:
+            writer.close()
+        for flt in WIDE_FILTERS:
+            got = [(c.cell_id, c.score) for c in store.keyword_candidates("lena oslo piano", flt, 80)]
+            assert got == pg_reference(store, "lena oslo piano", flt, 80)
+        assert (index.generations, index.patches) == (1, 1) and not index._generation.warm
+        loaded = []
+        monkeypatch.setattr(WideKeywordIndex, "_load_admitted",
+                            staticmethod(lambda conn, where, params: loaded.append(where)))
+        assert index._warm(index._generation) and index._generation.warm
+        assert loaded == []  # every filter asked was loaded by its search
+        for flt in WIDE_FILTERS:
+            got = [(c.cell_id, c.score) for c in store.keyword_candidates("lena oslo quokka", flt, 80)]
+            assert got == pg_reference(store, "lena oslo quokka", flt, 80)
+    finally:
+        store.close()
+
+
 def test_postgres_wide_keyword_arrays_follow_every_servers_writes(pg_url):
     """Two servers on one database: the searcher's arrays are patched with the rows the other
     changed (a window, a policy, a status, or an operator's change of a filtered column by
@@ -548,9 +605,9 @@ def test_postgres_patched_keyword_arrays_equal_the_statement_after_every_kind_of
 
 
 def test_postgres_warm_up_loads_nothing_into_arrays_the_database_has_moved_past(pg_url):
-    """The background warm-up reads a generation's missing filters only in a snapshot equal
-    to the anchor's: after another server's write it loads nothing (the next search patches
-    the arrays, and then the filter is read in that search's snapshot)."""
+    """The background warm-up reads a generation's missing filters and lexemes only in a
+    snapshot equal to the anchor's: after another server's write it loads nothing (the next
+    search patches the arrays, and then the filter is read in that search's snapshot)."""
     from ampkit.store import store_from_url
     from ampkit.store.sql import POSTGRES, compile_filter
     searcher, writer = store_from_url(pg_url), store_from_url(pg_url)
@@ -566,10 +623,12 @@ def test_postgres_warm_up_loads_nothing_into_arrays_the_database_has_moved_past(
         generation = index._generation
         service.create("ada", CellCreate(content={"text": "piano quokka"}, identity={"owner_id": "ada"},
                                          access_policy={"readable_by": ["team-*"]}))
-        eve = CellFilter(reader="eve")  # a filter asked for, as a search under load would ask
+        eve = CellFilter(reader="eve")  # a filter asked lately, in a generation the warm-up has not finished
         where, params = compile_filter(eve, POSTGRES)
-        generation.wanted = {(where, repr(params)): params}
+        index._recent[(where, repr(params))] = params
+        generation.warm, lexemes = False, set(generation.postings)
         assert index._warm(generation) is False and not generation.admitted.get((where, repr(params)))
+        assert not generation.warm and set(generation.postings) == lexemes
         expected = pg_reference(searcher, "piano quokka", eve, 20)
         assert [(c.cell_id, c.score) for c in searcher.keyword_candidates("piano quokka", eve, 20)] == expected
     finally:

@@ -222,8 +222,8 @@ class _Admitted:
 class _Generation:
     """The arrays read at one anchor snapshot; when the database changes, the next generation
     is this one patched with the changed rows (`WideKeywordIndex._patched`), or read afresh.
-    `warm`: the background warm-up has loaded the frequent lexemes (searches use the arrays
-    from then on; before, the statement)."""
+    `warm`: the background warm-up has loaded the frequent lexemes (before, a search reads
+    its query's lexemes itself, as it does a rare one's)."""
 
     def __init__(self, anchor: Optional[str], term_bytes: int) -> None:
         self.anchor = anchor
@@ -231,7 +231,6 @@ class _Generation:
         self.admitted: OrderedDict[tuple[str, str], _Admitted] = OrderedDict()
         self.postings = BytesLRU(term_bytes)
         self.warm = False
-        self.wanted: dict[tuple[str, str], list[Any]] = {}  # filters a search asked for, not loaded yet
 
 
 # The lexemes in the most windows, estimated from a sample of about SAMPLE_ROWS windows; those
@@ -349,50 +348,67 @@ class WideKeywordIndex:
         self._warming = False
 
     # ------------------------------------------------------------ searches
-    def candidates(self, conn: psycopg.Connection, words: list[str], flt: CellFilter, k: int) -> Optional[list[Candidate]]:
+    def candidates(self, conn: psycopg.Connection, words: list[str], flt: CellFilter, k: int) -> list[Candidate]:
         """The one-statement BM25's answer for `flt` (which has no owner or session: a wide
-        filter), from the arrays; None while they are not loaded for this filter (the
-        warm-up is asked for, the caller runs the statement). `conn`: an autocommit pool
-        connection."""
+        filter), from the arrays; what they lack for it (the filter's admitted rows, the
+        query's lexemes) read by this search in its own snapshot, so a restarted server's
+        first wide search waits for neither the warm-up nor the statement. `conn`: an
+        autocommit pool connection."""
+        found, cold = self._answer(conn, words, flt, k)
+        if cold:  # the frequent lexemes, for the searches after this one: started once it is answered, not beside it
+            self._request_warmup()
+        return found
+
+    def _answer(self, conn: psycopg.Connection, words: list[str], flt: CellFilter, k: int) -> tuple[list[Candidate], bool]:
+        """`candidates`, and whether the arrays it was answered from lack the warm-up's."""
         at = flt.not_expired_at
         where_text, params = compile_filter(replace(flt, not_expired_at=None), POSTGRES)
         key = (where_text, repr(params))
         with conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             generation, lexemes = self._begin(conn, " ".join(words))
-            with generation.lock:
-                admitted = generation.admitted.get(key) if generation.warm else None
-                if admitted is not None:
-                    generation.admitted.move_to_end(key)
-                else:
-                    generation.wanted[key] = params
             with self._lock:
                 self._recent[key] = params
                 self._recent.move_to_end(key)
                 while len(self._recent) > ADMITTED_SETS:
                     self._recent.popitem(last=False)
-            if admitted is None and generation.warm:
-                # A filter not asked before in a loaded generation: its rows now, in this
-                # search's snapshot (what the generation holds), as the statement would read them.
-                admitted = self._keep_admitted(generation, key, self._load_admitted(conn, where_text, params))
-            elif admitted is None and self.warm_inline and self._warm(generation):
-                with generation.lock:
-                    admitted = generation.admitted.get(key)
+            if self.warm_inline and not generation.warm:
+                self._warm(generation)  # tests: the warm-up's arrays too before the first answer
+            with generation.lock:
+                admitted = generation.admitted.get(key)
+                if admitted is not None:
+                    generation.admitted.move_to_end(key)
             if admitted is None:
-                self._request_warmup()
-                return None
+                # A filter not loaded in this generation (a restarted server's first searches
+                # too): its rows now, in this search's snapshot (what the generation holds), as
+                # the statement would read them; the query's lexemes below likewise.
+                admitted = self._keep_admitted(generation, key, self._load_admitted(conn, where_text, params))
+            cold = not generation.warm
             if not lexemes or k <= 0:
                 self.served += 1
-                return []
+                return [], cold
             view = self._view(conn, admitted, at)
             if not view.n:
                 self.served += 1
-                return []
+                return [], cold
+
+            with generation.lock:
+                missing = [lexeme for lexeme in lexemes if lexeme not in generation.postings]
+            # Not among the frequent ones the warm-up loaded (a rare one, or it has not yet):
+            # read in one pass when there are several (a cold server's query: all of them).
+            fetched = self._bulk_postings(conn, missing) if len(missing) > 1 else {}
+            if fetched:
+                with generation.lock:
+                    for lexeme, held in fetched.items():
+                        generation.postings.keep(lexeme, held)
 
             def postings(lexeme: str) -> tuple[np.ndarray, np.ndarray]:
+                hit = fetched.get(lexeme)
+                if hit is not None:
+                    return hit
                 with generation.lock:
                     hit = generation.postings.hit(lexeme)
-                if hit is None:  # not among the frequent ones the warm-up loaded: a rare one
+                if hit is None:
                     hit = _postings_arrays(*_one(conn.execute(_POSTINGS, (lexeme, lexeme))))
                     with generation.lock:
                         generation.postings.keep(lexeme, hit)
@@ -402,12 +418,12 @@ class WideKeywordIndex:
             best = top_k(scores, k)
             if not best.size:
                 self.served += 1
-                return []
+                return [], cold
             seqs = view.seqs[best]
             ids: dict[int, str] = dict(conn.execute(_IDS, (seqs.astype(np.int64).tolist(),)).fetchall())
         self.served += 1
         ranked = sorted((-float(scores[b]), ids[int(s)]) for b, s in zip(best, seqs))
-        return [Candidate(cid, -neg) for neg, cid in ranked[:k]]
+        return [Candidate(cid, -neg) for neg, cid in ranked[:k]], cold
 
     def _begin(self, conn: psycopg.Connection, text: str) -> tuple[_Generation, list[str]]:
         """This search's snapshot (taken under the lock: the anchor is always the newest),
@@ -427,19 +443,18 @@ class WideKeywordIndex:
 
     def _patched(self, conn: psycopg.Connection, old: _Generation, anchor: str, snapshot: str) -> Optional[_Generation]:
         """`old` with the rows changed since `anchor` read again in this search's snapshot:
-        each kept filter's admitted rows among them, their lexemes' term frequencies. None
-        (read afresh) when `old` is not loaded yet, or the changes are too many or a TRUNCATE."""
-        if not old.warm:
-            return None
+        each kept filter's admitted rows among them, their lexemes' term frequencies (warm or
+        not: what the warm-up has not loaded, the searches read). None (read afresh) when the
+        changes are too many or a TRUNCATE."""
         rows = [seq for (seq,) in conn.execute(_CHANGED_ROWS, (anchor, anchor, PATCH_ROWS + 1))]
         if len(rows) > PATCH_ROWS or None in rows:
             return None
         changed = np.unique(np.array(rows, dtype=np.int64))
         ids = changed.tolist()
         with old.lock:
-            admitted, postings, wanted = list(old.admitted.items()), list(old.postings.items()), dict(old.wanted)
+            admitted, postings = list(old.admitted.items()), list(old.postings.items())
         new = _Generation(snapshot, self.term_bytes)
-        new.warm, new.wanted = True, wanted
+        new.warm = old.warm
         # Sent together, answered in one round trip (pipeline mode, where libpq has it).
         with conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext():
             among = [conn.execute(sql.SQL(_ADMITTED_AMONG).format(where=sql.SQL(key[0])), [ids, *kept.params])
@@ -483,12 +498,12 @@ class WideKeywordIndex:
         self._wake.set()
 
     def wait_until_warm(self, timeout: float = 60.0) -> bool:
-        """Until the current generation is warm and holds every filter asked for (tests, benchmarks)."""
+        """Until the current generation is warm (tests, benchmarks)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             generation = self._generation
             with generation.lock:
-                if generation.warm and not generation.wanted:
+                if generation.warm:
                     return True
             time.sleep(0.01)
         return False
@@ -524,18 +539,16 @@ class WideKeywordIndex:
             self._warming = True
             try:
                 current = self._warm(generation)
-            except Exception:  # noqa: BLE001  (closed, or the database went away: searches use the statement)
+            except Exception:  # noqa: BLE001  (closed, or the database went away: searches read what they need)
                 current = False
             finally:
                 self._warming = False
             if not current:  # the database changed meanwhile: the next search starts a new generation
                 self._not_before = time.monotonic() + (time.monotonic() - started)
-            elif generation.wanted:
-                self._wake.set()
 
     def _warm(self, generation: _Generation) -> bool:
-        """Load what `generation` lacks (the frequent lexemes' rows, the filters asked for)
-        in one REPEATABLE READ transaction whose snapshot must show what the generation's
+        """Load what `generation` lacks (the last generation's filters, then the frequent
+        lexemes' rows) in one REPEATABLE READ transaction whose snapshot must show what the generation's
         anchor showed; False if it does not (the arrays would not be the generation's)."""
         with self._lock:  # the newest anchor, if the generation is still this server's
             if self._generation is not generation:
@@ -548,10 +561,12 @@ class WideKeywordIndex:
                 return False
             conn.execute("SET LOCAL work_mem = '256MB'")
             with generation.lock:
-                wanted = dict(generation.wanted)
+                wanted: dict[tuple[str, str], list[Any]] = {}
                 if not generation.warm:
                     with self._lock:
-                        wanted.update(self._recent)  # the filters of the last generation too
+                        wanted.update(self._recent)  # the filters asked lately (the last generation's)
+                for key in generation.admitted:  # loaded meanwhile (by the searches themselves)
+                    wanted.pop(key, None)
             for key, params in wanted.items():
                 if self._stopped:
                     return False
@@ -563,6 +578,12 @@ class WideKeywordIndex:
                 with generation.lock:
                     generation.warm = True
         return True
+
+    @staticmethod
+    def _bulk_postings(conn: psycopg.Connection, lexemes: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Every row of each of `lexemes`, in one pass (a lexeme in no row: empty arrays)."""
+        found = {lexeme: _postings_arrays(seqs, tf) for lexeme, seqs, tf in conn.execute(_BULK_POSTINGS, (lexemes, lexemes))}
+        return {lexeme: found.get(lexeme) or _postings_arrays(None, None) for lexeme in lexemes}
 
     def _frequent_postings(self, conn: psycopg.Connection) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Every row of the lexemes in at least FREQUENT_SHARE of the windows (estimated from
@@ -581,8 +602,7 @@ class WideKeywordIndex:
             chosen.append(word)
         if not chosen:
             return {}
-        return {lexeme: _postings_arrays(seqs, tf)
-                for lexeme, seqs, tf in conn.execute(_BULK_POSTINGS, (chosen, chosen)).fetchall()}
+        return self._bulk_postings(conn, chosen)
 
     @staticmethod
     def _keep_admitted(generation: _Generation, key: tuple[str, str], admitted: _Admitted) -> _Admitted:
@@ -590,17 +610,16 @@ class WideKeywordIndex:
             generation.admitted[key] = admitted
             while len(generation.admitted) > ADMITTED_SETS:
                 generation.admitted.popitem(last=False)
-            generation.wanted.pop(key, None)
         return admitted
 
     def state(self) -> str:
-        """For /health: warming (the warm-up runs or is asked for), ready (the arrays hold
-        every filter asked for), none (nothing asked since the database last changed)."""
+        """For /health: warming (the warm-up runs), ready (the frequent lexemes are loaded),
+        none (nothing asked since the database last changed)."""
         generation = self._generation
         with generation.lock:
-            if generation.warm and not generation.wanted:
+            if generation.warm:
                 return "ready"
-        return "warming" if self._worker is not None and (self._warming or generation.wanted) else "none"
+        return "warming" if self._worker is not None and (self._warming or self._wake.is_set()) else "none"
 
     @staticmethod
     def _load_admitted(conn: psycopg.Connection, where_text: str, params: list[Any]) -> _Admitted:

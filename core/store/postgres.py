@@ -459,10 +459,7 @@ class PostgresStore(SQLFileReads, SQLStore):
             # A reader across owners: the same BM25 from arrays kept between searches (an
             # owner's or a session's filter admits few cells: the statement is fast there).
             with self._connection() as conn:
-                found = self.wide_keywords.candidates(conn, terms, flt, k)
-            if found is not None:
-                return found
-            # Not loaded yet (the warm-up is under way in the background): the statement.
+                return self.wide_keywords.candidates(conn, terms, flt, k)
         where, params = filter_sql(flt)
         with self._connection() as conn:
             if self.keyword_ranker == "ts_rank_cd":
