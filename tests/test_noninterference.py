@@ -738,7 +738,10 @@ def store_urls(request) -> Callable[[], tuple[str, str]]:
     "sqlite" renders only the `keyword` ones). "postgres-wide": every search without an owner
     is ranked from the wide keyword leg's arrays (loaded by the search itself, not in the
     background; a search after each step of the build loads them early, so each later write,
-    noise included, is patched into them), and only the `keyword` paths are rendered."""
+    noise included, is patched into them), and only the `keyword` paths are rendered. On
+    "postgres" too a search without an owner is answered from those arrays, with what they
+    lack for it (its filter's rows, its query's lexemes) read by the search itself, whether
+    or not the background warm-up has run yet."""
     if request.param.startswith("sqlite"):
         tmp = Path(tempfile.mkdtemp(prefix="ampkit-ni-"))
         counter = iter(range(10**6))
