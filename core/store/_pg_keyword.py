@@ -28,7 +28,10 @@ If so, the next `_Generation` is this one's arrays patched with those rows, read
 search's snapshot (each filter's admitted rows among them, their lexemes' term counts): a
 few small queries and copies of the touched arrays, where reading afresh costs seconds at
 a million cells. A bulk change (more than PATCH_ROWS rows), a TRUNCATE, or a log pruned
-past the anchor starts afresh (the background warm-up reloads). Snapshots are taken in the
+past the anchor starts afresh, as a restarted server does: a search reads what the fresh
+arrays lack for it (its filter's admitted rows, its query's lexemes) in its own snapshot,
+and once it is answered the background warm-up reads the filters asked lately and the
+frequent lexemes; no search waits for it. Snapshots are taken in the
 order of this lock, so the newest one is always the anchor; a search that started under an
 older generation only reads and fills that generation's arrays.
 """
