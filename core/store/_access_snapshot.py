@@ -93,6 +93,14 @@ def row_state(row: Sequence[Any], patterns: dict[Optional[str], tuple[str, ...]]
                     row_state_readers(readers_json, patterns), length)
 
 
+def _saved_header(saved: Any) -> dict[str, Any]:
+    """The JSON header of an opened saved snapshot (`np.load`'s archive), checked for its format."""
+    header = json.loads(str(saved["header"]))
+    if header.get("format") != SAVED_FORMAT:
+        raise ValueError(f"saved access snapshot of format {header.get('format')!r}")
+    return header
+
+
 @dataclass(frozen=True)
 class FrozenSnapshot:
     """An access snapshot's columns and interned values as of one moment (`AccessSnapshot.frozen`)."""
@@ -238,19 +246,14 @@ class AccessSnapshot:
     def saved_meta(path: str) -> dict[str, Any]:
         """The `meta` a saved snapshot was written with, reading nothing else of the file."""
         with np.load(path, allow_pickle=False) as saved:
-            header = json.loads(str(saved["header"]))
-        if header.get("format") != SAVED_FORMAT:
-            raise ValueError(f"saved access snapshot of format {header.get('format')!r}")
-        return header["meta"]
+            return _saved_header(saved)["meta"]
 
     @classmethod
     def saved(cls, path: str, foreign: int) -> tuple["AccessSnapshot", dict[str, Any]]:
         """A snapshot `save` wrote, and its `meta`; ValueError (or the reader's own error) when
         the file is not one, in whole and in this format."""
         with np.load(path, allow_pickle=False) as saved:
-            header = json.loads(str(saved["header"]))
-            if header.get("format") != SAVED_FORMAT:
-                raise ValueError(f"saved access snapshot of format {header.get('format')!r}")
+            header = _saved_header(saved)
             snapshot = cls(foreign)
             size = len(saved["present"])
             snapshot._alloc(max(size, 1024))
