@@ -1548,17 +1548,19 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return hashlib.blake2b(json.dumps(entries).encode(), digest_size=16).hexdigest()
 
     def _saved_snapshot_holds(self) -> bool:
-        """At open, before this process writes anything: whether a saved snapshot is there and
-        still names an entry of this file's change log (the same entry, the same 64 up to it).
-        One that does not is deleted now: the file was put back from a backup, or is another
-        one, and writes from here on could log a sequence of rows that happens to match the
-        mark again (a restored file re-imported in the same order) with other values."""
+        """At open, before this process writes anything: whether a saved snapshot is there, of
+        this schema, and still names an entry of this file's change log (the same entry, the
+        same 64 up to it). One that does not is deleted now (not read whole at the first load
+        only to be refused): the file was migrated since, or put back from a backup, or is
+        another one, and writes from here on could log a sequence of rows that happens to match
+        the mark again (a restored file re-imported in the same order) with other values."""
         path = self._snapshot_file()
         if not os.path.exists(path):
             return False
         try:
             meta = AccessSnapshot.saved_meta(path)
-            holds = self._log_mark(self._require_writer(), int(meta["log_seq"])) == meta.get("log_mark")
+            holds = meta.get("schema") == self.schema_version() and \
+                self._log_mark(self._require_writer(), int(meta["log_seq"])) == meta.get("log_mark")
         except Exception as exc:  # noqa: BLE001  (an unreadable file is no snapshot)
             log.warning("saved access snapshot unreadable: %s", exc)
             holds = False
