@@ -7,8 +7,10 @@ Builds the service as the server does (`ampkit.bootstrap`) over a fresh SQLite f
 times `--creates` more, one at a time, and prints the CPU time of the calling thread per create
 in each stage (each stage's method wrapped with `time.thread_time`), the rest (BEGIN, COMMIT
 with its WAL writes, savepoints, group commit) by difference, and the pages each commit writes
-to the WAL. bench/writes.py measures the same creates over HTTP (the event loop's share is
-there); this script says what the worker thread spends its share on.
+to the WAL. A single create's keyword windows are indexed after its commit by the store's
+windows thread (`index_pending_windows`, 50 ms later, many creates in one pass): that thread's
+CPU time is its own table, per create. bench/writes.py measures the same creates over HTTP
+(the event loop's share is there); this script says what the store's threads spend theirs on.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sqlite3
 import struct
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -44,15 +47,23 @@ STAGES: list[tuple[str, Any, str, Optional[str]]] = [
     ("store the cell (row, readers, history)", service_module.MemoryService, "_store_created", None),
     ("  of which: INSERT of the row and its readers", sqlite_module._SQLiteWriteTx, "insert", "store"),
     ("  of which: history row", sqlite_module._SQLiteWriteTx, "add_history", "store"),
-    ("keyword windows before COMMIT (flush)", sqlite_module._SQLiteWriteTx, "flush", None),
-    ("  of which: find the windows the new row changes", sqlite_module._SQLiteWriteTx, "_touch_inserted", "flush"),
-    ("  of which: read the windows' texts", sqlite_module._SQLiteWriteTx, "_windows", "flush"),
-    ("  of which: tokenize new texts (FTS5 temp index)", sqlite_module, "tokenize", "flush"),
+    ("before COMMIT: list the new row for the windows pass (flush)", sqlite_module._SQLiteWriteTx, "flush", None),
     ("changes for the in-memory caches", sqlite_module.SQLiteStore, "_collect_changes", None),
 ]
+# The windows thread's pass (after the commit; the calling thread does not wait for it).
+WINDOWS_STAGES: list[tuple[str, Any, str, Optional[str]]] = [
+    ("keyword windows pass (BEGIN to COMMIT)", sqlite_module.SQLiteStore, "index_pending_windows", None),
+    ("  of which: take the pending rows, find the windows they change", sqlite_module._SQLiteWriteTx, "take_pending", "pass"),
+    ("  of which: rewrite the windows (flush)", sqlite_module._SQLiteWriteTx, "flush", "pass"),
+    ("    of which: read the windows' texts", sqlite_module._SQLiteWriteTx, "_windows", "flush"),
+    ("    of which: tokenize new texts (FTS5 temp index)", sqlite_module, "tokenize", "flush"),
+]
+WINDOWS_THREAD = "ampkit-windows"
 
 
-def wrap(owner: Any, name: str, spent: Counter, label: str) -> Callable[[], None]:
+def wrap(owner: Any, name: str, spent: Counter, labels: dict[bool, str]) -> Callable[[], None]:
+    """Time `owner.name` with the CPU clock of the thread running it, under the label of that
+    thread (labels[True] in the windows thread, labels[False] in any other)."""
     original = getattr(owner, name)
 
     @functools.wraps(original)
@@ -61,7 +72,7 @@ def wrap(owner: Any, name: str, spent: Counter, label: str) -> Callable[[], None
         try:
             return original(*args, **kwargs)
         finally:
-            spent[label] += time.thread_time() - started
+            spent[labels[threading.current_thread().name == WINDOWS_THREAD]] += time.thread_time() - started
 
     setattr(owner, name, timed)
     return lambda: setattr(owner, name, original)
@@ -103,12 +114,24 @@ def main(argv: Optional[list[str]] = None) -> int:
             writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             writer.execute("PRAGMA wal_autocheckpoint = 0")
             spent: Counter = Counter()
-            undo = [wrap(owner, name, spent, label) for label, owner, name, _ in STAGES]
+            labels: dict[tuple[Any, str], dict[bool, str]] = {}
+            for label, owner, name, _ in STAGES:
+                labels.setdefault((owner, name), {})[False] = label
+            for label, owner, name, _ in WINDOWS_STAGES:
+                labels.setdefault((owner, name), {})[True] = label
+            undo = [wrap(owner, name, spent, {False: "", True: "", **by}) for (owner, name), by in labels.items()]
             try:
                 started_cpu, started = time.thread_time(), time.perf_counter()
                 for req in reqs[args.preload :]:
                     service.create_many_detailed(req.identity.owner_id, [req])
                 cpu, wall = time.thread_time() - started_cpu, time.perf_counter() - started
+                # The windows thread's last pass, PENDING_WINDOWS_DELAY_S after the last commit.
+                deadline = time.monotonic() + 30
+                while store._query("SELECT EXISTS (SELECT 1 FROM pending_windows)")[0][0]:  # type: ignore[attr-defined]
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the windows thread did not index the new cells within 30 s")
+                    time.sleep(0.01)
+                store._stop_windows_thread()  # type: ignore[attr-defined]  (waits for a pass under way)
             finally:
                 for restore in undo:
                     restore()
@@ -127,11 +150,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     cpu_ms = 1000 * cpu / n
     rows = [(label, per[label]) for label, *_ in STAGES]
     rows.append(("rest: BEGIN, COMMIT (WAL writes), savepoint, group commit", cpu_ms - top))
+    windows_rows = [(label, 1000 * spent[label] / n) for label, *_ in WINDOWS_STAGES]
     by_table = Counter(owner_of.get(p, "?") for p in pages)
     result = {
         "creates": n, "preload": args.preload, "embedder": args.embedder,
         "cpu_ms_per_create": round(cpu_ms, 3), "wall_ms_per_create": round(1000 * wall / n, 3),
         "stages_ms_per_create": {label.strip(): round(ms, 3) for label, ms in rows},
+        "windows_thread_ms_per_create": {label.strip(): round(ms, 3) for label, ms in windows_rows},
         "wal_pages_per_create": round(len(pages) / n, 2),
         "wal_pages_per_create_by_table": {k: round(v / n, 2) for k, v in by_table.most_common()},
         "machine": {"cpus": os.cpu_count(), "loadavg": [round(x, 2) for x in os.getloadavg()]},
@@ -142,6 +167,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("| stage | CPU ms per create | share |\n|---|---|---|")
     for label, ms in rows:
         print(f"| {label} | {ms:.3f} | {100 * ms / cpu_ms:.0f}% |")
+    print("and in the windows thread, after the commits (CPU ms per create):\n| stage | CPU ms per create |\n|---|---|")
+    for label, ms in windows_rows:
+        print(f"| {label} | {ms:.3f} |")
     if by_table:
         print("WAL pages per commit by table/index: " + ", ".join(f"{k} {v}" for k, v in result["wal_pages_per_create_by_table"].items()))
     print(f"machine {result['machine']}")

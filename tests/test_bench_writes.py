@@ -58,3 +58,23 @@ def test_the_startup_benchmark_times_each_step_from_the_process_start(tmp_path):
         assert 0 < r["ready"] <= r["first_search"] <= r["first_wide_search"] <= r["first_mcp"]
         assert 0 < r["cpu_at_ready"] <= r["cpu_total"]
     assert "| /health answers" in run.stdout
+
+
+@pytest.mark.slow
+def test_the_write_stages_benchmark_times_each_stage_in_the_thread_that_runs_it(tmp_path):
+    """bench/write_stages.py wraps the service's and the store's methods by name: a renamed
+    method must fail here, not in the next session's measurement."""
+    out = tmp_path / "stages.json"
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "write_stages.py"), "--creates", "60", "--preload", "20", "--json", str(out)],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(out.read_text())
+    stages, windows = result["stages_ms_per_create"], result["windows_thread_ms_per_create"]
+    for stage in ("build the cell (models, id, size check)", "embed the text", "exact-duplicate check (one reader query)",
+                  "store the cell (row, readers, history)"):
+        assert stages[stage] > 0, stage
+    # every new cell's window is indexed by the windows thread, after its commit
+    assert windows["keyword windows pass (BEGIN to COMMIT)"] >= windows["of which: rewrite the windows (flush)"] > 0
+    assert 0 < result["cpu_ms_per_create"] <= result["wall_ms_per_create"] * 1.5 and result["wal_pages_per_create"] > 0
