@@ -131,7 +131,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     if time.monotonic() > deadline:
                         raise RuntimeError("the windows thread did not index the new cells within 30 s")
                     time.sleep(0.01)
-                store._stop_windows_thread()  # type: ignore[attr-defined]  (waits for a pass under way)
+                store._stop_windows_thread()  # type: ignore[attr-defined]  # waits for a pass under way
             finally:
                 for restore in undo:
                     restore()
