@@ -76,3 +76,21 @@ def test_parameters_are_validated_the_same_in_process_and_over_http(app, case):
             ampkit.Client("http://testserver/amp/v1", agent_id="a", http_client=http_client) as over_http, \
             ampkit.connect("memory://", agent_id="a") as in_process:
         assert _error(lambda: actions[case](over_http)) == _error(lambda: actions[case](in_process))
+
+
+def test_every_json_row_checks_the_content_type_then_the_caller_then_the_body(app):
+    """A row with a required JSON body answers a wrong Content-Type with 415 before it asks
+    who calls (the check and the caller are one dependency, in that order), and a missing
+    caller with 401 before it validates the body."""
+    import re
+
+    rows = [op for op in OPERATIONS if op.request is not None and op.body_required]
+    assert any(op.scope == "admin" for op in rows) and any(op.scope not in (None, "admin") for op in rows)
+    with TestClient(app, base_url="http://testserver" + PREFIX) as http:
+        for op in rows:
+            path = re.sub(r"\{[^}]+\}", "x", op.path)
+            wrong = http.request(op.method, path, content=b"{}", headers={"Content-Type": "text/plain"})
+            assert wrong.status_code == 415 and wrong.json()["error"]["code"] == "UNSUPPORTED_MEDIA_TYPE", op.name
+            if op.scope is not None:
+                anonymous = http.request(op.method, path, content=b"{}", headers={"Content-Type": "application/json"})
+                assert anonymous.status_code == 401 and anonymous.json()["error"]["code"] == "MISSING_AGENT_ID", op.name
