@@ -78,9 +78,7 @@ def summarise(ranks: list[int | None]) -> dict:
 def settle(service: MemoryService) -> None:
     """Wait until every written cell has its vector (a store with a background embedding
     queue embeds after the write; a search before that uses the keyword leg for them)."""
-    drain = getattr(service, "drain_embeddings", None)
-    if drain is not None:
-        drain()
+    service.drain_embeddings()
 
 
 def english_turns(path: Path, conversations: int = 1) -> list[str]:
@@ -136,7 +134,9 @@ def run(embedder_name: str, memories: dict[str, dict], questions: list[dict], en
     tmp.cleanup()
     latencies.sort()
     return {
-        "embedder": embedder.name if embedder else "none",
+        # the default's CJK memories get another model's vectors than its name says (its English part's)
+        "embedder": (embedder.name if embedder else "none")
+        + (f" + {retriever.cjk_model} for CJK text" if retriever.cjk_model else ""),
         "groups": {g: summarise(r) for g, r in sorted(by_group.items(), key=lambda kv: (kv[0] != "ko", kv[0] != "en>ko", kv[0]))},
         "model_load_s": round(load_s, 2),
         "write_ms_per_memory": round(write_s * 1000 / len(ids), 2),

@@ -57,7 +57,7 @@ def run(db: str, first: int, later: int, foreign: int) -> dict:
     store.open()
     try:
         store.wait_for_vector_index()
-        getattr(store, "wait_for_term_warmup", lambda: True)()
+        store.wait_for_term_warmup()
         result["ready_s"] = round(time.perf_counter() - t0, 1)
 
         def work(n: int) -> dict[str, list[tuple[str, str]]]:
