@@ -96,8 +96,9 @@ class Server:
             self.proc.kill()
 
 
-def measure(server: Server, path: str, params: dict, agent: str) -> dict:
-    """Download `path` while sampling RSS; returns size, time and the peak RSS seen."""
+def measure(server: Server, path: str, params: dict, agent: str, ndjson: bool = True) -> dict:
+    """Download `path` while sampling RSS; returns size, time, the peak RSS seen and, for an
+    NDJSON body, its lines (a JSON document has none to count: None)."""
     peak = [server.rss_mb()]
     done = threading.Event()
 
@@ -119,7 +120,7 @@ def measure(server: Server, path: str, params: dict, agent: str) -> dict:
     seconds = time.perf_counter() - t0
     done.set()
     sampler.join()
-    return {"bytes": size, "lines": lines, "seconds": round(seconds, 2), "peak_rss_mb": round(peak[0], 1)}
+    return {"bytes": size, "lines": lines if ndjson else None, "seconds": round(seconds, 2), "peak_rss_mb": round(peak[0], 1)}
 
 
 def main() -> int:
@@ -143,15 +144,16 @@ def main() -> int:
             rows = [{"what": "GET /admin/export (NDJSON, whole store)", **full}]
             if args.compare_json:
                 rows.append({"what": "GET /export (legacy JSON, one owner)",
-                             **measure(server, "/export", {"owner_id": "owner-000"}, "owner-000")})
+                             **measure(server, "/export", {"owner_id": "owner-000"}, "owner-000", ndjson=False)})
         finally:
             server.stop()
     growth = round(full["peak_rss_mb"] - baseline, 1)
     print(f"\nexport of {args.n} cells (+2% superseding cells) | baseline RSS {baseline:.1f} MB | bound {args.bound_mb} MB")
     print(f"{'what':<42} {'lines':>9} {'MB':>8} {'s':>7} {'lines/s':>9} {'MB/s':>7} {'peak RSS MB':>12} {'growth MB':>10}")
     for row in rows:
-        print(f"{row['what']:<42} {row['lines']:>9} {row['bytes'] / 1e6:>8.1f} {row['seconds']:>7.1f} "
-              f"{row['lines'] / row['seconds']:>9.0f} {row['bytes'] / 1e6 / row['seconds']:>7.1f} "
+        lines, per_s = ("-", "-") if row["lines"] is None else (row["lines"], f"{row['lines'] / row['seconds']:.0f}")
+        print(f"{row['what']:<42} {lines:>9} {row['bytes'] / 1e6:>8.1f} {row['seconds']:>7.1f} "
+              f"{per_s:>9} {row['bytes'] / 1e6 / row['seconds']:>7.1f} "
               f"{row['peak_rss_mb']:>12.1f} {row['peak_rss_mb'] - baseline:>10.1f}")
     result = {"n": args.n, "baseline_rss_mb": round(baseline, 1), "bound_mb": args.bound_mb,
               "rss_growth_mb": growth, "within_bound": growth < args.bound_mb, "runs": rows}
