@@ -72,3 +72,14 @@ def test_the_old_class_name_still_works_with_a_deprecation_warning():
 
     with pytest.warns(DeprecationWarning, match="AmpkitAutoGenMemory"):
         assert ag.AmpkitMemory is AmpkitAutoGenMemory
+
+
+def test_the_autogen_example_puts_memory_in_the_prompt(tmp_path):
+    """examples/autogen_agent.py as a person runs it (in this process: support.run_example)."""
+    from support import ROOT, run_example
+
+    done = run_example(ROOT / "examples" / "autogen_agent.py", env={"AMPKIT_URL": f"sqlite:///{tmp_path}/memory.db"})
+    assert done.returncode == 0, done.stderr
+    assert "'- Ada is vegetarian'" in done.stdout.split("the model saw:", 1)[1].splitlines()[0]
+    assert "answer: A vegetarian place, then." in done.stdout
+    assert "'owner_id': 'ada'" in done.stdout.split("component config:", 1)[1]

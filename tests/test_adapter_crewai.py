@@ -122,3 +122,14 @@ def test_record_episodes_stores_each_request_once_and_never_recalls_it_as_a_fact
     off = AmpkitCrewMemory(client=backend.connect(unique("crew-agent")), owner_id=unique("user"))
     one_task_crew(llm, memory=off).kickoff()
     assert [c for c in backend.cells(off.owner_id) if c.type == "episodic"] == []
+
+
+def test_the_crewai_example_recalls_into_the_prompt_and_remembers_the_result(tmp_path):
+    """examples/crewai_agent.py as a person runs it (in this process: support.run_example)."""
+    from support import ROOT, run_example
+
+    done = run_example(ROOT / "examples" / "crewai_agent.py", env={"AMPKIT_URL": f"sqlite:///{tmp_path}/memory.db"})
+    assert done.returncode == 0, done.stderr
+    assert "recalled into the prompt: True" in done.stdout
+    assert "answer: The report is due Friday; I will start today." in done.stdout
+    assert "remembered after the task: Final Answer: The report is due Friday; I will start today." in done.stdout

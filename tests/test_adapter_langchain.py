@@ -178,3 +178,14 @@ async def test_retriever_finds_what_any_framework_wrote(backend):
     assert docs[0].metadata["score"] > 0
     assert [d.id for d in await retriever.ainvoke("invoices")] == [docs[0].id]
     assert AmpkitRetriever(client=backend.connect(unique("nosy")), owner_id=user).invoke("invoices") == []
+
+
+def test_the_langchain_example_remembers_recalls_and_searches_the_store(tmp_path):
+    """examples/langchain_agent.py as a person runs it (in this process: support.run_example)."""
+    from support import ROOT, run_example
+
+    done = run_example(ROOT / "examples" / "langchain_agent.py", env={"AMPKIT_URL": f"sqlite:///{tmp_path}/memory.db"})
+    assert done.returncode == 0, done.stderr
+    assert "recall tool returned: - Ada's cat is called Tom" in done.stdout
+    assert "answer: Your cat is Tom." in done.stdout
+    assert "store search: [{'text': 'Ada drinks green tea'}]" in done.stdout

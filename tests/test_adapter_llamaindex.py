@@ -93,3 +93,14 @@ def test_the_old_class_name_still_works_with_a_deprecation_warning():
 
     with pytest.warns(DeprecationWarning, match="AmpkitLlamaIndexMemory"):
         assert li.AmpkitMemory is li.AmpkitLlamaIndexMemory
+
+
+def test_the_llamaindex_example_recalls_into_the_prompt_as_memory_and_as_a_block(tmp_path):
+    """examples/llamaindex_agent.py as a person runs it (in this process: support.run_example)."""
+    from support import ROOT, run_example
+
+    done = run_example(ROOT / "examples" / "llamaindex_agent.py", env={"AMPKIT_URL": f"sqlite:///{tmp_path}/memory.db"})
+    assert done.returncode == 0, done.stderr
+    assert "the model saw: ['Relevant shared memory:', '- Ada works in the Lisbon office'" in done.stdout
+    assert "session history: ['Book a desk in my office', 'Lisbon, noted.']" in done.stdout
+    assert "with a block, the model saw: ['- Ada works in the Lisbon office']" in done.stdout
