@@ -5,9 +5,11 @@ same rows give one at a time (`row_state`, the form every logged change takes)."
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
+import pytest
 
 from ampkit.models import CellCreate, CellPatch
 from ampkit.service import MemoryService
@@ -423,3 +425,78 @@ def test_a_backup_put_back_and_written_the_same_way_again_does_not_take_the_old_
         assert_snapshot_is_the_table(store)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("log_rows", [20_000, 4])
+def test_an_admitted_set_asked_again_after_writes_is_the_rule_over_every_row(tmp_path, monkeypatch, log_rows):
+    """A reader-wide filter's admitted rows, asked again after commits (this store's and another
+    process's: creates, policy changes, archives, deletes, supersedes, cells that expire), are
+    patched from the filter's last answer with the changed rows re-decided: the same rows and
+    window lengths as SQL's filter over the table, every time, for readers by name, by glob,
+    public, with and without expiry times, types, statuses and superseded cells. With a log
+    of 4 changed rows, most changes since a filter's last answer are no longer logged: those
+    answers are decided afresh."""
+    from ampkit.store import _access_snapshot
+    from ampkit.store.base import CellFilter
+
+    monkeypatch.setattr(_access_snapshot, "PATCH_ROWS", log_rows)
+
+    rng = random.Random(23)
+    path = str(tmp_path / "patched.db")
+    store, other = reopened(path), reopened(path)
+    service, elsewhere = MemoryService(store=store), MemoryService(store=other)
+    cells = fill(service, rng, 120, "first")
+    base = datetime.now(timezone.utc)
+    filters = [CellFilter(reader=reader, statuses=statuses, types=types, include_superseded=superseded)
+               for reader in ["bob", "carol", "bot-2", "team-1", "nobody"]
+               for statuses, types, superseded in ((("active",), None, False), (("active", "archived"), ["semantic"], True))]
+    patched = []
+    real = _access_snapshot.AccessSnapshot._patched
+
+    def counted(self, *args):
+        found = real(self, *args)
+        patched.append(found is not None)
+        return found
+
+    monkeypatch.setattr(_access_snapshot.AccessSnapshot, "_patched", counted)
+    try:
+        for step in range(30):
+            by, writer = (service, store) if step % 3 else (elsewhere, other)
+            for i in range(rng.randrange(1, 4)):
+                creator = rng.choice(AGENTS)
+                body = {"content": {"text": f"step {step} note {i} about trains"}, "type": rng.choice(["semantic", "episodic"]),
+                        "identity": {"owner_id": creator},
+                        "access_policy": {"readable_by": rng.choice(READERS), "public": rng.random() < 0.1}}
+                if rng.random() < 0.3:  # expires within the times the searches below are made at
+                    body["lifecycle"] = {"expires_at": (base + timedelta(minutes=rng.randrange(1, 40))).isoformat()}
+                cells.append(by.create(creator, CellCreate.model_validate(body)))
+            cell = cells.pop(rng.randrange(len(cells)))  # (an active cell: each is changed once)
+            owner = cell.identity.owner_id
+            change = rng.randrange(4)
+            if change == 0:
+                cells.append(by.update(owner, cell.id, CellPatch.model_validate(
+                    {"access_policy": {"readable_by": rng.choice(READERS)}})))
+            elif change == 1:
+                by.update(owner, cell.id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
+            elif change == 2:
+                by.update(owner, cell.id, CellPatch.model_validate({"lifecycle": {"status": "archived"}}))
+                by.delete(owner, cell.id)
+            else:
+                cells.append(by.create(owner, CellCreate.model_validate({
+                    "content": {"text": f"newer than {cell.id}"}, "identity": {"owner_id": owner}, "supersedes": cell.id})))
+            # the same time for a few steps, then later (past some expiries, or not)
+            at = base + timedelta(minutes=step // 3 * 4)
+            for flt in filters:
+                for when in (None, at):
+                    asked = replace(flt, not_expired_at=when)
+                    admitted = store._admitted_entry(asked)[3]
+                    expected = store._load_admitted(asked)
+                    assert np.array_equal(admitted.rowids, expected.rowids), (step, asked)
+                    assert np.array_equal(admitted.lengths, expected.lengths) and admitted.total == expected.total
+    finally:
+        other.close()
+        store.close()
+    if log_rows > 4:
+        assert sum(patched) > 300 and not all(patched)  # patched mostly; decided afresh past an expiry
+    else:
+        assert sum(patched) > 20 and patched.count(False) > 300

@@ -265,9 +265,14 @@ def patch_postings(term: str, arrays: tuple[np.ndarray, ...],
     changed = np.fromiter(sorted(latest), dtype=np.int64, count=len(latest))
     rowids, tf = arrays
     if rowids.size and changed.size:
-        at = np.minimum(np.searchsorted(changed, rowids), changed.size - 1)
-        keep = changed[at] != rowids
-        rowids, tf = rowids[keep], tf[keep]
+        # Each changed row looked up in the term's rows (a few among up to a million), and
+        # those found taken out.
+        at = np.searchsorted(rowids, changed.astype(rowids.dtype, copy=False) if changed[-1] <= np.iinfo(rowids.dtype).max
+                             else changed)
+        inside = at < rowids.size
+        held = at[inside][rowids[at[inside]] == changed[inside]]
+        if held.size:
+            rowids, tf = np.delete(rowids, held), np.delete(tf, held)
     added = [(r, t[term]) for r, t in sorted(latest.items()) if t and term in t]
     if added:
         new_rows = np.array([r for r, _ in added], dtype=rowids.dtype)

@@ -1742,7 +1742,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     hit = None  # a cell expired in between (or the clock went back)
             if hit is None:
                 held = sum(e[1] for e in snapshot.entries.values())
-                rowids, lengths = snapshot.admitted(flt)
+                rowids, lengths = snapshot.admitted(flt, key)
                 if held + rowids.size > ADMITTED_CACHE_ROWS:
                     snapshot.entries.clear()
                 admitted = AdmittedSet(rowids, lengths, int(lengths.sum()))
