@@ -72,7 +72,10 @@ def run(db: str, first: int, later: int, foreign: int) -> dict:
         try:
             for k in range(foreign):
                 word = f"zqxforeign{os.getpid()}x{k}"
-                MemoryService(store=other).create("user-00001", CellCreate(
+                # Another server on the file, with the same embedder (deployment.md: every server
+                # the same settings): a cell written without a vector is ranked by the keyword leg
+                # alone and may well sit below cells both legs find.
+                MemoryService(store=other, retriever=service.retriever).create("user-00001", CellCreate(
                     content={"text": f"Lena packed {word}"}, identity={"owner_id": "user-00001"},
                     access_policy={"readable_by": ["analyst"]}))
                 c, t = time.process_time(), time.perf_counter()

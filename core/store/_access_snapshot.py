@@ -140,7 +140,7 @@ class AccessSnapshot:
         self.reader_sets: list[tuple[str, ...]] = []
         self._patterns: dict[Optional[str], tuple[str, ...]] = {}
         self._expiries: Optional[tuple[int, np.ndarray]] = None
-        self._expiries_rebuilt = 0  # how many times the last full pass found
+        self._expiries_rebuilt = 0  # how many expiry times the last pass over every row found
         self.size = 0  # highest rowid + 1
         self.present = np.zeros(0, dtype=bool)
         self.owner = np.zeros(0, dtype=np.int32)  # interned string codes, -1: none
