@@ -61,7 +61,7 @@ def _native_telemetry() -> dict[str, Any]:
     HTTP within the noise of a single write's ~0.5 ms on the event loop). Asked once
     instead: a provider set up before the server starts (`opentelemetry-instrument ampkit
     serve`, or an application's own set-up before `create_app`) keeps FastAPI's tracing as
-    it was; one configured only later is not seen (docs/deployment.md)."""
+    it was; one configured only later is not seen (docs/configuration.md)."""
     if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:  # an older FastAPI
         return {}
     if os.getenv("FASTAPI_OTEL_AUTO_CONFIGURE", "").lower() == "true":  # FastAPI configures them itself
