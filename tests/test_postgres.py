@@ -11,6 +11,7 @@ import tempfile
 import threading
 import time
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -59,9 +60,12 @@ def test_url_options_are_ours_and_the_rest_goes_to_libpq():
     assert PostgresStore("postgresql://u:pw@h/db").display_url == "postgresql://u:***@h/db"
 
 
-def test_dense_leg_filters_inside_the_hnsw_scan(pg_store):
+@pytest.mark.parametrize("exact_max", [0, 5000])
+def test_dense_leg_filters_inside_the_hnsw_scan(pg_store, monkeypatch, exact_max):
     """300 vectors, 6 readable by agent_x: a top-6 for agent_x is full, exact and in order,
-    although the nearest neighbours overall all belong to someone else."""
+    although the nearest neighbours overall all belong to someone else; by the graph (a
+    reader's set above EXACT_ADMITTED_MAX: 0 here) or by ranking the 6 exactly (5,000)."""
+    monkeypatch.setattr("ampkit.store.postgres.EXACT_ADMITTED_MAX", exact_max)
     service = MemoryService(store=pg_store)
     rng = np.random.default_rng(7)
     query = unit(rng, 32)
@@ -107,6 +111,66 @@ def test_dense_leg_filters_inside_the_hnsw_scan(pg_store):
         pg_store.set_search_options(conn, 6)
         plan = "\n".join(r[0] for r in conn.execute(b"EXPLAIN " + sql.as_bytes(conn), params))
     assert "cell_vectors_hnsw_" in plan
+
+
+def test_a_reader_who_may_read_few_cells_is_ranked_exactly_over_them(pg_store, monkeypatch):
+    """A reader-wide dense search whose filter admits few rows (here 9 of 400) ranks exactly
+    those (their rows from the wide keyword leg, in the search's snapshot) without walking the
+    graph: the same as an exact scan of the table, after creates, a policy change, a delete
+    and with an expiry time, and never a row the reader may not read."""
+    from ampkit.store import postgres
+
+    service = MemoryService(store=pg_store)
+    rng = np.random.default_rng(11)
+    query = unit(rng, 16)
+    now = service.clock()
+
+    def add(owner: str, readers: list[str], near: bool, expires=None):
+        body = {"content": {"text": f"note {rng.integers(1 << 30)}"}, "identity": {"owner_id": owner},
+                "access_policy": {"readable_by": readers}}
+        if expires is not None:
+            body["lifecycle"] = {"expires_at": expires.isoformat()}
+        cell = service._build(CellCreate.model_validate(body), owner, now)
+        vec = query + (0.2 if near else 2.0) * unit(rng, 16)
+        with pg_store.write() as tx:
+            tx.insert(cell, StoredVector("fake-16", (vec / np.linalg.norm(vec)).astype(np.float32)))
+        return cell
+
+    for i in range(390):  # the nearest vectors are someone else's
+        add("agent_y", [], near=True)
+    mine = [add("agent_x", [], near=False) for _ in range(5)]
+    granted = [add("agent_y", ["agent_*"], near=False) for _ in range(3)]
+    soon = add("agent_y", ["agent_x"], near=False, expires=now + timedelta(hours=1))
+
+    def exact(flt: CellFilter) -> list[str]:
+        with pg_store._connection() as conn, conn.transaction():
+            return [cid for cid, _ in conn.execute(*pg_store.vector_query(query, "fake-16", flt, 20, exact=True))]
+
+    def check(flt: CellFilter, n: int) -> None:
+        with pg_store._connection() as conn, conn.transaction():
+            few = pg_store._few_admitted(conn, flt)
+        assert few is not None and len(few) == n  # this path, not the graph
+        assert [h.cell_id for h in pg_store.vector_candidates(query, "fake-16", flt, 20)] == exact(flt)
+
+    flt = CellFilter(reader="agent_x")
+    check(flt, 9)
+    assert set(exact(flt)) == {c.id for c in mine + granted + [soon]}
+    check(replace(flt, not_expired_at=now + timedelta(hours=2)), 9)  # (the time is the SQL's)
+    assert soon.id not in exact(replace(flt, not_expired_at=now + timedelta(hours=2)))
+    newer = add("agent_x", [], near=False)  # a write since: in the next search
+    check(flt, 10)
+    assert newer.id in exact(flt)
+    service.update("agent_y", granted[0].id, CellPatch.model_validate({"access_policy": {"readable_by": []}}))
+    check(flt, 9)
+    assert granted[0].id not in exact(flt)
+    # A reader of more rows than EXACT_ADMITTED_MAX walks the graph as before.
+    monkeypatch.setattr(postgres, "EXACT_ADMITTED_MAX", 100)
+    with pg_store._connection() as conn, conn.transaction():
+        assert pg_store._few_admitted(conn, CellFilter(reader="agent_y")) is None
+    with pg_store._connection() as conn, conn.transaction():
+        assert pg_store._few_admitted(conn, flt) is not None
+    assert [h.cell_id for h in pg_store.vector_candidates(query, "fake-16", CellFilter(reader="agent_y"), 20)] == \
+        exact(CellFilter(reader="agent_y"))
 
 
 def test_approximate_search_off_ranks_exactly_without_the_graph(pg_url):

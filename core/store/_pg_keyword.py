@@ -428,6 +428,19 @@ class WideKeywordIndex:
         ranked = sorted((-float(scores[b]), ids[int(s)]) for b, s in zip(best, seqs))
         return [Candidate(cid, -neg) for neg, cid in ranked[:k]], cold
 
+    def admitted_rows(self, conn: psycopg.Connection, flt: CellFilter) -> np.ndarray:
+        """The rows (seqs) a wide filter admits, its time bound aside, in `conn`'s REPEATABLE
+        READ snapshot: the generation brought to it (as a search does) and the filter's rows
+        read if the generation holds none (a search of the same filter has just read them)."""
+        where_text, params = compile_filter(replace(flt, not_expired_at=None), POSTGRES)
+        key = (where_text, repr(params))
+        generation, _ = self._begin(conn, "")
+        with generation.lock:
+            admitted = generation.admitted.get(key)
+        if admitted is None:
+            admitted = self._keep_admitted(generation, key, self._load_admitted(conn, where_text, params))
+        return admitted.seqs
+
     def _begin(self, conn: psycopg.Connection, text: str) -> tuple[_Generation, list[str]]:
         """This search's snapshot (taken under the lock: the anchor is always the newest),
         checked against the anchor; the generation whose arrays equal what it sees."""
