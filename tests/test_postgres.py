@@ -173,6 +173,27 @@ def test_a_reader_who_may_read_few_cells_is_ranked_exactly_over_them(pg_store, m
         exact(CellFilter(reader="agent_y"))
 
 
+def test_an_exact_dense_ranking_breaks_ties_by_id(pg_store):
+    """Cells with the same vector (the same text) tie; an exact ranking's top k among them is
+    the k smallest ids, whatever order the rows lie in (here written largest id first), by
+    the table scan and by the few-rows path alike."""
+    service = MemoryService(store=pg_store)
+    rng = np.random.default_rng(5)
+    query = unit(rng, 8)
+    same = query + 0.5 * unit(rng, 8)
+    same = (same / np.linalg.norm(same)).astype(np.float32)
+    cells = [service._build(CellCreate.model_validate({"content": {"text": f"twin {i}"}, "identity": {"owner_id": "agent_x"}}),
+                            "agent_x", service.clock()) for i in range(8)]
+    for cell in sorted(cells, key=lambda c: c.id, reverse=True):
+        with pg_store.write() as tx:
+            tx.insert(cell, StoredVector("fake-8", same))
+    smallest = sorted(c.id for c in cells)[:3]
+    with pg_store._connection() as conn, conn.transaction():
+        by_table = [cid for cid, _ in conn.execute(*pg_store.vector_query(query, "fake-8", CellFilter(reader="agent_x"), 3, exact=True))]
+    assert by_table == smallest
+    assert [h.cell_id for h in pg_store.vector_candidates(query, "fake-8", CellFilter(reader="agent_x"), 3)] == smallest
+
+
 def test_approximate_search_off_ranks_exactly_without_the_graph(pg_url):
     """`approximate_search` off (the setting, or `approximate=off` in the URL): the dense leg
     orders by an expression no index has, so it never walks the HNSW graph (which holds the

@@ -528,8 +528,11 @@ class PostgresStore(SQLFileReads, SQLStore):
         # status...), so a selective filter does not starve the result; relaxed order is then
         # put right by the outer ORDER BY. `exact` orders by an expression no index has
         # (distance + 0): the filters pick the rows first, then every distance is computed.
+        # An exact ranking also breaks ties by id before its LIMIT (identical texts have equal
+        # distances): which of them make the top k must not depend on the plan or on where
+        # rows lie in the table.
         order = sql.SQL("((v.embedding::{typed}) <=> %s::{typed}){plus}").format(
-            typed=typed, plus=sql.SQL(" + 0" if exact else ""))
+            typed=typed, plus=sql.SQL(" + 0, v.cell_id" if exact else ""))
         query = sql.SQL(
             "WITH hits AS MATERIALIZED ("
             " SELECT v.cell_id, (v.embedding::{typed}) <=> %s::{typed} AS distance"
