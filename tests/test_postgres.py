@@ -148,8 +148,8 @@ def test_a_reader_who_may_read_few_cells_is_ranked_exactly_over_them(pg_store, m
 
     def check(flt: CellFilter, n: int) -> None:
         with pg_store._connection() as conn, conn.transaction():
-            few = pg_store._few_admitted(conn, flt)
-        assert few is not None and len(few) == n  # this path, not the graph
+            admitted = pg_store._wide_admitted(conn, flt)
+        assert admitted is not None and admitted.size == n <= postgres.EXACT_ADMITTED_MAX  # ranked exactly, not by the graph
         assert [h.cell_id for h in pg_store.vector_candidates(query, "fake-16", flt, 20)] == exact(flt)
 
     flt = CellFilter(reader="agent_x")
@@ -166,9 +166,7 @@ def test_a_reader_who_may_read_few_cells_is_ranked_exactly_over_them(pg_store, m
     # A reader of more rows than EXACT_ADMITTED_MAX walks the graph as before.
     monkeypatch.setattr(postgres, "EXACT_ADMITTED_MAX", 100)
     with pg_store._connection() as conn, conn.transaction():
-        assert pg_store._few_admitted(conn, CellFilter(reader="agent_y")) is None
-    with pg_store._connection() as conn, conn.transaction():
-        assert pg_store._few_admitted(conn, flt) is not None
+        assert pg_store._wide_admitted(conn, CellFilter(reader="agent_y")).size > postgres.EXACT_ADMITTED_MAX
     assert [h.cell_id for h in pg_store.vector_candidates(query, "fake-16", CellFilter(reader="agent_y"), 20)] == \
         exact(CellFilter(reader="agent_y"))
 

@@ -87,6 +87,10 @@ PRUNE_EVERY = 1000  # write transactions between two prunes of search_changes (p
 # who may read a few hundred cells of a million made the iterative scan visit thousands of
 # others' vectors and then fall back to an exact scan of the table (0.7-3.3 s at 1M).
 EXACT_ADMITTED_MAX = 5_000
+# When the graph walk comes back short for a larger reader-wide filter, the exact ranking
+# reads those rows by their ids instead of scanning the table under the filter, up to this
+# many (at 1M, a team of 100,000: 442-488 ms against 557-699 ms).
+FALLBACK_ADMITTED_MAX = 200_000
 BM25_K1, BM25_B = 1.2, 0.75  # FTS5's defaults
 
 # The query's words go through the same parser as the indexed text (stemming, stop words);
@@ -548,30 +552,29 @@ class PostgresStore(SQLFileReads, SQLStore):
         with self._connection() as conn:
             with conn.transaction():
                 rows: builtins.list[Any] = []
-                few = self._few_admitted(conn, flt)
-                if few is not None:
-                    return [Candidate(cid, 1.0 - float(distance))
-                            for cid, distance in conn.execute(*self.vector_query(vector, model, flt, k, among=few))]
+                admitted = self._wide_admitted(conn, flt)
+                if admitted is not None and admitted.size <= EXACT_ADMITTED_MAX:
+                    return [Candidate(cid, 1.0 - float(distance)) for cid, distance
+                            in conn.execute(*self.vector_query(vector, model, flt, k, among=admitted.tolist()))]
                 if self.approximate:  # off: never walk the graph (it holds every cell's vector)
                     self.set_search_options(conn, k)
                     rows = conn.execute(*self.vector_query(vector, model, flt, k)).fetchall()
                 if len(rows) < k:
-                    # Off, or short: either fewer than k admissible vectors exist (then the exact
-                    # scan is small), or the iterative scan gave up (hnsw.max_scan_tuples) before
-                    # finding k that pass a very selective filter. Exact never comes back short.
-                    rows = conn.execute(*self.vector_query(vector, model, flt, k, exact=True)).fetchall()
+                    # Off, or short: fewer than k admissible vectors exist, or the walk gave up
+                    # (hnsw.max_scan_tuples) or ran out of vectors it can reach (many identical
+                    # texts) before k passed the filter. Exact never comes back short.
+                    among = admitted.tolist() if admitted is not None and admitted.size <= FALLBACK_ADMITTED_MAX else None
+                    rows = conn.execute(*self.vector_query(vector, model, flt, k, exact=True, among=among)).fetchall()
         return [Candidate(cid, 1.0 - float(distance)) for cid, distance in rows]
 
-    def _few_admitted(self, conn: psycopg.Connection, flt: CellFilter) -> Optional[builtins.list[int]]:
-        """For a reader-wide filter, the rows it admits (as the wide keyword leg holds them, in
-        this transaction's snapshot, which this makes REPEATABLE READ) when they are at most
-        EXACT_ADMITTED_MAX; None otherwise (and for an owner's or a session's filter, which
-        an index narrows)."""
+    def _wide_admitted(self, conn: psycopg.Connection, flt: CellFilter) -> Optional[np.ndarray]:
+        """For a reader-wide filter, the rows (seqs) it admits, as the wide keyword leg holds
+        them, in this transaction's snapshot (which this makes REPEATABLE READ); None for an
+        owner's or a session's filter (an index narrows those) or without the keyword arrays."""
         if self.wide_keywords is None or flt.owner_id is not None or flt.session_id is not None:
             return None
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        seqs = self.wide_keywords.admitted_rows(conn, flt)
-        return seqs.tolist() if seqs.size <= EXACT_ADMITTED_MAX else None
+        return self.wide_keywords.admitted_rows(conn, flt)
 
     def set_search_options(self, conn: psycopg.Connection, k: int) -> None:
         """Transaction-local HNSW settings (local, so they also work behind pgbouncer)."""
