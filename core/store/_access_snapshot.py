@@ -28,7 +28,7 @@ import numpy as np
 
 from ..access import can_read_columns
 from ..models import Status
-from ._bm25 import int_list
+from ._bm25 import int_list, replace_rows
 from .base import CellFilter
 
 Query = Callable[[str], Sequence[Sequence[Any]]]  # SQL text -> its rows
@@ -350,6 +350,14 @@ class AccessSnapshot:
                 self._expiries_rebuilt = self._expiries[1].size
             return self._expiries[1]
 
+    def may_have_expired(self, then: float, at: float) -> bool:
+        """Whether a row admitted at time `then` may be expired at `at` (an expiry time lies
+        between them), or the clock went back: an answer kept from `then` is not `at`'s."""
+        if at == then:
+            return False
+        expiries = self.expiries()
+        return at < then or bool(np.searchsorted(expiries, at, "right") != np.searchsorted(expiries, then, "right"))
+
     def admitted(self, flt: CellFilter, key: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """(sorted rowids, window lengths) of the rows `flt` admits, as `compile_filter`'s
         condition joined with cell_context admits them. Only for what a snapshot holds: no
@@ -378,22 +386,15 @@ class AccessSnapshot:
         generation, then, rowids, lengths = last
         if (at is None) != (then is None):
             return None
-        if at is not None and then is not None and at != then:
-            expiries = self.expiries()
-            if at < then or np.searchsorted(expiries, at, "right") != np.searchsorted(expiries, then, "right"):
-                return None
+        if at is not None and then is not None and self.may_have_expired(then, at):
+            return None
         if generation == self.generation:
             return rowids, lengths
         if not self._touched or self._touched[0][0] > generation + 1:
             return None  # changes since then were dropped from the log (or a load came between)
         changed = np.unique(np.concatenate([rows for g, rows in self._touched if g > generation]))
-        at_rows = np.searchsorted(rowids, changed)
-        inside = at_rows < rowids.size
-        held = at_rows[inside][rowids[at_rows[inside]] == changed[inside]]
-        rowids, lengths = np.delete(rowids, held), np.delete(lengths, held)
         admitted = changed[self._admits(flt, changed)]
-        where = np.searchsorted(rowids, admitted)
-        return np.insert(rowids, where, admitted), np.insert(lengths, where, self.length[admitted])
+        return replace_rows(rowids, lengths, changed, admitted, self.length[admitted], lambda _: np.int64)
 
     def _admits(self, flt: CellFilter, rows: Optional[np.ndarray]) -> np.ndarray:
         """Whether `flt` admits each of `rows` (None: every row id below `size`)."""

@@ -263,25 +263,56 @@ def patch_postings(term: str, arrays: tuple[np.ndarray, ...],
     for _, terms in changes:
         latest.update(terms)
     changed = np.fromiter(sorted(latest), dtype=np.int64, count=len(latest))
-    rowids, tf = arrays
-    if rowids.size and changed.size:
-        # Each changed row looked up in the term's rows (a few among up to a million), and
-        # those found taken out.
-        at = np.searchsorted(rowids, changed.astype(rowids.dtype, copy=False) if changed[-1] <= np.iinfo(rowids.dtype).max
-                             else changed)
-        inside = at < rowids.size
-        held = at[inside][rowids[at[inside]] == changed[inside]]
-        if held.size:
-            rowids, tf = np.delete(rowids, held), np.delete(tf, held)
     added = [(r, t[term]) for r, t in sorted(latest.items()) if t and term in t]
-    if added:
-        new_rows = np.array([r for r, _ in added], dtype=rowids.dtype)
-        new_tf = np.array([n for _, n in added], dtype=np.int64)
-        where = np.searchsorted(rowids, new_rows)
-        rowids = np.insert(rowids, where, new_rows)
-        tf = tf.astype(np.promote_types(tf.dtype, count_dtype(int(new_tf.max()))), copy=False)
-        tf = np.insert(tf, where, new_tf.astype(tf.dtype))
-    return rowids, tf
+    rowids, tf = arrays
+    return replace_rows(rowids, tf, changed, np.array([r for r, _ in added], dtype=np.int64),
+                        np.array([n for _, n in added], dtype=np.int64), count_dtype)
+
+
+# Sorted row numbers with a parallel column, patched by changed rows (both stores' caches).
+def row_dtype(top: int) -> Any:
+    """The type row numbers (SQLite rowids, PostgreSQL seqs) up to `top` are kept in: int32 while they fit."""
+    return np.int32 if top < 2**31 else np.int64
+
+
+def members(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The positions in `sorted_values` of those of `values` it holds."""
+    values = _as_type_of(sorted_values, values)
+    at = np.searchsorted(sorted_values, values)
+    inside = at < sorted_values.size
+    at = at[inside]
+    return at[sorted_values[at] == values[inside]]
+
+
+def _as_type_of(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`values` in `sorted_values`' type (those it cannot hold left out: none of them is there),
+    so that searching does not first convert the whole sorted array to the wider type."""
+    if values.dtype == sorted_values.dtype:
+        return values
+    return values[values <= np.iinfo(sorted_values.dtype).max].astype(sorted_values.dtype)
+
+
+def _widened(values: np.ndarray, top: int, dtype: Callable[[int], Any]) -> np.ndarray:
+    """`values` in a type that also holds `top` (`dtype(top)`: the smallest that does); never narrower."""
+    wanted = np.promote_types(values.dtype, dtype(top))
+    return values if wanted == values.dtype else values.astype(wanted)
+
+
+def replace_rows(seqs: np.ndarray, column: np.ndarray, changed: np.ndarray, new_seqs: np.ndarray,
+                 new_column: np.ndarray, column_dtype: Callable[[int], Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted `seqs` (row numbers) and their parallel `column` with the `changed` rows taken
+    out and `new_seqs` (sorted, among the changed) with their values put in their place;
+    either array widened when a new value does not fit its type (`column_dtype(largest)`)."""
+    gone = members(seqs, changed)
+    if not gone.size and not new_seqs.size:  # none of the changed rows is or was here
+        return seqs, column
+    kept, values = (np.delete(seqs, gone), np.delete(column, gone)) if gone.size else (seqs, column)
+    top = int(new_seqs.max()) if new_seqs.size else 0
+    kept = _widened(kept, top, row_dtype)
+    values = _widened(values, int(new_column.max()) if new_column.size else 0, column_dtype)
+    new_seqs = new_seqs.astype(kept.dtype)  # (widened above to hold them)
+    at = np.searchsorted(kept, new_seqs)
+    return np.insert(kept, at, new_seqs), np.insert(values, at, new_column.astype(values.dtype))
 
 
 def bm25_scores(n: int, total_len: int, lengths: np.ndarray, matched: np.ndarray,

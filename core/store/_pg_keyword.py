@@ -52,7 +52,8 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from ._bm25 import BM25_B, BM25_K1, BytesLRU, RowPositions, count_dtype, int_list, sum_term_scores, top_k
+from ._bm25 import (BM25_B, BM25_K1, BytesLRU, RowPositions, count_dtype, int_list, members, replace_rows,
+                    row_dtype, sum_term_scores, top_k)
 from .base import Candidate, CellFilter
 from .sql import POSTGRES, compile_filter
 
@@ -134,15 +135,10 @@ def _one(cursor: "psycopg.Cursor[Any]") -> tuple[Any, ...]:
     return row
 
 
-def _row_dtype(top: int) -> Any:
-    """The type row numbers (cells.seq) up to `top` are kept in: int32 while they fit."""
-    return np.int32 if top < 2**31 else np.int64
-
-
 def _rows(values: Optional[str]) -> np.ndarray:
     """Row numbers (cells.seq) as the smallest signed type that holds them."""
     arr = int_list(values)
-    return arr.astype(_row_dtype(int(arr.max()))) if arr.size else arr
+    return arr.astype(row_dtype(int(arr.max()))) if arr.size else arr
 
 
 @dataclass
@@ -253,52 +249,15 @@ GROUP BY u.lexeme
 """
 
 
-def _members(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """The positions in `sorted_values` of those of `values` it holds."""
-    values = _as_type_of(sorted_values, values)
-    at = np.searchsorted(sorted_values, values)
-    inside = at < sorted_values.size
-    at = at[inside]
-    return at[sorted_values[at] == values[inside]]
-
-
-def _as_type_of(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """`values` in `sorted_values`' type (those it cannot hold left out: none of them is there),
-    so that searching does not first convert the whole sorted array to the wider type."""
-    if values.dtype == sorted_values.dtype:
-        return values
-    return values[values <= np.iinfo(sorted_values.dtype).max].astype(sorted_values.dtype)
-
-
-def _widened(values: np.ndarray, top: int, dtype: Callable[[int], Any]) -> np.ndarray:
-    """`values` in a type that also holds `top` (`dtype(top)`: the smallest that does); never narrower."""
-    wanted = np.promote_types(values.dtype, dtype(top))
-    return values if wanted == values.dtype else values.astype(wanted)
-
-
-def _replace_rows(seqs: np.ndarray, column: np.ndarray, changed: np.ndarray, new_seqs: np.ndarray,
-                  new_column: np.ndarray, column_dtype: Callable[[int], Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted `seqs` and their parallel `column` with the `changed` rows taken out and
-    `new_seqs` (sorted, among the changed) with their values put in their place."""
-    gone = _members(seqs, changed)
-    kept, values = np.delete(seqs, gone), np.delete(column, gone)
-    top = int(new_seqs.max()) if new_seqs.size else 0
-    kept = _widened(kept, top, _row_dtype)
-    values = _widened(values, int(new_column.max()) if new_column.size else 0, column_dtype)
-    new_seqs = new_seqs.astype(kept.dtype)  # (widened above to hold them)
-    at = np.searchsorted(kept, new_seqs)
-    return np.insert(kept, at, new_seqs), np.insert(values, at, new_column.astype(values.dtype))
-
-
 def _patched_admitted(admitted: _Admitted, changed: np.ndarray, rows: list[tuple[int, int, Optional[int]]]) -> _Admitted:
     """A filter's admitted set after the `changed` rows, given those it admits now (`rows`:
     seq, window length, expiry). Untouched (no changed row was or is admitted), the same set,
     with its views and term scores."""
-    if not rows and not _members(admitted.seqs, changed).size:
+    if not rows and not members(admitted.seqs, changed).size:
         return admitted
     rows = sorted(rows)
     new_seqs = np.array([r[0] for r in rows], dtype=np.int64)
-    seqs, lengths = _replace_rows(admitted.seqs, admitted.lengths, changed, new_seqs,
+    seqs, lengths = replace_rows(admitted.seqs, admitted.lengths, changed, new_seqs,
                                   np.array([r[1] for r in rows], dtype=np.int64), lambda _: np.int32)
     keep = ~np.isin(admitted.expiring, changed)
     expires = [(r[0], r[2]) for r in rows if r[2] is not None]
@@ -312,10 +271,10 @@ def _patched_postings(postings: tuple[np.ndarray, np.ndarray], changed: np.ndarr
     """A lexeme's rows and term frequencies after the `changed` rows, given those of them that
     hold it now (`now`: seq, frequency). Untouched, the same arrays."""
     seqs, tf = postings
-    if now is None and not _members(seqs, changed).size:
+    if now is None and not members(seqs, changed).size:
         return postings
     now = sorted(now or [])
-    return _replace_rows(seqs, tf, changed, np.array([r[0] for r in now], dtype=np.int64),
+    return replace_rows(seqs, tf, changed, np.array([r[0] for r in now], dtype=np.int64),
                          np.array([r[1] for r in now], dtype=np.int64), count_dtype)
 
 
@@ -365,8 +324,7 @@ class WideKeywordIndex:
     def _answer(self, conn: psycopg.Connection, words: list[str], flt: CellFilter, k: int) -> tuple[list[Candidate], bool]:
         """`candidates`, and whether the arrays it was answered from lack the warm-up's."""
         at = flt.not_expired_at
-        where_text, params = compile_filter(replace(flt, not_expired_at=None), POSTGRES)
-        key = (where_text, repr(params))
+        where_text, params, key = self._filter_key(flt)
         with conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             generation, lexemes = self._begin(conn, " ".join(words))
@@ -377,15 +335,9 @@ class WideKeywordIndex:
                     self._recent.popitem(last=False)
             if self.warm_inline and not generation.warm:
                 self._warm(generation)  # tests: the warm-up's arrays too before the first answer
-            with generation.lock:
-                admitted = generation.admitted.get(key)
-                if admitted is not None:
-                    generation.admitted.move_to_end(key)
-            if admitted is None:
-                # A filter not loaded in this generation (a restarted server's first searches
-                # too): its rows now, in this search's snapshot (what the generation holds), as
-                # the statement would read them; the query's lexemes below likewise.
-                admitted = self._keep_admitted(generation, key, self._load_admitted(conn, where_text, params))
+            # (A filter not loaded in this generation, a restarted server's first searches too:
+            # its rows read now; the query's lexemes below likewise.)
+            admitted = self._admitted_in(conn, generation, where_text, params, key)
             cold = not generation.warm
             if not lexemes or k <= 0:
                 self.served += 1
@@ -432,14 +384,29 @@ class WideKeywordIndex:
         """The rows (seqs) a wide filter admits, its time bound aside, in `conn`'s REPEATABLE
         READ snapshot: the generation brought to it (as a search does) and the filter's rows
         read if the generation holds none (a search of the same filter has just read them)."""
-        where_text, params = compile_filter(replace(flt, not_expired_at=None), POSTGRES)
-        key = (where_text, repr(params))
+        where_text, params, key = self._filter_key(flt)
         generation, _ = self._begin(conn, "")
+        return self._admitted_in(conn, generation, where_text, params, key).seqs
+
+    @staticmethod
+    def _filter_key(flt: CellFilter) -> tuple[str, list[Any], tuple[str, str]]:
+        """A wide filter's SQL condition and parameters without its time bound, and the key
+        its admitted rows are kept under."""
+        where_text, params = compile_filter(replace(flt, not_expired_at=None), POSTGRES)
+        return where_text, params, (where_text, repr(params))
+
+    def _admitted_in(self, conn: psycopg.Connection, generation: _Generation, where_text: str, params: list[Any],
+                     key: tuple[str, str]) -> _Admitted:
+        """The filter's admitted rows in `generation` (now its most recently used), read in
+        `conn`'s snapshot (what the generation holds) when it has none, as the statement would
+        read them."""
         with generation.lock:
             admitted = generation.admitted.get(key)
+            if admitted is not None:
+                generation.admitted.move_to_end(key)
         if admitted is None:
             admitted = self._keep_admitted(generation, key, self._load_admitted(conn, where_text, params))
-        return admitted.seqs
+        return admitted
 
     def _begin(self, conn: psycopg.Connection, text: str) -> tuple[_Generation, list[str]]:
         """This search's snapshot (taken under the lock: the anchor is always the newest),

@@ -1736,10 +1736,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         key = (where, tuple(params), at is None)
         with snapshot.lock:
             hit = snapshot.entries.get(key)
-            if hit is not None and at is not None and at != hit[0]:
-                expiries = snapshot.expiries()
-                if at < hit[0] or np.searchsorted(expiries, at, "right") != np.searchsorted(expiries, hit[0], "right"):
-                    hit = None  # a cell expired in between (or the clock went back)
+            if hit is not None and at is not None and snapshot.may_have_expired(hit[0], at):
+                hit = None
             if hit is None:
                 held = sum(e[1] for e in snapshot.entries.values())
                 rowids, lengths = snapshot.admitted(flt, key)
