@@ -192,6 +192,138 @@ def test_an_exact_dense_ranking_breaks_ties_by_id(pg_store):
     assert [h.cell_id for h in pg_store.vector_candidates(query, "fake-8", CellFilter(reader="agent_x"), 3)] == smallest
 
 
+def _canonical_rows_per_vector(store: PostgresStore) -> dict[tuple, int]:
+    """For every distinct stored vector (model, dim, key): how many of its rows are canonical."""
+    return {(m, d, k): n for m, d, k, n in store._query(
+        "SELECT model, dim, vec_key, count(*) FILTER (WHERE canonical) FROM cell_vectors GROUP BY 1, 2, 3")}
+
+
+def test_identical_vectors_share_one_graph_row_and_every_copy_is_found(pg_store, monkeypatch):
+    """Copies of one vector (the same text in many cells) are one element of the HNSW graph
+    (copies filled each other's neighbour lists and walks got stuck among them); a walk finds
+    every copy the reader may read through it, and keeps finding them when the canonical
+    copy is purged or gets another vector. Exactly one canonical row per distinct vector,
+    always."""
+    from ampkit.store import postgres
+
+    monkeypatch.setattr(postgres, "EXACT_ADMITTED_MAX", 0)  # walk the graph, whatever the filter's size
+    walks: list[bool] = []
+    vector_query = PostgresStore.vector_query
+    monkeypatch.setattr(PostgresStore, "vector_query", lambda self, *a, **kw: (
+        walks.append(bool(kw.get("exact")) or kw.get("among") is not None), vector_query(self, *a, **kw))[1])
+    service = MemoryService(store=pg_store)
+    rng = np.random.default_rng(3)
+    query = unit(rng, 16)
+    same = query + 0.1 * unit(rng, 16)
+    same = (same / np.linalg.norm(same)).astype(np.float32)
+
+    def add(owner: str, vec: np.ndarray, readers=()) -> str:
+        cell = service._build(CellCreate.model_validate({"content": {"text": f"note {rng.integers(1 << 30)}"},
+                                                         "identity": {"owner_id": owner},
+                                                         "access_policy": {"readable_by": list(readers)}}),
+                              owner, service.clock())
+        with pg_store.write() as tx:
+            tx.insert(cell, StoredVector("fake-16", vec))
+        return cell.id
+
+    for i in range(150):  # distinct vectors, none near the query
+        v = unit(rng, 16) - query
+        add(f"other-{i}", (v / np.linalg.norm(v)).astype(np.float32))
+    twins = [add(f"owner-{i}", same, readers=["agent_x"] if i % 3 == 0 else []) for i in range(24)]
+    readable = [t for i, t in enumerate(twins) if i % 3 == 0]
+    counts = _canonical_rows_per_vector(pg_store)
+    assert len(counts) == 151 and set(counts.values()) == {1}
+    assert pg_store._query("SELECT count(*) FROM cell_vectors WHERE canonical") == [(151,)]
+
+    def found(k: int) -> list[str]:
+        walks.clear()
+        hits = pg_store.vector_candidates(query, "fake-16", CellFilter(reader="agent_x"), k)
+        assert walks == [False], walks  # the graph's walk answered, with k rows: no exact fallback
+        return [h.cell_id for h in hits]
+
+    assert found(8) == sorted(readable)  # every copy (8), ties by id
+    canonical = pg_store._query("SELECT cell_id FROM cell_vectors WHERE vec_key = "
+                                "(SELECT vec_key FROM cell_vectors WHERE cell_id = %s) AND canonical", (twins[0],))[0][0]
+    assert canonical == min(twins)  # the first copy written (smallest id) holds the graph's element
+    with pg_store.write() as tx:  # the canonical copy purged: another takes over
+        tx.purge(canonical)
+    assert set(_canonical_rows_per_vector(pg_store).values()) == {1}
+    assert found(7) == sorted(t for t in readable if t != canonical)
+    # The new canonical copy gets another vector (a text edit): the rest keep theirs, and it
+    # is found by its new one.
+    moved = pg_store._query("SELECT cell_id FROM cell_vectors WHERE canonical AND vec_key = "
+                            "(SELECT vec_key FROM cell_vectors WHERE cell_id = %s)", (twins[1],))[0][0]
+    elsewhere = unit(rng, 16)
+    with pg_store.write() as tx:
+        tx.set_vector(moved, StoredVector("fake-16", elsewhere))
+    counts = _canonical_rows_per_vector(pg_store)
+    assert len(counts) == 152 and set(counts.values()) == {1}
+    rest = sorted(t for t in readable if t not in (canonical, moved))
+    assert found(len(rest)) == rest
+    hits = pg_store.vector_candidates(elsewhere, "fake-16", CellFilter(reader=pg_store.get(moved).identity.owner_id), 1)
+    assert [h.cell_id for h in hits] == [moved]
+    # The graph's plan: the HNSW index over canonical rows, then each one's copies.
+    sql, params = pg_store.vector_query(query, "fake-16", CellFilter(reader="agent_x"), 8)
+    with pg_store._connection() as conn, conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")
+        pg_store.set_search_options(conn, 8)
+        plan = "\n".join(r[0] for r in conn.execute(b"EXPLAIN " + sql.as_bytes(conn), params))
+    assert "cell_vectors_hnsw_" in plan and "cell_vectors_twins" in plan, plan
+
+
+def test_writers_of_one_new_vector_at_once_leave_it_exactly_one_canonical_row(pg_store):
+    """Four writers (four stores, as four servers) create and purge copies of the same new
+    vectors at the same moment: every vector ends with exactly one canonical row, none with
+    none (a walk could not reach its copies) or two (its copies would come back twice)."""
+    stores = [PostgresStore(pg_store.conninfo) for _ in range(4)]
+    for store in stores:
+        store.open()
+    service = MemoryService(store=pg_store)
+    rng = np.random.default_rng(9)
+    shared = [unit(rng, 8) for _ in range(30)]
+    errors: list[BaseException] = []
+    seen: list[int] = []  # canonical rows of the round's vector after each simultaneous step
+    step = threading.Barrier(4, timeout=30)
+
+    def canonical_rows(vec: np.ndarray) -> int:
+        return pg_store._query("SELECT count(*) FROM cell_vectors WHERE canonical AND vec_key = "
+                               "md5(%s::vector::text)::uuid", (vec.tolist(),))[0][0]
+
+    def writer(w: int) -> None:
+        try:
+            for round_, vec in enumerate(shared):
+                ids = []
+                for j in range(2):
+                    cell = service._build(CellCreate.model_validate(
+                        {"content": {"text": f"w{w} r{round_} {j}"}, "identity": {"owner_id": f"w{w}"}}), f"w{w}", service.clock())
+                    step.wait()  # the four copies' transactions at the same moment
+                    with stores[w].write() as tx:
+                        tx.insert(cell, StoredVector("fake-8", vec))
+                    ids.append(cell.id)
+                    if step.wait() == 0:
+                        seen.append(canonical_rows(vec))
+                with stores[w].write() as tx:
+                    tx.purge(ids[(w + round_) % 2])
+                if step.wait() == 0:
+                    seen.append(canonical_rows(vec))
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+            step.abort()
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for store in stores:
+        store.close()
+    assert not errors, errors
+    counts = _canonical_rows_per_vector(pg_store)
+    assert seen == [1] * (30 * 3)
+    assert len(counts) == 30 and set(counts.values()) == {1}
+    assert pg_store._query("SELECT count(*) FROM cell_vectors") == [(30 * 4,)]
+
+
 def test_approximate_search_off_ranks_exactly_without_the_graph(pg_url):
     """`approximate_search` off (the setting, or `approximate=off` in the URL): the dense leg
     orders by an expression no index has, so it never walks the HNSW graph (which holds the
@@ -447,7 +579,8 @@ def test_migration_14_splits_readers_into_literals_and_globs(pg_url):
     store = PostgresStore(pg_url)
     store.open()
     try:
-        assert store.schema_version() == MIGRATIONS[-1][0] == 14
+        assert store.schema_version() == MIGRATIONS[-1][0]
+        assert store._query("SELECT version FROM schema_migrations WHERE version = 14") == [(14,)]
         rows = {cid: (patterns, literals, globs) for cid, patterns, literals, globs in
                 store._query("SELECT id, reader_patterns, reader_literals, reader_globs FROM cells")}
         for cell in cells:
@@ -494,6 +627,74 @@ def test_migration_14_splits_readers_into_literals_and_globs(pg_url):
         assert {c.cell_id for c in store.keyword_candidates("note", flt, 10)} == {cells[5].id}
         assert {c.cell_id for c in store.keyword_candidates("note", CellFilter(reader="bob"), 10)} == {cells[3].id}
         assert store.wide_keywords.served >= 2
+    finally:
+        store.close()
+
+
+def test_migration_15_gives_each_distinct_vector_one_canonical_row_and_the_graph_only_those(pg_url, monkeypatch):
+    """A version-14 store whose vectors repeat (the same text in many cells): the migration
+    derives each row's vector key, makes one row per distinct vector canonical and builds each
+    model's HNSW index over those alone; a walk then finds every readable copy."""
+    from ampkit.store import postgres
+
+    store = PostgresStore(pg_url)
+    store.open()
+    service = MemoryService(store=store)
+    rng = np.random.default_rng(21)
+    query = unit(rng, 8)
+    vectors = [query] + [unit(rng, 8) for _ in range(9)]
+    cells = []
+    with store.write() as tx:
+        for i in range(60):
+            owner = f"owner-{i}"
+            cell = service._build(CellCreate.model_validate(
+                {"content": {"text": f"copy {i}"}, "identity": {"owner_id": owner},
+                 "access_policy": {"readable_by": ["agent_x"] if i % 4 == 0 else []}}), owner, service.clock())
+            tx.insert(cell, StoredVector("fake-8", vectors[i % 10]))
+            cells.append(cell)
+    name = store._query("SELECT indexname FROM pg_indexes WHERE indexname LIKE %s", ("cell_vectors_hnsw_%",))[0][0]
+    store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 14
+        conn.execute("DROP TRIGGER cell_vectors_inserted ON cell_vectors")
+        conn.execute("DROP FUNCTION ampkit_vector_inserted(), ampkit_vector_key_lock(TEXT, INTEGER, UUID)")
+        conn.execute("ALTER TABLE cell_vectors DROP COLUMN vec_key, DROP COLUMN canonical")  # (and their indexes)
+        conn.execute(f'CREATE INDEX "{name}" ON cell_vectors USING hnsw ((embedding::vector(8)) vector_cosine_ops) '
+                     "WHERE model = 'fake-8' AND dim = 8")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 15")
+    store = PostgresStore(pg_url)
+    store.open()
+    try:
+        assert store.schema_version() == MIGRATIONS[-1][0] == 15
+        counts = _canonical_rows_per_vector(store)
+        assert len(counts) == 10 and set(counts.values()) == {1}
+        # the canonical row of each vector is its smallest cell id
+        firsts = {min(c.id for j, c in enumerate(cells) if j % 10 == i) for i in range(10)}
+        assert {r[0] for r in store._query("SELECT cell_id FROM cell_vectors WHERE canonical")} == firsts
+        indexdef = store._query("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (name,))[0][0]
+        assert "canonical" in indexdef, indexdef
+        assert store._query("SELECT 1 FROM pg_indexes WHERE indexname = 'cell_vectors_twins'") == [(1,)]
+        monkeypatch.setattr(postgres, "EXACT_ADMITTED_MAX", 0)  # walk the graph
+        readable = sorted(c.id for j, c in enumerate(cells) if j % 4 == 0 and j % 10 == 0)
+        with store._connection() as conn, conn.transaction():
+            store.set_search_options(conn, len(readable))
+            walked = conn.execute(*store.vector_query(query, "fake-8", CellFilter(reader="agent_x"), len(readable))).fetchall()
+        assert sorted(cid for cid, _ in walked) == readable
+        # A server of version 14, still serving, inserts vector rows as it always did: a new
+        # vector's row takes the canonical part (it is in the graph), a known one's does not.
+        fresh = [service._build(CellCreate.model_validate({"content": {"text": f"late {i}"},
+                                                           "identity": {"owner_id": "agent_x"}}), "agent_x", service.clock())
+                 for i in range(2)]
+        service = MemoryService(store=store)
+        with store.write() as tx:
+            for cell in fresh:
+                tx.insert(cell)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            for cell, vec in zip(fresh, (unit(rng, 8), query)):
+                conn.execute("INSERT INTO cell_vectors (cell_id, model, dim, embedding) VALUES (%s, 'fake-8', 8, %s::vector)",
+                             (cell.id, vec.tolist()))
+        assert store._query("SELECT cell_id, canonical FROM cell_vectors WHERE cell_id = ANY(%s) ORDER BY cell_id",
+                            ([c.id for c in fresh],)) == sorted([(fresh[0].id, True), (fresh[1].id, False)])
+        assert set(_canonical_rows_per_vector(store).values()) == {1}
     finally:
         store.close()
 

@@ -10,9 +10,11 @@ in the next. Each write transaction collects the cells it touched and rewrites t
 
 from __future__ import annotations
 
-from typing import Iterable
+import hashlib
+from typing import Any, Iterable
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Json
 
 from ..glob import upgrade_stored
@@ -281,7 +283,106 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             INCLUDE (owner_id, created_by, public, reader_literals, reader_globs, superseded_by, expires_at, type);
         """,
     ),
+    (
+        15,
+        "one HNSW graph element per distinct vector: identical vectors share a canonical row",
+        # Identical texts (the same memory of many owners) have identical vectors, and copies of
+        # one vector in an HNSW graph fill each other's neighbour lists: the graph falls into
+        # islands a walk cannot leave, so a filtered walk ran out of rows and fell back to an
+        # exact scan (at 1M cells of bench/scale.py's data, 11 of 30 team searches, 0.44-0.57 s
+        # each; recall of the walks 0.45). The graph now holds one row per distinct vector
+        # (`canonical`, chosen by `settle_canonical_vectors`); a walk joins each of its rows
+        # to the cells sharing that vector (`vec_key`, a digest of the stored vector) and
+        # filters those. Derived by the database, like migration 14's columns. (md5 is enough:
+        # the vectors are the server's model's output, never a client's bytes.)
+        # A new row takes the canonical part when its vector has none (a trigger, so a server of
+        # the previous version creating cells keeps this right too); a replaced or deleted
+        # canonical row hands it on in `settle_canonical_vectors`. The table's rewrite and the
+        # indexes are `canonical_vectors`' (the old graph is dropped before the rewrite).
+        """
+        CREATE FUNCTION ampkit_vector_key_lock(model TEXT, dim INTEGER, vec_key UUID) RETURNS void
+            LANGUAGE sql AS $$ SELECT pg_advisory_xact_lock(hashtextextended(model || ' ' || dim || ' ' || vec_key, 15)) $$;
+        CREATE FUNCTION ampkit_vector_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            key UUID := md5(NEW.embedding::text)::uuid;
+        BEGIN
+            PERFORM ampkit_vector_key_lock(NEW.model, NEW.dim, key);
+            -- (a statement of its own after the lock: it sees the rows of writers who held it)
+            NEW.canonical := NOT EXISTS (SELECT 1 FROM cell_vectors
+                                         WHERE vec_key = key AND model = NEW.model AND dim = NEW.dim AND canonical);
+            RETURN NEW;
+        END $$;
+        """,
+    ),
 ]
+
+
+def vector_index_name(model: str, dim: int) -> str:
+    return "cell_vectors_hnsw_" + hashlib.sha1(f"{model}\0{dim}".encode()).hexdigest()[:16]
+
+
+def vector_index_sql(model: str, dim: int) -> sql.Composed:
+    """The partial HNSW cosine index of one (model, dimension): over canonical rows only."""
+    return sql.SQL(
+        "CREATE INDEX IF NOT EXISTS {name} ON cell_vectors USING hnsw ((embedding::vector({dim})) vector_cosine_ops) "
+        "WHERE model = {model} AND dim = {dim} AND canonical"
+    ).format(name=sql.Identifier(vector_index_name(model, dim)), dim=sql.Literal(dim), model=sql.Literal(model))
+
+
+# A transaction-scoped advisory lock per vector key (model, dim, vec_key), apart from the
+# (owner, key) locks (seed 0): `ampkit_vector_key_lock` (migration 15). Whoever changes which
+# rows a vector has holds its lock first: an insert (the trigger), a replace or delete before
+# touching its row (`_PostgresWriteTx._note_vector_key`), a settle before its UPDATE; so a
+# settle never waits on a row another holds.
+def vector_key_lock(model: str, dim: str, vec_key: str) -> str:
+    return f"ampkit_vector_key_lock({model}, {dim}, {vec_key})"
+
+
+# Within each given (model, dim, vec_key): exactly one canonical row, the one already canonical
+# if any (the graph keeps its element), else the smallest cell id. Run under those keys' locks,
+# in a statement of its own (READ COMMITTED: it sees every committed writer's rows).
+_KEYS = "SELECT * FROM unnest(%s::text[], %s::int[], %s::uuid[]) WITH ORDINALITY AS k(model, dim, vec_key, n)"
+_LOCK_KEYS = f"SELECT {vector_key_lock('k.model', 'k.dim', 'k.vec_key')} FROM ({_KEYS}) k ORDER BY k.n"
+_SETTLE = f"""
+WITH k AS ({_KEYS}),
+twins AS (
+    SELECT v.cell_id, row_number() OVER (PARTITION BY v.model, v.dim, v.vec_key
+                                         ORDER BY v.canonical DESC, v.cell_id) = 1 AS keep
+    FROM cell_vectors v JOIN k ON v.vec_key = k.vec_key AND v.model = k.model AND v.dim = k.dim)
+UPDATE cell_vectors v SET canonical = t.keep FROM twins t WHERE v.cell_id = t.cell_id AND v.canonical <> t.keep
+"""
+
+
+def settle_canonical_vectors(conn: psycopg.Connection, keys: set[tuple[str, int, Any]]) -> None:
+    """After a transaction replaced or deleted vector rows: each touched vector (old and new
+    keys) keeps exactly one canonical row. Writers of one vector take turns on its lock (taken
+    here in one order), so two changing copies of it at once cannot both choose one, or both
+    leave it without."""
+    if not keys:
+        return
+    ordered = sorted(keys, key=lambda k: (k[0], k[1], str(k[2])))
+    arrays = ([m for m, _, _ in ordered], [d for _, d, _ in ordered], [v for _, _, v in ordered])
+    conn.execute(_LOCK_KEYS, arrays)
+    conn.execute(_SETTLE, arrays)
+
+
+def canonical_vectors(conn: psycopg.Connection) -> None:
+    """Migration 15: each row's vector key, a canonical row per distinct vector, the index
+    copies are found by, and each model's HNSW index again over the canonical rows only. The
+    old graphs go first: the table's rewrite would otherwise rebuild them, only to drop them."""
+    for (name,) in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+                                "AND tablename = 'cell_vectors' AND indexname LIKE 'cell_vectors_hnsw_%%'").fetchall():
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+    conn.execute("ALTER TABLE cell_vectors"
+                 " ADD COLUMN vec_key UUID NOT NULL GENERATED ALWAYS AS (md5(embedding::text)::uuid) STORED,"
+                 " ADD COLUMN canonical BOOLEAN NOT NULL DEFAULT false")
+    conn.execute("UPDATE cell_vectors SET canonical = true WHERE cell_id IN ("
+                 "SELECT DISTINCT ON (model, dim, vec_key) cell_id FROM cell_vectors ORDER BY model, dim, vec_key, cell_id)")
+    conn.execute("CREATE INDEX cell_vectors_twins ON cell_vectors (vec_key, model, dim) INCLUDE (cell_id)")
+    conn.execute("CREATE TRIGGER cell_vectors_inserted BEFORE INSERT ON cell_vectors"
+                 " FOR EACH ROW EXECUTE FUNCTION ampkit_vector_inserted()")
+    for model, dim in conn.execute("SELECT DISTINCT model, dim FROM cell_vectors").fetchall():
+        conn.execute(vector_index_sql(model, dim))
 
 
 # A cell's window: up to CONTEXT_RADIUS cells of its window class each side (insertion order),
@@ -397,4 +498,4 @@ def digest_texts(conn: psycopg.Connection, batch_size: int = 1000) -> None:
 
 # Python steps that run inside a migration's transaction, after its SQL.
 MIGRATION_STEPS = {3: rebuild_keyword_index, 6: rebuild_access_and_windows, 8: rewrite_hangul_windows,
-                   11: digest_texts}
+                   11: digest_texts, 15: canonical_vectors}

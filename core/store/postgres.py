@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import bisect
 import builtins
-import hashlib
 import json
 import select
 import threading
@@ -67,6 +66,7 @@ from ._pg_keyword import PRUNE, WideKeywordIndex
 from ._pg_url import redact, split_url
 from ._pg_schema import (
     CLASS_NEIGHBOURS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
+    settle_canonical_vectors, vector_index_name, vector_index_sql, vector_key_lock,
 )
 from .sql import POSTGRES, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
@@ -207,10 +207,6 @@ def sql_quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _vector_index_name(model: str, dim: int) -> str:
-    return "cell_vectors_hnsw_" + hashlib.sha1(f"{model}\0{dim}".encode()).hexdigest()[:16]
-
-
 
 
 class _PostgresWriteTx(PostgresFileTx, SQLWriteTx):
@@ -220,17 +216,25 @@ class _PostgresWriteTx(PostgresFileTx, SQLWriteTx):
         super().__init__(conn)
         self.store = store
         self._dirty_windows: set[str] = set()
+        # Vector rows replaced (their new keys are read at flush) and the keys they had, or
+        # that rows about to be deleted have: `settle_canonical_vectors` gives each vector a
+        # canonical row again. (A new cell's row chooses its own, in the insert's trigger.)
+        self._vectors_written: set[str] = set()
+        self._vector_keys: set[tuple[str, int, Any]] = set()
 
     def _lock_key(self, owner_id: str, key: str) -> None:
         # Concurrent writers of one (owner, key) take turns on a transaction-scoped lock, so
         # the second sees the first's cell instead of tripping the unique index.
         self.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (json.dumps([owner_id, key]),))
 
-    def _write_vector(self, cell_id: str, vector: Optional[StoredVector]) -> None:
+    def _write_vector(self, cell_id: str, vector: Optional[StoredVector], new_cell: bool = False) -> None:
         if vector is None:
             return
         dim = int(np.asarray(vector.vector).size)
         self.store._ensure_vector_index(self.conn, vector.model, dim)
+        if not new_cell:
+            self._note_vector_key(cell_id)
+            self._vectors_written.add(cell_id)
         self.conn.execute(
             "INSERT INTO cell_vectors (cell_id, model, dim, embedding) VALUES (%s, %s, %s, %s::vector) "
             "ON CONFLICT (cell_id) DO UPDATE SET model = EXCLUDED.model, dim = EXCLUDED.dim, embedding = EXCLUDED.embedding",
@@ -244,11 +248,18 @@ class _PostgresWriteTx(PostgresFileTx, SQLWriteTx):
 
     def flush(self) -> None:
         """Rewrite the marked windows once, just before COMMIT (a batch of turns of one
-        session rewrites each window once, not once per turn)."""
+        session rewrites each window once, not once per turn); settle the canonical rows of
+        the vectors this transaction replaced or removed."""
         if self._dirty_windows:
             neighbours = self.conn.execute(SESSION_NEIGHBOURS, (CONTEXT_RADIUS, CONTEXT_RADIUS, list(self._dirty_windows)))
             refresh_windows(self.conn, self._dirty_windows | {r[0] for r in neighbours})
         self._dirty_windows.clear()
+        if self._vectors_written:
+            self._vector_keys.update(self.conn.execute(
+                "SELECT model, dim, vec_key FROM cell_vectors WHERE cell_id = ANY(%s)", (list(self._vectors_written),)).fetchall())
+        settle_canonical_vectors(self.conn, self._vector_keys)
+        self._vectors_written.clear()
+        self._vector_keys.clear()
 
     def insert(self, cell: MemoryCell, vector: Optional[StoredVector] = None) -> None:
         row = cell_to_row(cell)
@@ -259,9 +270,15 @@ class _PostgresWriteTx(PostgresFileTx, SQLWriteTx):
             list(row.values()),
         )
         self._touch(cell.id)
-        self._write_vector(cell.id, vector)
+        self._write_vector(cell.id, vector, new_cell=True)
         if vector is None and self.store.embed_queue:
             self._queue(cell.id)
+
+    def _note_vector_key(self, cell_id: str) -> None:
+        """The key of the cell's vector row as it is now, locked (before a replace or a delete)."""
+        self._vector_keys.update((m, d, v) for m, d, v, _ in self.conn.execute(
+            f"SELECT model, dim, vec_key, {vector_key_lock('model', 'dim', 'vec_key')} FROM cell_vectors WHERE cell_id = %s",
+            (cell_id,)).fetchall())
 
     def _queue(self, cell_id: str) -> None:
         self.conn.execute("INSERT INTO embed_queue (cell_id) VALUES (%s) ON CONFLICT (cell_id) DO NOTHING", (cell_id,))
@@ -300,6 +317,8 @@ class _PostgresWriteTx(PostgresFileTx, SQLWriteTx):
         # the row's delete cascades to its keyword entry and its vector.
         neighbours = self.conn.execute(SESSION_NEIGHBOURS, (CONTEXT_RADIUS, CONTEXT_RADIUS, [cell_id])).fetchall()
         self._dirty_windows.update(r[0] for r in neighbours)
+        self._note_vector_key(cell_id)  # if it was its vector's canonical row, a copy takes over
+        self._vectors_written.discard(cell_id)
 
 
 class PostgresStore(SQLFileReads, SQLStore):
@@ -431,17 +450,12 @@ class PostgresStore(SQLFileReads, SQLStore):
 
     def _ensure_vector_index(self, conn: psycopg.Connection, model: str, dim: int) -> None:
         """A partial HNSW cosine index per (model, dimension), made on the first such vector."""
-        name = _vector_index_name(model, dim)
+        name = vector_index_name(model, dim)
         if name in self._vector_indexes:
             return
         # Transaction-scoped lock: two servers creating the same index take turns.
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (VECTOR_INDEX_LOCK,))
-        conn.execute(
-            sql.SQL(
-                "CREATE INDEX IF NOT EXISTS {name} ON cell_vectors USING hnsw ((embedding::vector({dim})) vector_cosine_ops) "
-                "WHERE model = {model} AND dim = {dim}"
-            ).format(name=sql.Identifier(name), dim=sql.Literal(dim), model=sql.Literal(model))
-        )
+        conn.execute(vector_index_sql(model, dim))
         self._vector_indexes.add(name)
 
     # ------------------------------------------------------------ writes
@@ -537,14 +551,23 @@ class PostgresStore(SQLFileReads, SQLStore):
         # rows lie in the table.
         order = sql.SQL("((v.embedding::{typed}) <=> %s::{typed}){plus}").format(
             typed=typed, plus=sql.SQL(" + 0, v.cell_id" if exact else ""))
+        # The graph holds one canonical row per distinct vector (migration 15): a walk joins
+        # each row it reaches to every cell with that vector (`t`, its twins, itself included)
+        # and filters those; an exact ranking reads the cells' own rows.
+        rows = sql.SQL(
+            "cell_vectors v JOIN cell_vectors t ON t.vec_key = v.vec_key AND t.model = v.model AND t.dim = v.dim"
+            " JOIN cells c ON c.id = t.cell_id" if not exact else
+            "cell_vectors v JOIN cells c ON c.id = v.cell_id")
         query = sql.SQL(
             "WITH hits AS MATERIALIZED ("
-            " SELECT v.cell_id, (v.embedding::{typed}) <=> %s::{typed} AS distance"
-            " FROM cell_vectors v JOIN cells c ON c.id = v.cell_id"
-            " WHERE v.model = {model} AND v.dim = {dim} AND {where}"
+            " SELECT {cell}, (v.embedding::{typed}) <=> %s::{typed} AS distance"
+            " FROM {rows}"
+            " WHERE v.model = {model} AND v.dim = {dim}{canonical} AND {where}"
             " ORDER BY {order} LIMIT %s)"
             " SELECT cell_id, distance FROM hits ORDER BY distance, cell_id"
-        ).format(typed=typed, model=sql.Literal(model), dim=sql.Literal(dim), where=where, order=order)
+        ).format(cell=sql.SQL("t.cell_id" if not exact else "v.cell_id"), typed=typed, rows=rows,
+                 model=sql.Literal(model), dim=sql.Literal(dim), where=where, order=order,
+                 canonical=sql.SQL(" AND v.canonical" if not exact else ""))
         query_vector = as_vector(vector)
         return query, [query_vector, *params, query_vector, k]
 
