@@ -106,7 +106,7 @@ def main() -> None:
     results: dict[str, Any] = {"n": args.n, "rounds": args.rounds, "embedder": args.embedder,
                                "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                            "load_before": os.getloadavg()}, "pages": {}}
-    with TestClient(app) as client:
+    with TestClient(app):  # (runs the app's start-up and shutdown around the timing)
         t0 = time.perf_counter()
         owners, built = reload(service) if reuse else build(service, args.n, rng)
         texts = built.pop("texts")

@@ -38,16 +38,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(store: Optional[str], log_path: str) -> tuple[subprocess.Popen, str]:
+def start_server(store: str, log_path: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    store = store or f"sqlite:///{tempfile.mkdtemp(prefix='ampkit-load-')}/memory.db"
     cmd = [sys.executable, "-m", "ampkit.cli", "serve", "--port", str(port), "--store", store,
            "--lifecycle-interval", "0", "--rate-limit", "0"]
     proc = subprocess.Popen(cmd, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/amp/v1"
     for _ in range(300):
         if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}; see {log_path}")
+            raise SystemExit(f"server exited with {proc.returncode}:\n{_tail(log_path)}")
         try:
             if httpx.get(f"{base}/health", timeout=1).status_code == 200:
                 return proc, base
@@ -55,7 +54,13 @@ def start_server(store: Optional[str], log_path: str) -> tuple[subprocess.Popen,
             pass
         time.sleep(0.1)
     proc.terminate()
-    raise SystemExit(f"server did not start; see {log_path}")
+    raise SystemExit(f"server did not start:\n{_tail(log_path)}")
+
+
+def _tail(path: str, lines: int = 30) -> str:
+    """The end of the server's log (it lives in a directory removed when the script ends)."""
+    with open(path, errors="replace") as f:
+        return "".join(f.readlines()[-lines:])
 
 
 def percentile(values: list[float], q: float) -> Optional[float]:
@@ -163,15 +168,16 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     proc = None
     base_url = args.base_url
-    if base_url is None:
-        log_path = os.path.join(tempfile.gettempdir(), f"ampkit-load-{os.getpid()}.log")
-        proc, base_url = start_server(args.store, log_path)
-    try:
-        report = asyncio.run(run(base_url.rstrip("/"), args.clients, args.seconds, args.api_key))
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(10)
+    # The server's store (unless --store) and its log live in a directory removed at the end.
+    with tempfile.TemporaryDirectory(prefix="ampkit-load-") as tmp:
+        if base_url is None:
+            proc, base_url = start_server(args.store or f"sqlite:///{tmp}/memory.db", os.path.join(tmp, "server.log"))
+        try:
+            report = asyncio.run(run(base_url.rstrip("/"), args.clients, args.seconds, args.api_key))
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(10)
     report["base_url"] = base_url if args.base_url else "started by bench/load.py (SQLite)"
     text = json.dumps(report, indent=2)
     print(text)

@@ -39,6 +39,11 @@ def test_the_write_benchmark_counts_every_write_and_reports_each_phase(tmp_path)
         # with part of the machine idle (the rate includes the phase's final search)
         assert p["cpu_bound_writes_per_s"] >= p["writes_per_s"] * 0.9
     assert "| single_4_clients | 4 |" in run.stdout
+    # one batch (fewer cells than 500): its own size in the table, and its latency as every percentile
+    batch = result["batch"]
+    assert batch["cells_per_batch"] == 30 and batch["batches"] == 1
+    assert batch["p50_ms"] == batch["p99_ms"] > 0
+    assert f"| batches of 30 (cells/s; CPU per cell) | 1 | {batch['cells_per_s']} | {batch['p50_ms']} |" in run.stdout
 
 
 @pytest.mark.slow

@@ -316,3 +316,18 @@ def test_load_bench_loses_no_acknowledged_write(server, tmp_path):
     assert report["acked_writes"] > 0 and report["lost_writes"] == 0 and report["errors"] == 0
     assert report["requests"] > 0 and report["p99_ms"] >= report["p50_ms"] > 0
     assert_alive(server.base_url)
+
+
+@pytest.mark.slow
+def test_load_bench_with_its_own_server_leaves_nothing_behind(tmp_path):
+    """Without --base-url the script starts a server on a temporary SQLite file; the file and
+    the server's log are removed at the end (they were left in /tmp after every run)."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    r = subprocess.run([sys.executable, "bench/load.py", "--clients", "2", "--seconds", "1"],
+                       capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent,
+                       env={**os.environ, "TMPDIR": str(scratch)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert report["acked_writes"] > 0 and report["lost_writes"] == 0
+    assert list(scratch.iterdir()) == []
