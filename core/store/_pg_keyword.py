@@ -269,10 +269,8 @@ def _patched_admitted(admitted: _Admitted, changed: np.ndarray, rows: list[tuple
 def _patched_postings(postings: tuple[np.ndarray, np.ndarray], changed: np.ndarray,
                       now: Optional[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
     """A lexeme's rows and term frequencies after the `changed` rows, given those of them that
-    hold it now (`now`: seq, frequency). Untouched, the same arrays."""
+    hold it now (`now`: seq, frequency). Untouched, the same arrays (`replace_rows`)."""
     seqs, tf = postings
-    if now is None and not members(seqs, changed).size:
-        return postings
     now = sorted(now or [])
     return replace_rows(seqs, tf, changed, np.array([r[0] for r in now], dtype=np.int64),
                          np.array([r[1] for r in now], dtype=np.int64), count_dtype)

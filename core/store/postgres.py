@@ -551,13 +551,15 @@ class PostgresStore(SQLFileReads, SQLStore):
         # rows lie in the table.
         order = sql.SQL("((v.embedding::{typed}) <=> %s::{typed}){plus}").format(
             typed=typed, plus=sql.SQL(" + 0, v.cell_id" if exact else ""))
-        # The graph holds one canonical row per distinct vector (migration 15): a walk joins
-        # each row it reaches to every cell with that vector (`t`, its twins, itself included)
-        # and filters those; an exact ranking reads the cells' own rows.
-        rows = sql.SQL(
-            "cell_vectors v JOIN cell_vectors t ON t.vec_key = v.vec_key AND t.model = v.model AND t.dim = v.dim"
-            " JOIN cells c ON c.id = t.cell_id" if not exact else
-            "cell_vectors v JOIN cells c ON c.id = v.cell_id")
+        if exact:  # the cells' own rows
+            rows, cell, canonical = "cell_vectors v JOIN cells c ON c.id = v.cell_id", "v.cell_id", ""
+        else:
+            # The graph holds one canonical row per distinct vector (migration 15): a walk joins
+            # each row it reaches to every cell with that vector (`t`, itself included) and
+            # filters those.
+            rows = ("cell_vectors v JOIN cell_vectors t ON t.vec_key = v.vec_key AND t.model = v.model AND t.dim = v.dim"
+                    " JOIN cells c ON c.id = t.cell_id")
+            cell, canonical = "t.cell_id", " AND v.canonical"
         query = sql.SQL(
             "WITH hits AS MATERIALIZED ("
             " SELECT {cell}, (v.embedding::{typed}) <=> %s::{typed} AS distance"
@@ -565,9 +567,8 @@ class PostgresStore(SQLFileReads, SQLStore):
             " WHERE v.model = {model} AND v.dim = {dim}{canonical} AND {where}"
             " ORDER BY {order} LIMIT %s)"
             " SELECT cell_id, distance FROM hits ORDER BY distance, cell_id"
-        ).format(cell=sql.SQL("t.cell_id" if not exact else "v.cell_id"), typed=typed, rows=rows,
-                 model=sql.Literal(model), dim=sql.Literal(dim), where=where, order=order,
-                 canonical=sql.SQL(" AND v.canonical" if not exact else ""))
+        ).format(cell=sql.SQL(cell), typed=typed, rows=sql.SQL(rows), model=sql.Literal(model), dim=sql.Literal(dim),
+                 canonical=sql.SQL(canonical), where=where, order=order)
         query_vector = as_vector(vector)
         return query, [query_vector, *params, query_vector, k]
 
@@ -584,8 +585,8 @@ class PostgresStore(SQLFileReads, SQLStore):
                     rows = conn.execute(*self.vector_query(vector, model, flt, k)).fetchall()
                 if len(rows) < k:
                     # Off, or short: fewer than k admissible vectors exist, or the walk gave up
-                    # (hnsw.max_scan_tuples) or ran out of vectors it can reach (many identical
-                    # texts) before k passed the filter. Exact never comes back short.
+                    # (hnsw.max_scan_tuples) or ran out of vectors it can reach before k passed
+                    # the filter. Exact never comes back short.
                     among = admitted.tolist() if admitted is not None and admitted.size <= FALLBACK_ADMITTED_MAX else None
                     rows = conn.execute(*self.vector_query(vector, model, flt, k, exact=True, among=among)).fetchall()
         return [Candidate(cid, 1.0 - float(distance)) for cid, distance in rows]
