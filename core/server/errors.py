@@ -5,6 +5,7 @@ malformed JSON, Starlette's 404/405, oversized bodies, and anything unexpected (
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from fastapi import FastAPI, Request
@@ -123,7 +124,8 @@ class CatchUnexpected:
 class BodySizeLimit:
     """Refuse request bodies over `max_bytes` with 413 in the envelope, before parsing them.
 
-    Checks Content-Length up front and counts streamed bytes for chunked bodies."""
+    Checks Content-Length up front (the HTTP layer then reads no more than that) and counts
+    the bytes of a body without one (chunked)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int):
         self.app = app
@@ -133,18 +135,22 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = PayloadTooLarge(
-            f"request body exceeds {self.max_bytes} bytes", {"max_request_bytes": self.max_bytes}
-        )
+        too_large = functools.partial(self._refuse, scope, receive, send)
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
-                    declared = -1
+                    break  # counted below
                 if declared > self.max_bytes:
-                    await envelope_response(too_large, {"Connection": "close"})(scope, receive, send)
+                    await too_large()
                     return
+                if declared >= 0:
+                    # The HTTP layer reads no more of a body than its declared length (what
+                    # follows is the next request): nothing to count.
+                    await self.app(scope, receive, send)
+                    return
+                break
         seen = 0
         started = exceeded = False
 
@@ -165,7 +171,7 @@ class BodySizeLimit:
                 # instead, and drop whatever the app says about the truncated body.
                 if not started:
                     started = True
-                    await envelope_response(too_large, {"Connection": "close"})(scope, receive, send)
+                    await too_large()
                 return
             if message["type"] == "http.response.start":
                 started = True
@@ -175,7 +181,11 @@ class BodySizeLimit:
             await self.app(scope, limited_receive, tracking_send)
         except _BodyTooLarge:
             if not started:
-                await envelope_response(too_large, {"Connection": "close"})(scope, receive, send)
+                await too_large()
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        too_large = PayloadTooLarge(f"request body exceeds {self.max_bytes} bytes", {"max_request_bytes": self.max_bytes})
+        await envelope_response(too_large, {"Connection": "close"})(scope, receive, send)
 
 
 class _BodyTooLarge(Exception):
