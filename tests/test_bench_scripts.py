@@ -284,3 +284,34 @@ def test_train_ranker_fits_a_weight_for_every_feature_the_ranker_reads(locomo_fi
     assert locomo["questions"] == 6 and set(locomo) == {"questions", "first_pass", "ranker_held_out", "ranker_fitted_on_all"}
     assert result["facts_hit@10"]["overall"]["questions"] == 10  # 2 targets asked the five ways
     assert "DEFAULT_WEIGHTS = {" in run.stdout
+
+
+def test_scale_times_each_readers_first_search_apart_from_the_timed_ones(tmp_path):
+    """bench/scale.py's search rows are the steady state: a reader's first search on a server
+    (a wide reader's reads which cells it may read) is made before the timed ones and reported
+    on its own, once per reader and server (`seen`), whatever the workload's order."""
+    from starlette.testclient import TestClient
+
+    from ampkit.config import Settings
+    from ampkit.server.app import create_app
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import scale
+    finally:
+        sys.path.remove(str(BENCH))
+    app = create_app(Settings(store=f"sqlite:///{tmp_path}/t.db", embedder="none", lifecycle_interval_seconds=0))
+    with TestClient(app, base_url="http://testserver/amp/v1") as http:
+        made = {}
+        for owner, team in (("user-00000", 0), ("user-00001", 1), ("user-00002", 2)):
+            body = scale.cell_body(owner, f"{owner} prefers window seats", f"{owner}-s0", team=team)
+            made[owner] = http.post("/memories", json=body, headers={"X-AMP-Agent-ID": owner}).json()["id"]
+        work = [{"agent": f"team-{i % 3}", "target": made[f"user-0000{i % 3}"], "text": f"user-0000{i % 3} prefers window seats",
+                 "body": {"query": "window seats"}} for i in range(12)]
+        seen = {"team-2"}  # answered before: not a first search any more
+        latencies, hit, first = scale.timed_searches(http, work, seen)
+        assert first is not None and first["readers"] == 2 and first["max"] >= first["p50"] > 0
+        assert seen == {"team-0", "team-1", "team-2"}
+        assert hit == 1.0 and set(latencies) == {"p50", "p95", "p99"}
+        _, _, again = scale.timed_searches(http, work, seen)
+        assert again is None  # every reader has searched on this server
