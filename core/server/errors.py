@@ -5,7 +5,6 @@ malformed JSON, Starlette's 404/405, oversized bodies, and anything unexpected (
 
 from __future__ import annotations
 
-import functools
 import logging
 
 from fastapi import FastAPI, Request
@@ -135,7 +134,6 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = functools.partial(self._refuse, scope, receive, send)
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -143,7 +141,7 @@ class BodySizeLimit:
                 except ValueError:
                     break  # counted below
                 if declared > self.max_bytes:
-                    await too_large()
+                    await self._refuse(scope, receive, send)
                     return
                 if declared >= 0:
                     # The HTTP layer reads no more of a body than its declared length (what
@@ -171,7 +169,7 @@ class BodySizeLimit:
                 # instead, and drop whatever the app says about the truncated body.
                 if not started:
                     started = True
-                    await too_large()
+                    await self._refuse(scope, receive, send)
                 return
             if message["type"] == "http.response.start":
                 started = True
@@ -181,7 +179,7 @@ class BodySizeLimit:
             await self.app(scope, limited_receive, tracking_send)
         except _BodyTooLarge:
             if not started:
-                await too_large()
+                await self._refuse(scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         too_large = PayloadTooLarge(f"request body exceeds {self.max_bytes} bytes", {"max_request_bytes": self.max_bytes})

@@ -18,7 +18,7 @@ import inspect
 import json
 from typing import Any, Callable, Coroutine, Optional
 
-from fastapi import HTTPException, Request, Response
+from fastapi import HTTPException, Request, Response, params
 from fastapi.dependencies.models import Dependant
 from fastapi.dependencies.utils import request_body_to_args, request_params_to_args
 from fastapi.encoders import jsonable_encoder
@@ -97,7 +97,7 @@ class OperationRoute(APIRoute):
                 or dependant.http_connection_param_name or not inspect.iscoroutinefunction(dependant.call)
                 or getattr(self, "is_json_stream", False) or getattr(self, "is_sse_stream", False)
                 or self.dependency_overrides_provider is not None
-                or (body_field is not None and type(body_field.field_info).__name__ != "Body")
+                or (body_field is not None and isinstance(body_field.field_info, params.Form))  # forms, files
                 or (response_field is not None and not hasattr(response_field, "serialize_json"))):
             return generic
         endpoint = dependant.call
