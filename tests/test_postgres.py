@@ -664,7 +664,7 @@ def test_migration_15_gives_each_distinct_vector_one_canonical_row_and_the_graph
     store = PostgresStore(pg_url)
     store.open()
     try:
-        assert store.schema_version() == MIGRATIONS[-1][0] == 15
+        assert store.schema_version() == MIGRATIONS[-1][0] and 15 in store._applied_versions()
         counts = _canonical_rows_per_vector(store)
         assert len(counts) == 10 and set(counts.values()) == {1}
         # the canonical row of each vector is its smallest cell id
@@ -696,6 +696,52 @@ def test_migration_15_gives_each_distinct_vector_one_canonical_row_and_the_graph
         assert store._query("SELECT cell_id, canonical FROM cell_vectors WHERE cell_id = ANY(%s) ORDER BY cell_id",
                             ([c.id for c in fresh],)) == sorted([(fresh[0].id, True), (fresh[1].id, False)])
         assert set(_canonical_rows_per_vector(store).values()) == {1}
+    finally:
+        store.close()
+
+
+
+def test_migration_16_lets_a_walk_check_the_read_rule_without_reading_cells(pg_url, monkeypatch):
+    """A version-15 store gains an index of the read rule's columns by cell id: every column a
+    reader-wide filter reads is in it, so a walk can check each cell it reaches in the index
+    alone (an index-only scan: at 1M cells PostgreSQL chose it, bench/scale.py; on a test's
+    few pages its planner reads the table instead), and walks answer as before."""
+    import re
+
+    from ampkit.store import postgres
+    from ampkit.store.sql import POSTGRES, compile_filter
+
+    monkeypatch.setattr(postgres, "EXACT_ADMITTED_MAX", 0)  # walk the graph, whatever the filter's size
+    store = PostgresStore(pg_url)
+    store.open()
+    service = MemoryService(store=store)
+    rng = np.random.default_rng(16)
+    query = unit(rng, 8)
+    with store.write() as tx:
+        for i in range(120):
+            owner = f"owner-{i}"
+            cell = service._build(CellCreate.model_validate(
+                {"content": {"text": f"note {i}"}, "identity": {"owner_id": owner},
+                 "access_policy": {"readable_by": ["agent_x"] if i % 3 == 0 else []}}), owner, service.clock())
+            tx.insert(cell, StoredVector("fake-8", unit(rng, 8)))
+    wide = [CellFilter(reader="agent_x"), CellFilter(reader="agent_x", types=["semantic"], not_expired_at=service.clock())]
+    before = [store.vector_candidates(query, "fake-8", flt, 10) for flt in wide]
+    store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 15
+        conn.execute("DROP INDEX cells_id_read_rule")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 16")
+    store = PostgresStore(pg_url)
+    store.open()
+    try:
+        assert 16 in store._applied_versions()
+        indexdef = store._query("SELECT indexdef FROM pg_indexes WHERE indexname = 'cells_id_read_rule'")[0][0]
+        key, included = re.fullmatch(r".*USING btree \((\w+)\) INCLUDE \((.*)\)", indexdef).groups()
+        assert key == "id"
+        for flt in wide:
+            where, _ = compile_filter(flt, POSTGRES, "c")
+            read = set(re.findall(r"\bc\.(\w+)", where))
+            assert read and read <= {c.strip() for c in included.split(",")}, (read, indexdef)
+        assert [store.vector_candidates(query, "fake-8", flt, 10) for flt in wide] == before
     finally:
         store.close()
 
