@@ -631,6 +631,21 @@ def test_migration_14_splits_readers_into_literals_and_globs(pg_url):
         store.close()
 
 
+def _write_cells(service: MemoryService, count: int, text: str, vector, readable_every: int) -> list:
+    """`count` cells of owners owner-0, owner-1, ... ("<text> <i>", an 8-d vector `vector(i)`),
+    every `readable_every`-th also readable by agent_x; written in one transaction."""
+    cells = []
+    with service.store.write() as tx:
+        for i in range(count):
+            owner = f"owner-{i}"
+            cell = service._build(CellCreate.model_validate(
+                {"content": {"text": f"{text} {i}"}, "identity": {"owner_id": owner},
+                 "access_policy": {"readable_by": ["agent_x"] if i % readable_every == 0 else []}}), owner, service.clock())
+            tx.insert(cell, StoredVector("fake-8", vector(i)))
+            cells.append(cell)
+    return cells
+
+
 def test_migration_15_gives_each_distinct_vector_one_canonical_row_and_the_graph_only_those(pg_url, monkeypatch):
     """A version-14 store whose vectors repeat (the same text in many cells): the migration
     derives each row's vector key, makes one row per distinct vector canonical and builds each
@@ -643,15 +658,7 @@ def test_migration_15_gives_each_distinct_vector_one_canonical_row_and_the_graph
     rng = np.random.default_rng(21)
     query = unit(rng, 8)
     vectors = [query] + [unit(rng, 8) for _ in range(9)]
-    cells = []
-    with store.write() as tx:
-        for i in range(60):
-            owner = f"owner-{i}"
-            cell = service._build(CellCreate.model_validate(
-                {"content": {"text": f"copy {i}"}, "identity": {"owner_id": owner},
-                 "access_policy": {"readable_by": ["agent_x"] if i % 4 == 0 else []}}), owner, service.clock())
-            tx.insert(cell, StoredVector("fake-8", vectors[i % 10]))
-            cells.append(cell)
+    cells = _write_cells(service, 60, "copy", lambda i: vectors[i % 10], readable_every=4)
     name = store._query("SELECT indexname FROM pg_indexes WHERE indexname LIKE %s", ("cell_vectors_hnsw_%",))[0][0]
     store.close()
     with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 14
@@ -717,13 +724,7 @@ def test_migration_16_lets_a_walk_check_the_read_rule_without_reading_cells(pg_u
     service = MemoryService(store=store)
     rng = np.random.default_rng(16)
     query = unit(rng, 8)
-    with store.write() as tx:
-        for i in range(120):
-            owner = f"owner-{i}"
-            cell = service._build(CellCreate.model_validate(
-                {"content": {"text": f"note {i}"}, "identity": {"owner_id": owner},
-                 "access_policy": {"readable_by": ["agent_x"] if i % 3 == 0 else []}}), owner, service.clock())
-            tx.insert(cell, StoredVector("fake-8", unit(rng, 8)))
+    _write_cells(service, 120, "note", lambda i: unit(rng, 8), readable_every=3)
     wide = [CellFilter(reader="agent_x"), CellFilter(reader="agent_x", types=["semantic"], not_expired_at=service.clock())]
     before = [store.vector_candidates(query, "fake-8", flt, 10) for flt in wide]
     store.close()
