@@ -39,6 +39,8 @@ def body(**changes) -> bytes:
 REQUESTS = [
     ("GET", "/health", {}, None),
     ("GET", "/spec", {}, None),
+    ("HEAD", "/health", {}, None),
+    ("OPTIONS", "/memories", {}, None),
     ("POST", "/memories", JSON, body()),
     ("POST", "/memories", JSON, body()),  # the same text again: 200 and X-AMP-Dedup
     ("POST", "/memories", JSON, body(content={"text": "ada keeps a dog named rex"})),
@@ -66,6 +68,9 @@ REQUESTS = [
     ("GET", "/memories/mem_01M91ST0W4TW0V4ZB8JT6Y9DAY", {}, None),
     ("GET", "/memories/not-an-id", {}, None),
     ("GET", "/memories/{0}/history", {}, None),
+    ("HEAD", "/memories/{0}", {}, None),
+    ("GET", "/memories/{0}?as_of=yesterday", {}, None),
+    ("GET", "/memories?owner_id=ada&owner_id=bob", {}, None),
     ("PATCH", "/memories/{0}", {**JSON, "If-Match": "1"}, b'{"scoring": {"importance": 0.9}}'),
     ("PATCH", "/memories/{0}", {**JSON, "If-Match": "1"}, b'{"scoring": {"importance": 0.8}}'),  # stale
     ("PATCH", "/memories/{0}", {**JSON, "If-Match": "one"}, b'{"scoring": {"importance": 0.8}}'),
@@ -73,6 +78,10 @@ REQUESTS = [
     ("PATCH", "/memories/{0}", {"Content-Type": "application/merge-patch+json"}, b'{"scoring": {"importance": 0.7}}'),
     ("POST", "/memories/search", JSON, b'{"query": "dog", "owner_id": "ada"}'),
     ("POST", "/memories/search", JSON, b'{"query": "dog", "owner_id": "ada", "limit": -1}'),
+    ("POST", "/memories/search", JSON, b'{"query": "dog", "owner_id": "ada", "extra": 1}'),
+    ("POST", "/memories/search", JSON, b'{"query": "dog", "owner_id": "ada"} trailing'),
+    ("POST", "/memories/search", JSON, b'{"query": "\\u00e9t\\u00e9 \\ud83c\\udf1e", "owner_id": "ada"}'),
+    ("POST", "/memories/search", JSON, b'{"query": "\\ud800", "owner_id": "ada"}'),  # a lone surrogate
     ("POST", "/memories/search?explain=true", JSON, b'{"query": "dog", "owner_id": "ada"}'),
     ("POST", "/memories/{1}/outcome", JSON, b'{"success": true}'),
     ("DELETE", "/memories/{1}", {}, None),  # active: refused
