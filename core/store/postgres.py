@@ -207,8 +207,6 @@ def sql_quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-
-
 class _PostgresWriteTx(PostgresFileTx, SQLWriteTx):
     dialect = POSTGRES
 
