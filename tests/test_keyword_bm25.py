@@ -411,6 +411,39 @@ def test_postgres_wide_keyword_leg_equals_the_one_statement(pg_url):
         store.close()
 
 
+def test_postgres_warm_ups_one_pass_over_every_window_reads_what_the_index_does(pg_url):
+    """The warm-up reads its frequent lexemes by scanning every window (`_FREQUENT_POSTINGS`),
+    a search its missing ones through the index (`_BULK_POSTINGS`): the same rows and term
+    frequencies for every lexeme of the store and one in no window, including a window whose
+    lexeme carries no positions (the index's statement leaves such an entry out)."""
+    import psycopg
+
+    from ampkit.store import store_from_url
+    from ampkit.store._pg_keyword import WideKeywordIndex
+    store = store_from_url(pg_url)
+    store.open()
+    try:
+        _pg_world(MemoryService(store=store), random.Random(12))
+    finally:
+        store.close()
+    with psycopg.connect(pg_url) as conn:  # one transaction, rolled back: the store is left as written
+        conn.execute("UPDATE cell_search SET tsv = tsv || 'unpositioned'::tsvector "
+                     "WHERE seq = (SELECT min(seq) FROM cell_search)")
+        lexemes = [lexeme for (lexeme,) in conn.execute(
+            "SELECT DISTINCT u.lexeme FROM cell_search s CROSS JOIN LATERAL unnest(s.tsv) u ORDER BY 1")]
+        assert len(lexemes) > 20 and "unpositioned" in lexemes
+        lexemes.append("inknowindow")
+        by_index = WideKeywordIndex._bulk_postings(conn, lexemes)
+        by_scan = WideKeywordIndex._bulk_postings(conn, lexemes, frequent=True)
+        conn.rollback()
+    assert by_index.keys() == by_scan.keys() == set(lexemes)
+    assert by_scan["unpositioned"][0].size == by_scan["inknowindow"][0].size == 0
+    for lexeme in lexemes:
+        (rows_a, tf_a), (rows_b, tf_b) = by_index[lexeme], by_scan[lexeme]
+        assert rows_a.tolist() == rows_b.tolist() and tf_a.tolist() == tf_b.tolist(), lexeme
+        assert (rows_a.dtype, tf_a.dtype) == (rows_b.dtype, tf_b.dtype)
+
+
 def test_postgres_wide_keyword_search_before_the_warm_up_reads_what_it_needs(pg_url, monkeypatch):
     """A restarted server's wide searches do not wait for the background warm-up (20-25 s at
     1M cells) or run the statement meanwhile: each reads its filter's admitted rows and its
