@@ -411,6 +411,36 @@ def test_postgres_wide_keyword_leg_equals_the_one_statement(pg_url):
         store.close()
 
 
+def test_postgres_term_scores_of_every_view_share_one_budget(pg_url):
+    """Every view's term scores are kept in one least-recently-used budget per server
+    (`TermScores`): under a budget a dozen entries fit in, searches over eight wide filters and
+    their expiry intervals still equal the statement, what is held stays within the budget, and
+    entries of several views are held side by side."""
+    from datetime import datetime, timedelta, timezone
+
+    from ampkit.store import store_from_url
+    from ampkit.store._pg_keyword import TermScores
+    store = store_from_url(pg_url)
+    store.open()
+    try:
+        _pg_world(MemoryService(store=store), random.Random(13))
+        index = store.wide_keywords
+        index.term_scores = budget = TermScores(12_000)  # before any view exists: each takes this one
+        now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        for _ in range(2):
+            for query in QUERIES:
+                for flt in WIDE_FILTERS:
+                    for at in (None, now + timedelta(days=2, microseconds=1)):
+                        timed = replace(flt, not_expired_at=at)
+                        got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, timed, 20)]
+                        assert got == pg_reference(store, query, timed, 20), (query, timed)
+                        assert budget.held_bytes <= 12_000
+        views = {key.split(" ", 1)[0] for key in budget._held}
+        assert len(budget) >= 4 and len(views) >= 2
+    finally:
+        store.close()
+
+
 def test_postgres_warm_ups_one_pass_over_every_window_reads_what_the_index_does(pg_url):
     """The warm-up reads its frequent lexemes by scanning every window (`_FREQUENT_POSTINGS`),
     a search its missing ones through the index (`_BULK_POSTINGS`): the same rows and term

@@ -39,6 +39,7 @@ older generation only reads and fills that generation's arrays.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import threading
 import time
@@ -65,7 +66,6 @@ ADMITTED_SETS = 64  # filters kept per generation (least recently used out)
 # Past this many changed rows since the anchor, the arrays are read afresh rather than patched
 # (a bulk import): patching costs a few small queries and a copy of each touched array.
 PATCH_ROWS = 20_000
-SET_TERM_BYTES = 64 * 1024 * 1024  # per view: its lexemes' positions and term scores
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -141,18 +141,50 @@ def _rows(values: Optional[str]) -> np.ndarray:
     return arr.astype(row_dtype(int(arr.max()))) if arr.size else arr
 
 
+class TermScores:
+    """Every view's term scores (a lexeme's positions among the view's rows and its BM25 score
+    at each) in one budget per server, least recently used out: an analyst's common word holds
+    ~2.4 MB at a million rows, a team member's a tenth of that, and each view takes what its
+    searches use rather than a fixed share (64 MB per view before: an analyst's searches at
+    1M recomputed most of theirs, and a server with many views had no bound at all). A view
+    no longer used (a write replaced its admitted set, a filter left the generation) keeps
+    nothing alive but its entries, which are the first out."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._held = BytesLRU(max_bytes)
+        self._lock = threading.Lock()
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held.held
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def hit(self, key: str) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        with self._lock:
+            return self._held.hit(key)
+
+    def keep(self, key: str, value: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            return self._held.keep(key, value)
+
+
+_VIEW_SERIALS = itertools.count()
+
+
 @dataclass
 class _View:
     """The admitted rows not expired in one expiry interval, with BM25's N, mean length and
-    each asked lexeme's term scores."""
+    each asked lexeme's term scores (kept in the server's `TermScores` under this view's serial)."""
 
     seqs: np.ndarray
     lengths: np.ndarray
     avgdl: float
-    contributions: BytesLRU = field(default_factory=lambda: BytesLRU(SET_TERM_BYTES))
+    term_scores: TermScores
+    serial: int = field(default_factory=lambda: next(_VIEW_SERIALS))
     _norm: Optional[np.ndarray] = None
     _positions: RowPositions = field(init=False)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self._positions = RowPositions(self.seqs)  # its map is built at first use
@@ -174,8 +206,8 @@ class _View:
     def contribution(self, lexeme: str, postings: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
         """(positions, the lexeme's BM25 term score at each): its document frequency is its
         admitted row count (every row holding a query lexeme is a match)."""
-        with self.lock:
-            hit = self.contributions.hit(lexeme)
+        key = f"{self.serial} {lexeme}"
+        hit = self.term_scores.hit(key)
         if hit is not None:
             return hit
         seqs, tf = postings(lexeme)
@@ -186,8 +218,7 @@ class _View:
         # ln(1 + (GREATEST(n, df) - df + 0.5) / (df + 0.5)): libm's log, as PostgreSQL's ln.
         weight = math.log(1 + (max(n, df) - df + 0.5) / (df + 0.5))
         value = (pos, weight * tf * (BM25_K1 + 1) / (tf + self.norm()[pos]))
-        with self.lock:
-            return self.contributions.keep(lexeme, value)
+        return self.term_scores.keep(key, value)
 
     def scores(self, lexemes: list[str], postings: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         # The database's lexeme order: the statement's sum.
@@ -299,8 +330,10 @@ class WideKeywordIndex:
     """One per PostgresStore: the generations, their anchor, and the warm-up thread (see the
     module's docstring). `connection` hands out a pool connection (a context manager)."""
 
-    def __init__(self, term_bytes: int, text_config: str, connection: Callable[[], Any], warm_inline: bool = False) -> None:
-        self.term_bytes = term_bytes
+    def __init__(self, term_bytes: int, text_config: str, connection: Callable[[], Any], warm_inline: bool = False,
+                 score_bytes: Optional[int] = None) -> None:
+        self.term_bytes = term_bytes  # the lexemes' rows (`_Generation.postings`)
+        self.term_scores = TermScores(term_bytes if score_bytes is None else score_bytes)  # every view's
         # Tests: a search that finds the arrays missing loads them itself, so every search
         # takes this path (the differential non-interference test's "postgres-wide").
         self.warm_inline = warm_inline
@@ -474,7 +507,7 @@ class WideKeywordIndex:
                 keep = ~np.isin(seqs, gone)
                 seqs, lengths = seqs[keep], lengths[keep]
             avgdl = _one(conn.execute(_MEAN_LENGTH, (int(lengths.sum()), int(seqs.size))))[0]
-            view = _View(seqs, lengths, float(avgdl))
+            view = _View(seqs, lengths, float(avgdl), self.term_scores)
             if len(admitted.views) >= 4:
                 admitted.views.clear()
             view = admitted.views.setdefault(interval, view)

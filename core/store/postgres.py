@@ -343,7 +343,8 @@ class PostgresStore(SQLFileReads, SQLStore):
         self.keyword_ranker = from_url.get("keyword_ranker", keyword_ranker)
         if self.keyword_ranker not in KEYWORD_RANKERS:
             raise ValueError(f"keyword_ranker must be one of {', '.join(KEYWORD_RANKERS)}")
-        # The wide keyword leg's arrays (`_pg_keyword`); keyword_cache_mb=0 ranks every search in SQL.
+        # The wide keyword leg's arrays (`_pg_keyword`): up to keyword_cache_mb of the lexemes' rows
+        # and as much again of the readers' term scores; keyword_cache_mb=0 ranks every search in SQL.
         self.keyword_cache_mb = from_url.get("keyword_cache_mb", keyword_cache_mb)
         self.wide_keywords = (WideKeywordIndex(self.keyword_cache_mb * 1024 * 1024, TEXT_CONFIG, self._connection,
                                                warm_inline=keyword_warm_inline)
