@@ -144,11 +144,10 @@ def _rows(values: Optional[str]) -> np.ndarray:
 class TermScores:
     """Every view's term scores (a lexeme's positions among the view's rows and its BM25 score
     at each) in one budget per server, least recently used out: an analyst's common word holds
-    ~2.4 MB at a million rows, a team member's a tenth of that, and each view takes what its
-    searches use rather than a fixed share (64 MB per view before: an analyst's searches at
-    1M recomputed most of theirs, and a server with many views had no bound at all). A view
-    no longer used (a write replaced its admitted set, a filter left the generation) keeps
-    nothing alive but its entries, which are the first out."""
+    ~2.4 MB at a million rows, a team member's a tenth of that, so each view takes what its
+    searches use rather than a fixed share, and the whole stays bounded however many views
+    there are. A view no longer used (a write replaced its admitted set, a filter left the
+    generation) keeps nothing alive but its entries, which are the first out."""
 
     def __init__(self, max_bytes: int) -> None:
         self._held = BytesLRU(max_bytes)
@@ -330,10 +329,10 @@ class WideKeywordIndex:
     """One per PostgresStore: the generations, their anchor, and the warm-up thread (see the
     module's docstring). `connection` hands out a pool connection (a context manager)."""
 
-    def __init__(self, term_bytes: int, text_config: str, connection: Callable[[], Any], warm_inline: bool = False,
-                 score_bytes: Optional[int] = None) -> None:
-        self.term_bytes = term_bytes  # the lexemes' rows (`_Generation.postings`)
-        self.term_scores = TermScores(term_bytes if score_bytes is None else score_bytes)  # every view's
+    def __init__(self, term_bytes: int, text_config: str, connection: Callable[[], Any], warm_inline: bool = False) -> None:
+        # Up to `term_bytes` of the lexemes' rows (`_Generation.postings`), as much of term scores.
+        self.term_bytes = term_bytes
+        self.term_scores = TermScores(term_bytes)
         # Tests: a search that finds the arrays missing loads them itself, so every search
         # takes this path (the differential non-interference test's "postgres-wide").
         self.warm_inline = warm_inline
