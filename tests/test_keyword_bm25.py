@@ -218,28 +218,31 @@ def test_a_wide_filter_asks_the_vector_index_whether_it_admits_a_models_vector(c
         store.close()
 
 
-def test_an_admitted_sets_term_arrays_stay_within_their_budget(corpus, expected, monkeypatch):
-    """A server asked about ever new words keeps each admitted set's per-term arrays under
-    its budget per kind (least recently used out), and an evicted term answers as before."""
+def test_admitted_sets_term_arrays_stay_within_one_budget_per_store(corpus, expected, monkeypatch):
+    """A server asked about ever new words by many readers keeps every admitted set's per-term
+    arrays within one budget per kind for the store (least recently used out, whichever set
+    they are of), and an evicted term answers as before."""
     import ampkit.store._bm25 as bm25
 
-    for budget in ("SET_SCORES_BYTES", "SET_POSTINGS_BYTES", "SET_MATCHES_BYTES"):
-        monkeypatch.setattr(bm25, budget, 600)  # a few terms of this corpus
+    for budget in ("STORE_SCORES_BYTES", "STORE_POSTINGS_BYTES", "STORE_MATCHES_BYTES"):
+        monkeypatch.setattr(bm25, budget, 600)  # a few terms of this corpus, for every set together
     store = SQLiteStore(corpus, keyword_scan_max=0)
     store.open()
     try:
+        kinds = store._set_arrays
+        held = [kinds.postings, kinds.contributions, kinds.matches]
+        holders = set()  # the admitted sets whose entries the one budget held at some point
         for _ in range(2):
             for query in QUERIES:
                 for i, flt in enumerate(FILTERS):
                     got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 80)]
                     assert got == expected[query, i][:80], (query, flt)
-        sets = [e[3] for e in store._access_snapshot().entries.values()]  # the reader-wide filters'
-        sets += [e[3] for e in store._stats_cache[1].values() if e[3] is not None] if store._stats_cache else []
-        held = [arrays for s in sets for arrays in (s.postings, s.contributions, s.matches)]
-        assert held and max(len(a) for a in held) >= 2
-        assert all(a.held <= 600 or len(a) == 1 for a in held)
-        assert all(a.held == sum(x.nbytes for v in a.values() for x in (v if isinstance(v, tuple) else (v,)))
+                    holders |= {key[0] for a in held for key in a.keys()}
+        assert max(len(a) for a in held) >= 2
+        assert all(a.held_bytes <= 600 or len(a) == 1 for a in held)
+        assert all(a.held_bytes == sum(x.nbytes for v in a._held.values() for x in (v if isinstance(v, tuple) else (v,)))
                    for a in held)
+        assert len(holders) >= 4
     finally:
         store.close()
 
@@ -280,6 +283,33 @@ def test_caches_follow_writes_from_another_connection(corpus, tmp_path):
     finally:
         searcher.close()
         writer.close()
+
+
+def test_a_replaced_admitted_sets_arrays_leave_the_shared_budget(corpus, tmp_path):
+    """The per-term arrays of an admitted set that is gone (a write replaced it) are dropped
+    from the store's one budget at its next use, not kept until newer arrays push them out:
+    a server that writes between wide searches holds only what can still be asked for."""
+    import shutil
+    path = str(tmp_path / "copy.db")
+    shutil.copy(corpus, path)
+    store = SQLiteStore(path, keyword_scan_max=0)
+    store.open()
+    try:
+        flt = CellFilter(reader="team-lead")
+        scores = store._set_arrays.contributions
+        store.keyword_candidates("quokka piano", flt, 80)
+        first = {serial for serial, _ in scores.keys()}
+        assert len(first) == 1 and len(scores) >= 2
+        MemoryService(store=store).create("ada", CellCreate(content={"text": "a quokka plays piano"},
+                                                            identity={"owner_id": "ada"},
+                                                            access_policy={"readable_by": ["team-*"]}))
+        after = [(c.cell_id, c.score) for c in store.keyword_candidates("quokka piano", flt, 80)]
+        assert after == reference(path, "quokka piano", flt, 80)
+        now = {serial for serial, _ in scores.keys()}
+        assert now and not now & first  # the replaced set's entries are gone, the new set's held
+        assert scores.held_bytes == sum(x.nbytes for v in scores._held.values() for x in v)
+    finally:
+        store.close()
 
 
 # The PostgreSQL BM25 as one statement, its statistics computed inside (before the scope was
@@ -413,19 +443,19 @@ def test_postgres_wide_keyword_leg_equals_the_one_statement(pg_url):
 
 def test_postgres_term_scores_of_every_view_share_one_budget(pg_url):
     """Every view's term scores are kept in one least-recently-used budget per server
-    (`TermScores`): under a budget a dozen entries fit in, searches over eight wide filters and
+    (`SharedArrays`): under a budget a dozen entries fit in, searches over eight wide filters and
     their expiry intervals still equal the statement, what is held stays within the budget, and
     entries of several views are held side by side."""
     from datetime import datetime, timedelta, timezone
 
     from ampkit.store import store_from_url
-    from ampkit.store._pg_keyword import TermScores
+    from ampkit.store._bm25 import SharedArrays
     store = store_from_url(pg_url)
     store.open()
     try:
         _pg_world(MemoryService(store=store), random.Random(13))
         index = store.wide_keywords
-        index.term_scores = budget = TermScores(12_000)  # before any view exists: each takes this one
+        index.term_scores = budget = SharedArrays(12_000)  # before any view exists: each takes this one
         now = datetime(2026, 1, 1, tzinfo=timezone.utc)
         for _ in range(2):
             for query in QUERIES:
@@ -435,7 +465,7 @@ def test_postgres_term_scores_of_every_view_share_one_budget(pg_url):
                         got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, timed, 20)]
                         assert got == pg_reference(store, query, timed, 20), (query, timed)
                         assert budget.held_bytes <= 12_000
-        views = {key.split(" ", 1)[0] for key in budget._held}
+        views = {key[0] for key in budget.keys()}
         assert len(budget) >= 4 and len(views) >= 2
     finally:
         store.close()

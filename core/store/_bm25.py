@@ -13,11 +13,13 @@ hold each term, kept between queries until the database changes (`AdmittedSet`,
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Hashable, Optional, TypeVar
 
 import numpy as np
 
@@ -32,7 +34,10 @@ def idf(n: int, df: int) -> float:
     return value if value > 0 else 1e-6
 
 
-class BytesLRU(OrderedDict[str, Any]):
+K = TypeVar("K", bound=Hashable)
+
+
+class BytesLRU(OrderedDict[K, Any]):
     """key -> value holding numpy arrays (`arrays_of(value)`), least recently used out past
     `max_bytes` (the value just kept always stays). Not thread-safe: the owner locks."""
 
@@ -46,14 +51,14 @@ class BytesLRU(OrderedDict[str, Any]):
         arrays = self._arrays_of(value)
         return _nbytes(arrays if isinstance(arrays, tuple) else (arrays,))
 
-    def hit(self, key: str) -> Any:
+    def hit(self, key: K) -> Any:
         """The value (now the most recently used), or None."""
         found = self.get(key)
         if found is not None:
             self.move_to_end(key)
         return found
 
-    def keep(self, key: str, value: Any) -> Any:
+    def keep(self, key: K, value: Any) -> Any:
         old = self.pop(key, None)
         if old is not None:
             self.held -= self._bytes(old)
@@ -64,21 +69,112 @@ class BytesLRU(OrderedDict[str, Any]):
             self.held -= self._bytes(dropped)
         return value
 
+    def discard(self, key: K) -> None:
+        old = self.pop(key, None)
+        if old is not None:
+            self.held -= self._bytes(old)
+
     def clear(self) -> None:
         super().clear()
         self.held = 0
 
 
-# Per admitted set and per kind: an admitted set lives as long as the data does not change,
-# and a server asked about ever new words must not grow with them (a common word of a million
-# rows holds ~6 MB here). Derived arrays: an evicted term only costs recomputing it. A term's
-# BM25 score per row is what a query adds up, so it gets the most room; a term's positions are
-# needed only to compute those (and for a word FTS reads as a phrase). At 1M cells the
-# analyst's searches (bench/scale.py's words) recomputed scores evicted from 64 MB: 192 MB
-# for scores and 16 MB for positions took the in-process p50 from 23.1 to 19.7 ms.
-SET_SCORES_BYTES = 192 * 1024 * 1024
-SET_POSTINGS_BYTES = 16 * 1024 * 1024
-SET_MATCHES_BYTES = 64 * 1024 * 1024
+HOLDER_SERIALS = itertools.count()  # `SharedArrays` keys: one number per holder, never reused
+
+
+class SharedArrays:
+    """Arrays kept for many holders (each filter's admitted set, each view of one) in one byte
+    budget, least recently used out, under `(holder serial, key)`: an analyst's common word
+    holds ~2.4 MB of term scores at a million rows, a team member's a tenth of that, so each
+    holder takes what its searches use rather than a fixed share, and the whole stays bounded
+    however many holders there are. A holder's entries go with it: once it is garbage (a
+    write replaced the set, its filter was dropped) they are dropped at the next call, so
+    the budget is not spent on arrays nobody can ask for again."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._held: BytesLRU[tuple[int, str]] = BytesLRU(max_bytes)
+        self._lock = threading.Lock()
+        self._gone: list[int] = []  # serials of holders collected since the last call
+
+    def register(self, holder: object, serial: Optional[int] = None) -> int:
+        """A serial for `holder`'s keys (or `serial`, shared with other budgets), whose entries
+        are dropped once `holder` is garbage."""
+        serial = next(HOLDER_SERIALS) if serial is None else serial
+        # (list.append: atomic, and takes no lock a finalizer could find held by its own thread)
+        weakref.finalize(holder, self._gone.append, serial)
+        return serial
+
+    def _drop_gone(self) -> None:
+        gone = set()
+        while self._gone:
+            gone.add(self._gone.pop())
+        for key in [key for key in self._held if key[0] in gone]:
+            self._held.discard(key)
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held.held
+
+    @property
+    def max_bytes(self) -> int:
+        return self._held.max_bytes
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def keys(self) -> list[tuple[int, str]]:
+        with self._lock:
+            if self._gone:
+                self._drop_gone()
+            return list(self._held)
+
+    def hit(self, key: tuple[int, str]) -> Any:
+        with self._lock:
+            if self._gone:
+                self._drop_gone()
+            return self._held.hit(key)
+
+    def keep(self, key: tuple[int, str], value: Any) -> Any:
+        with self._lock:
+            if self._gone:
+                self._drop_gone()
+            return self._held.keep(key, value)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+
+
+# Per store and per kind, across every admitted set: a set lives as long as the data does not
+# change, and a server asked about ever new words by ever new readers must not grow with them.
+# Derived arrays: an evicted term only costs recomputing it. A term's BM25 score per row is
+# what a query adds up, so it gets the most room; a term's positions are needed only to compute
+# those (and for a word FTS reads as a phrase). At 1M cells an analyst's searches over
+# bench/scale.py's words keep ~260 MB of scores and each of ten teams ~10-30 MB. (Until 2026-12
+# each set had 192 / 16 / 64 MB of its own: bounded per set, not in all.)
+STORE_SCORES_BYTES = 768 * 1024 * 1024
+STORE_POSTINGS_BYTES = 64 * 1024 * 1024
+STORE_MATCHES_BYTES = 128 * 1024 * 1024
+
+
+@dataclass
+class SetArrays:
+    """What every admitted set of a store keeps per term, one `SharedArrays` budget per kind."""
+
+    postings: SharedArrays = field(default_factory=lambda: SharedArrays(STORE_POSTINGS_BYTES))
+    matches: SharedArrays = field(default_factory=lambda: SharedArrays(STORE_MATCHES_BYTES))
+    contributions: SharedArrays = field(default_factory=lambda: SharedArrays(STORE_SCORES_BYTES))
+
+    def register(self, holder: object) -> int:
+        """One serial for `holder`'s entries of every kind, dropped once it is garbage."""
+        serial = self.postings.register(holder)
+        self.matches.register(holder, serial)
+        self.contributions.register(holder, serial)
+        return serial
+
+    def clear(self) -> None:
+        for kind in (self.postings, self.matches, self.contributions):
+            kind.clear()
 
 
 class RowPositions:
@@ -130,19 +226,20 @@ def sum_term_scores(n: int, terms: list[str], contribution: Callable[[str], tupl
 class AdmittedSet:
     """The rows a filter admits (sorted rowids) with their window lengths, and the admitted
     postings of the terms asked recently (positions into `rowids`, term frequencies), and
-    each such term's BM25 term score per row (its statistics are this set's: fixed with it)."""
+    each such term's BM25 term score per row (its statistics are this set's: fixed with it),
+    those kept in the store's `SetArrays` under this set's serial."""
 
     rowids: np.ndarray
     lengths: np.ndarray
     total: int
-    postings: BytesLRU = field(default_factory=lambda: BytesLRU(SET_POSTINGS_BYTES))
-    matches: BytesLRU = field(default_factory=lambda: BytesLRU(SET_MATCHES_BYTES))
-    contributions: BytesLRU = field(default_factory=lambda: BytesLRU(SET_SCORES_BYTES))
+    arrays: SetArrays
+    serial: int = field(init=False)
     _norm: Optional[np.ndarray] = None
     _positions: RowPositions = field(init=False)
 
     def __post_init__(self) -> None:
         self._positions = RowPositions(self.rowids)  # its map is built at first use
+        self.serial = self.arrays.register(self)
 
     @property
     def n(self) -> int:
@@ -154,11 +251,12 @@ class AdmittedSet:
 
     def term(self, term: str, load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
         """Admitted (positions, tf) of the rows holding `term`; `load` gives every row's."""
-        hit = self.postings.hit(term)
+        key = (self.serial, term)
+        hit = self.arrays.postings.hit(key)
         if hit is None:
             rowids, tf = load(term)
             pos, mask = self.positions(rowids)
-            hit = self.postings.keep(term, (pos, tf[mask]))
+            hit = self.arrays.postings.keep(key, (pos, tf[mask]))
         return hit
 
     def contribution(self, term: str, load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
@@ -166,11 +264,12 @@ class AdmittedSet:
         term: every row holding a term is matched, so its document frequency is its row
         count here, and its score per row depends on this set alone (kept with it: a
         query then only adds them up). The operations of `bm25_scores` (equal bits)."""
-        hit = self.contributions.hit(term)
+        key = (self.serial, term)
+        hit = self.arrays.contributions.hit(key)
         if hit is None:
             pos, tf = self.term(term, load)
             weight = idf(self.n, int(pos.size))
-            hit = self.contributions.keep(term, (pos, weight * tf * (BM25_K1 + 1) / (tf + self.norm()[pos])))
+            hit = self.arrays.contributions.keep(key, (pos, weight * tf * (BM25_K1 + 1) / (tf + self.norm()[pos])))
         return hit
 
     def scores(self, terms: list[str], load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -190,9 +289,10 @@ class AdmittedSet:
 
     def unit(self, unit: str, load: Callable[[str], np.ndarray]) -> np.ndarray:
         """Admitted positions of the rows an FTS unit (a word, perhaps a phrase) matches."""
-        hit = self.matches.hit(unit)
+        key = (self.serial, unit)
+        hit = self.arrays.matches.hit(key)
         if hit is None:
-            hit = self.matches.keep(unit, self.positions(load(unit))[0])
+            hit = self.arrays.matches.keep(key, self.positions(load(unit))[0])
         return hit
 
 
@@ -207,7 +307,7 @@ class PostingsCache:
     MAX_LOG_ROWS = 200_000  # changed rows kept for patching; past this, start afresh
 
     def __init__(self, max_bytes: int):
-        self.items = BytesLRU(max_bytes, lambda item: item[0])  # key -> (arrays, log position)
+        self.items: BytesLRU[str] = BytesLRU(max_bytes, lambda item: item[0])  # key -> (arrays, log position)
         self.log: list[tuple[np.ndarray, dict[int, Optional[dict[str, int]]]]] = []
         self.log_rows = 0
         self.epoch = 0  # moves when the log starts afresh (positions restart)

@@ -39,7 +39,6 @@ older generation only reads and fills that generation's arrays.
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 import threading
 import time
@@ -53,8 +52,8 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from ._bm25 import (BM25_B, BM25_K1, BytesLRU, RowPositions, count_dtype, int_list, members, replace_rows,
-                    row_dtype, sum_term_scores, top_k)
+from ._bm25 import (BM25_B, BM25_K1, BytesLRU, RowPositions, SharedArrays, count_dtype, int_list, members,
+                    replace_rows, row_dtype, sum_term_scores, top_k)
 from .base import Candidate, CellFilter
 from .sql import POSTGRES, compile_filter
 
@@ -141,52 +140,22 @@ def _rows(values: Optional[str]) -> np.ndarray:
     return arr.astype(row_dtype(int(arr.max()))) if arr.size else arr
 
 
-class TermScores:
-    """Every view's term scores (a lexeme's positions among the view's rows and its BM25 score
-    at each) in one budget per server, least recently used out: an analyst's common word holds
-    ~2.4 MB at a million rows, a team member's a tenth of that, so each view takes what its
-    searches use rather than a fixed share, and the whole stays bounded however many views
-    there are. A view no longer used (a write replaced its admitted set, a filter left the
-    generation) keeps nothing alive but its entries, which are the first out."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self._held = BytesLRU(max_bytes)
-        self._lock = threading.Lock()
-
-    @property
-    def held_bytes(self) -> int:
-        return self._held.held
-
-    def __len__(self) -> int:
-        return len(self._held)
-
-    def hit(self, key: str) -> Optional[tuple[np.ndarray, np.ndarray]]:
-        with self._lock:
-            return self._held.hit(key)
-
-    def keep(self, key: str, value: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        with self._lock:
-            return self._held.keep(key, value)
-
-
-_VIEW_SERIALS = itertools.count()
-
-
 @dataclass
 class _View:
     """The admitted rows not expired in one expiry interval, with BM25's N, mean length and
-    each asked lexeme's term scores (kept in the server's `TermScores` under this view's serial)."""
+    each asked lexeme's term scores (kept in the server's `SharedArrays` under this view's serial)."""
 
     seqs: np.ndarray
     lengths: np.ndarray
     avgdl: float
-    term_scores: TermScores
-    serial: int = field(default_factory=lambda: next(_VIEW_SERIALS))
+    term_scores: SharedArrays
+    serial: int = field(init=False)
     _norm: Optional[np.ndarray] = None
     _positions: RowPositions = field(init=False)
 
     def __post_init__(self) -> None:
         self._positions = RowPositions(self.seqs)  # its map is built at first use
+        self.serial = self.term_scores.register(self)
 
     @property
     def n(self) -> int:
@@ -205,7 +174,7 @@ class _View:
     def contribution(self, lexeme: str, postings: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
         """(positions, the lexeme's BM25 term score at each): its document frequency is its
         admitted row count (every row holding a query lexeme is a match)."""
-        key = f"{self.serial} {lexeme}"
+        key = (self.serial, lexeme)
         hit = self.term_scores.hit(key)
         if hit is not None:
             return hit
@@ -258,7 +227,7 @@ class _Generation:
         self.anchor = anchor
         self.lock = threading.Lock()
         self.admitted: OrderedDict[tuple[str, str], _Admitted] = OrderedDict()
-        self.postings = BytesLRU(term_bytes)
+        self.postings: BytesLRU[str] = BytesLRU(term_bytes)
         self.warm = False
 
 
@@ -332,7 +301,7 @@ class WideKeywordIndex:
     def __init__(self, term_bytes: int, text_config: str, connection: Callable[[], Any], warm_inline: bool = False) -> None:
         # Up to `term_bytes` of the lexemes' rows (`_Generation.postings`), as much of term scores.
         self.term_bytes = term_bytes
-        self.term_scores = TermScores(term_bytes)
+        self.term_scores = SharedArrays(term_bytes)
         # Tests: a search that finds the arrays missing loads them itself, so every search
         # takes this path (the differential non-interference test's "postgres-wide").
         self.warm_inline = warm_inline
@@ -543,6 +512,7 @@ class WideKeywordIndex:
             self._stopped = True
             worker, self._worker = self._worker, None
             self._generation, self._anchor = _Generation(None, self.term_bytes), None
+            self.term_scores.clear()
         self._wake.set()
         if worker is not None:
             worker.join(timeout=60)

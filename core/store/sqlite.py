@@ -37,7 +37,7 @@ from ..models import MemoryCell
 from ..textindex import CJK_CLASS, STOP_WORDS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
 from ._access_snapshot import SNAPSHOT_COLUMNS, SNAPSHOT_FROM, AccessSnapshot, RowState, row_state
-from ._bm25 import AdmittedSet, PostingsCache, admitted_lengths, bm25_scores, doc_counts, int_list, top_k, union_positions
+from ._bm25 import AdmittedSet, PostingsCache, SetArrays, admitted_lengths, bm25_scores, doc_counts, int_list, top_k, union_positions
 from .sql import SQLITE, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
 from ._files import FILES_SCHEMA, SQLFileReads, SQLFileTx
@@ -788,6 +788,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._version_lock = threading.Lock()
         self._stats_cache: Optional[tuple[int, dict[tuple[str, tuple[Any, ...], bool], builtins.list[Any]], builtins.list[builtins.list[float]]]] = None
         self._postings: Optional[tuple[int, PostingsCache]] = None  # (foreign generation, cache)
+        self._set_arrays = SetArrays()  # every admitted set's per-term arrays, one budget per kind
         # Reader-wide filters: the access snapshot (`_access_snapshot`), kept in step with
         # every process's commits through the change log (`_collect_changes`).
         self._snapshot: Optional[AccessSnapshot] = None
@@ -1149,6 +1150,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     self._version_conn.close()
                     self._version_conn = None
             self._stats_cache = self._postings = None
+            self._set_arrays.clear()
             self._snapshot = self.snapshot_source = None
             self._seen_version = self._writer_version = None
             if self._writer is not None:
@@ -1677,7 +1679,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def _load_admitted(self, flt: CellFilter) -> AdmittedSet:
         where, params = filter_sql(flt)
         return AdmittedSet(*admitted_lengths(self._query(
-            f"SELECT c.rowid, x.len FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where}", params)))
+            f"SELECT c.rowid, x.len FROM cells c JOIN cell_context x ON x.rowid = c.rowid WHERE {where}", params)),
+            self._set_arrays)
 
     def _hold_admitted(self, entry: builtins.list[Any], admitted: AdmittedSet) -> None:
         cache = self._stats_cache
@@ -1743,7 +1746,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 rowids, lengths = snapshot.admitted(flt, key)
                 if held + rowids.size > ADMITTED_CACHE_ROWS:
                     snapshot.entries.clear()
-                admitted = AdmittedSet(rowids, lengths, int(lengths.sum()))
+                admitted = AdmittedSet(rowids, lengths, int(lengths.sum()), self._set_arrays)
                 hit = snapshot.entries[key] = [at or 0.0, admitted.n, admitted.total, admitted]
             return hit
 
