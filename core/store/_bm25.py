@@ -115,10 +115,6 @@ class SharedArrays:
     def held_bytes(self) -> int:
         return self._held.held
 
-    @property
-    def max_bytes(self) -> int:
-        return self._held.max_bytes
-
     def __len__(self) -> int:
         return len(self._held)
 
@@ -150,8 +146,7 @@ class SharedArrays:
 # Derived arrays: an evicted term only costs recomputing it. A term's BM25 score per row is
 # what a query adds up, so it gets the most room; a term's positions are needed only to compute
 # those (and for a word FTS reads as a phrase). At 1M cells an analyst's searches over
-# bench/scale.py's words keep ~260 MB of scores and each of ten teams ~10-30 MB. (Until 2026-12
-# each set had 192 / 16 / 64 MB of its own: bounded per set, not in all.)
+# bench/scale.py's words keep ~260 MB of scores and each of ten teams ~10-30 MB.
 STORE_SCORES_BYTES = 768 * 1024 * 1024
 STORE_POSTINGS_BYTES = 64 * 1024 * 1024
 STORE_MATCHES_BYTES = 128 * 1024 * 1024
