@@ -400,6 +400,17 @@ def _pg_world(service: MemoryService, rng: random.Random, n: int = 240) -> list[
     return created
 
 
+def _write_pg_world(pg_url: str, seed: int) -> None:
+    """`_pg_world` written through a store that is then closed (what a restarted server finds)."""
+    from ampkit.store import store_from_url
+    writer = store_from_url(pg_url)
+    writer.open()
+    try:
+        _pg_world(MemoryService(store=writer), random.Random(seed))
+    finally:
+        writer.close()
+
+
 WIDE_FILTERS = [
     CellFilter(reader="team-lead"), CellFilter(reader="eve"), CellFilter(reader="ada"), CellFilter(),
     CellFilter(reader="nobody"), CellFilter(reader="team-lead", types=["episodic"]),
@@ -478,14 +489,8 @@ def test_postgres_warm_ups_one_pass_over_every_window_reads_what_the_index_does(
     lexeme carries no positions (the index's statement leaves such an entry out)."""
     import psycopg
 
-    from ampkit.store import store_from_url
     from ampkit.store._pg_keyword import WideKeywordIndex
-    store = store_from_url(pg_url)
-    store.open()
-    try:
-        _pg_world(MemoryService(store=store), random.Random(12))
-    finally:
-        store.close()
+    _write_pg_world(pg_url, 12)
     with psycopg.connect(pg_url) as conn:  # one transaction, rolled back: the store is left as written
         conn.execute("UPDATE cell_search SET tsv = tsv || 'unpositioned'::tsvector "
                      "WHERE seq = (SELECT min(seq) FROM cell_search)")
@@ -515,12 +520,8 @@ def test_postgres_wide_keyword_search_before_the_warm_up_reads_what_it_needs(pg_
     from ampkit.store import store_from_url
     from ampkit.store._pg_keyword import WideKeywordIndex
 
-    writer = store_from_url(pg_url)
-    writer.open()
-    try:
-        _pg_world(MemoryService(store=writer), random.Random(13))
-    finally:
-        writer.close()
+    _write_pg_world(pg_url, 13)
+    writer = store_from_url(pg_url)  # another server, below
     asked = []
     monkeypatch.setattr(WideKeywordIndex, "_request_warmup", lambda self: asked.append(1))
     store = store_from_url(pg_url)  # a restarted server
