@@ -777,6 +777,35 @@ def test_vector_index_search_with_a_kept_allowed_array_follows_changes():
         assert index.search(query, allowed, 5)[0][0] == 20_002
 
 
+def test_exact_scores_of_the_allowed_rows_do_not_depend_on_the_other_rows():
+    """The exact scan gives each allowed row the same score, bit for bit, whatever other rows
+    the index holds and wherever the row sits among them: a reader of more than an eighth of
+    the rows is scored over every row (no copy), one of fewer over its rows gathered, and the
+    two agree.
+    (A BLAS product's bits depend on a row's place: the scores would then carry a trace of
+    rows the caller cannot read.)"""
+    import numpy as np
+
+    from ampkit.vector_index import VectorIndex, row_dots
+
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((3_000, 384)).astype(np.float32)
+    query = rng.standard_normal(384).astype(np.float32)
+    mine = np.sort(rng.choice(3_000, 300, replace=False)).astype(np.int64)  # the caller's rows
+    others = np.setdiff1d(np.arange(3_000), mine)
+    indexes = []
+    for extra in (0, 1_400, 2_700):  # 0 and 1,400 others: every row's scan; 2,700: the gathered one
+        rows = np.sort(np.concatenate([mine, others[:extra]])).astype(np.int64)  # interleaved
+        index = VectorIndex(384, ann_threshold=None)
+        index.upsert(rows, vectors[rows])
+        indexes.append(index)
+    assert [8 * 300 >= len(index) for index in indexes] == [True, True, False]
+    got = [index.search(query, mine, 300) for index in indexes]
+    assert got[0] == got[1] == got[2] and len(got[0]) == 300
+    expected = row_dots(vectors[mine], query)
+    assert {row: score for row, score in got[0]} == {int(r): float(x) for r, x in zip(mine, expected)}
+
+
 def test_a_warm_up_of_an_earlier_open_neither_readies_nor_builds(tmp_path):
     """`ampkit serve` opens the store, closes it and opens it again: the first open's vector
     warm-up may still be running. It must not mark the index ready or build the graph over

@@ -35,7 +35,7 @@ from ..errors import Unavailable
 from ..glob import upgrade_stored
 from ..models import MemoryCell
 from ..textindex import CJK_CLASS, STOP_WORDS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
-from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k
+from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k, row_dots
 from ._access_snapshot import SNAPSHOT_COLUMNS, SNAPSHOT_FROM, AccessSnapshot, RowState, row_state
 from ._bm25 import AdmittedSet, PostingsCache, SetArrays, admitted_lengths, bm25_scores, doc_counts, int_list, top_k, union_positions
 from .sql import SQLITE, compile_filter
@@ -1931,7 +1931,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         rows = [r for r in rows if (r[2] or query.size) == query.size]
         if not rows or len(rows) > self.warm_exact_max or k <= 0:
             return []
-        scores = np.stack([decode_vector(blob, dim) for _, blob, dim in rows]) @ query
+        scores = row_dots(np.stack([decode_vector(blob, dim) for _, blob, dim in rows]), query)
         top = _top_k(scores, k)
         return [Candidate(rows[i][0], float(scores[i])) for i in top]
 
