@@ -13,11 +13,12 @@ from pg import scratch_dir  # noqa: E402  (stdlib and psycopg only: no framework
 # Test files (pytest's tmp_path, tempfile's directories, the servers' SQLite files) live in
 # memory (/dev/shm) when it has room: every SQLite commit fsyncs, ~2 ms on this disk, and no
 # test is about power loss (what SIGKILL may not lose is still in the page cache, tested so).
-# Children (`ampkit serve`, the CLI) inherit TMPDIR.
-_TEMP_ROOT = scratch_dir()
-if _TEMP_ROOT is not None:
-    tempfile.tempdir = os.environ["TMPDIR"] = _TEMP_ROOT
-_SANDBOX = Path(tempfile.mkdtemp(prefix="ampkit-tests-"))
+# Children (`ampkit serve`, the CLI) inherit TMPDIR. All of it goes under one directory per
+# test process, removed at its end: a server a test kills (SIGKILL on purpose) leaves its
+# temporary store behind, which in /dev/shm is memory the machine does not get back.
+_TEMP_ROOT = tempfile.mkdtemp(prefix="ampkit-tests-", dir=scratch_dir())
+tempfile.tempdir = os.environ["TMPDIR"] = _TEMP_ROOT
+_SANDBOX = Path(tempfile.mkdtemp(prefix="sandbox-"))
 for _var, _sub in (("HOME", "home"), ("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config"),
                    ("XDG_CACHE_HOME", "cache"), ("CREWAI_STORAGE_DIR", "crewai")):
     (_SANDBOX / _sub).mkdir(parents=True, exist_ok=True)
@@ -54,7 +55,7 @@ from pg import pg_server, pg_url  # noqa: E402,F401  (embedded PostgreSQL fixtur
 
 
 def pytest_unconfigure(config):
-    shutil.rmtree(_SANDBOX, ignore_errors=True)  # in memory, when /dev/shm had room
+    shutil.rmtree(_TEMP_ROOT, ignore_errors=True)  # the sandbox and every test's and server's temporary files
 
 
 def pytest_addoption(parser):
