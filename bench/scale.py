@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import httpx
 
@@ -98,6 +98,11 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     return {"p50": round(q[49], 2), "p95": round(q[94], 2), "p99": round(q[98], 2)}
 
 
+def search(http: httpx.Client, item: dict, **fields: Any) -> httpx.Response:
+    """One search of a workload item: its agent's, its body with `fields` set."""
+    return http.post("/memories/search", json={**item["body"], **fields}, headers={"X-AMP-Agent-ID": item["agent"]})
+
+
 def first_searches(server: "Server", http: httpx.Client, workloads: dict,
                    seen: Optional[set[str]] = None) -> dict[str, float]:
     """A just started server's first owner search, then its first reader-wide one, timed from
@@ -108,7 +113,7 @@ def first_searches(server: "Server", http: httpx.Client, workloads: dict,
         if seen is not None:
             seen.add(item["agent"])
         t = time.perf_counter()
-        http.post("/memories/search", json=item["body"], headers={"X-AMP-Agent-ID": item["agent"]}).raise_for_status()
+        search(http, item).raise_for_status()
         done[name] = time.perf_counter()
         first[name] = round(done[name] - (server.started if name == "owner_words" else t), 2)
     return {
@@ -181,14 +186,14 @@ def timed_searches(http: httpx.Client, workload: list[dict], seen: set[str]) -> 
         if item["agent"] not in seen:
             seen.add(item["agent"])
             t = time.perf_counter()
-            http.post("/memories/search", json=item["body"], headers={"X-AMP-Agent-ID": item["agent"]}).raise_for_status()
+            search(http, item).raise_for_status()
             first_ms.append((time.perf_counter() - t) * 1000)
     for item in workload[:10]:  # warm-up
-        http.post("/memories/search", json=item["body"], headers={"X-AMP-Agent-ID": item["agent"]})
+        search(http, item)
     ms, hits = [], 0
     for item in workload:
         t = time.perf_counter()
-        r = http.post("/memories/search", json={**item["body"], "limit": 10}, headers={"X-AMP-Agent-ID": item["agent"]})
+        r = search(http, item, limit=10)
         ms.append((time.perf_counter() - t) * 1000)
         r.raise_for_status()
         results = r.json()["results"]
@@ -210,7 +215,7 @@ def searches_after_writes(http: httpx.Client, workload: list[dict], owners: list
         http.post("/memories", json=cell_body(owner, f"Noted {i}: the shuttle leaves at {i % 12 + 1} pm", f"{owner}-live", team=team),
                   headers={"X-AMP-Agent-ID": owner}).raise_for_status()
         t = time.perf_counter()
-        r = http.post("/memories/search", json={**item["body"], "limit": 10}, headers={"X-AMP-Agent-ID": item["agent"]})
+        r = search(http, item, limit=10)
         ms.append((time.perf_counter() - t) * 1000)
         r.raise_for_status()
         hits += any(h["id"] == item["target"] or h["content"]["text"] == item["text"] for h in r.json()["results"])

@@ -79,7 +79,7 @@ class BytesLRU(OrderedDict[K, Any]):
         self.held = 0
 
 
-HOLDER_SERIALS = itertools.count()  # `SharedArrays` keys: one number per holder, never reused
+_HOLDER_SERIALS = itertools.count()  # `SharedArrays` keys: one number per holder, never reused
 
 
 class SharedArrays:
@@ -99,12 +99,15 @@ class SharedArrays:
     def register(self, holder: object, serial: Optional[int] = None) -> int:
         """A serial for `holder`'s keys (or `serial`, shared with other budgets), whose entries
         are dropped once `holder` is garbage."""
-        serial = next(HOLDER_SERIALS) if serial is None else serial
+        serial = next(_HOLDER_SERIALS) if serial is None else serial
         # (list.append: atomic, and takes no lock a finalizer could find held by its own thread)
         weakref.finalize(holder, self._gone.append, serial)
         return serial
 
     def _drop_gone(self) -> None:
+        """The entries of holders collected since the last call (under the lock)."""
+        if not self._gone:
+            return
         gone = set()
         while self._gone:
             gone.add(self._gone.pop())
@@ -120,20 +123,17 @@ class SharedArrays:
 
     def keys(self) -> list[tuple[int, str]]:
         with self._lock:
-            if self._gone:
-                self._drop_gone()
+            self._drop_gone()
             return list(self._held)
 
     def hit(self, key: tuple[int, str]) -> Any:
         with self._lock:
-            if self._gone:
-                self._drop_gone()
+            self._drop_gone()
             return self._held.hit(key)
 
     def keep(self, key: tuple[int, str], value: Any) -> Any:
         with self._lock:
-            if self._gone:
-                self._drop_gone()
+            self._drop_gone()
             return self._held.keep(key, value)
 
     def clear(self) -> None:
