@@ -100,6 +100,8 @@ def build_service(settings: Settings, *, clock: Callable[[], datetime] = utcnow)
     store = store_from_settings(settings)
     retriever = retriever_from_settings(settings, background=True)
     store.embed_queue = retriever.background  # cells written without a vector wait in the store
+    if store.embeds_new_rows and retriever.embedder is not None:  # (SQLite: after the commit, in a batch)
+        store.embed_new = retriever.vectors_for
     return MemoryService(
         store=store,
         policy=settings.lifecycle_policy(),

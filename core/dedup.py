@@ -38,6 +38,8 @@ EXACT_POOL = 25  # candidates compared for an exact duplicate
 NEAR_POOL = 10  # candidates per leg searched for a near duplicate
 QUERY_WORDS = 64  # a long text is looked up by its first words
 DEFAULT_THRESHOLD = 0.90
+# The policies that compare by meaning (near duplicates), so need the new cell's vector now.
+NEAR_POLICIES = frozenset({"skip", "merge"})
 
 _WORD = re.compile(r"\w+")
 
@@ -128,5 +130,5 @@ def find_duplicate(
     return None
 
 
-__all__ = ["DEFAULT_THRESHOLD", "Duplicate", "comparison_filter", "find_duplicate", "lexical_similarity",
+__all__ = ["DEFAULT_THRESHOLD", "NEAR_POLICIES", "Duplicate", "comparison_filter", "find_duplicate", "lexical_similarity",
            "normalise_text", "similar_cells", "without_exact_candidates"]

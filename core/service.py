@@ -23,7 +23,7 @@ from .access import can_read, can_write
 from .consolidation import ConsolidationPolicy, Consolidator
 from .files.service import FileService
 from .groupcommit import GroupCommit, Submission
-from .dedup import DEFAULT_THRESHOLD, Duplicate, find_duplicate, normalise_text, without_exact_candidates
+from .dedup import DEFAULT_THRESHOLD, NEAR_POLICIES, Duplicate, find_duplicate, normalise_text, without_exact_candidates
 from .textindex import text_key
 from .errors import (
     APIError,
@@ -345,6 +345,18 @@ class MemoryService:
         """Create cells in one transaction: all are stored, or none."""
         return [cell for cell, _ in self.create_many_detailed(agent, reqs)]
 
+    def _vectors_for_new(self, reqs: Sequence[CellCreate], cells: Sequence[MemoryCell]) -> list[Any]:
+        """The vectors new cells are written with: none when the store embeds new rows itself
+        (SQLite, with their keyword windows: docs/retrieval.md#when-a-new-cell-is-embedded),
+        except where a near-duplicate check needs the vector now."""
+        if self.store.embed_new is None:
+            return self.retriever.vectors_for([c.content.text for c in cells])
+        now = [i for i, (req, cell) in enumerate(zip(reqs, cells)) if self._dedup_policy(req, cell) in NEAR_POLICIES]
+        vectors: list[Any] = [None] * len(cells)
+        for i, vector in zip(now, self.retriever.vectors_for([cells[i].content.text for i in now]) if now else []):
+            vectors[i] = vector
+        return vectors
+
     def _dedup_policy(self, req: CellCreate, cell: MemoryCell) -> str:
         """The dedup policy a create is checked under; "off" for an episodic cell, an explicit
         replacement (supersedes) or a named cell (key)."""
@@ -374,7 +386,7 @@ class MemoryService:
                 dup = None
             else:
                 dup = find_duplicate(self.store, self.retriever, agent, cell, vector,
-                                     near=policy in ("skip", "merge"), threshold=self.dedup_threshold, now=now)
+                                     near=policy in NEAR_POLICIES, threshold=self.dedup_threshold, now=now)
             if dup is None:
                 first_in_batch[key] = cell
             found.append(dup)
@@ -431,7 +443,7 @@ class MemoryService:
             return self._creates.submit(Submission((agent, list(reqs)), max(1, len(reqs)), stripes))
         now = self.clock()
         cells = [self._build(r, agent, now) for r in reqs]
-        vectors = self.retriever.vectors_for([c.content.text for c in cells])
+        vectors = self._vectors_for_new(reqs, cells)
         with self._dedup_guard(self._dedup_stripes(reqs)):
             dups = self._duplicates(agent, reqs, cells, vectors, now)
             with self.store.write() as tx:
@@ -449,7 +461,8 @@ class MemoryService:
                 built.append((sub, [self._build(r, agent, now) for r in reqs]))
             except APIError as exc:  # the request's own error, raised in its thread
                 sub.error = exc
-        flat = self.retriever.vectors_for([c.content.text for _, cells in built for c in cells])
+        flat = self._vectors_for_new([r for sub, _ in built for r in sub.payload[1]],
+                                     [c for _, cells in built for c in cells])
         vectors, at = [], 0
         for _, cells in built:
             vectors.append(flat[at : at + len(cells)])

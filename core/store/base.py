@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from pydantic_core import PydanticSerializationError
 
@@ -298,6 +298,12 @@ class Store(ABC):
     # without one, and `set_vector` takes it off. The composition root sets it before `open()`
     # when the retriever embeds in the background.
     embed_queue: bool = False
+    # A store that embeds new rows itself (SQLite: with their keyword windows, after the
+    # commit, one batch per pass) takes `embed_new`, a function of texts to their vectors
+    # (None for a text the queue above embeds instead); the composition root sets it before
+    # `open()`, and the service then writes a new cell without its vector.
+    embeds_new_rows: bool = False
+    embed_new: Optional[Callable[[Sequence[str]], builtins.list[Any]]] = None
     # One writer at a time (SQLite): the service then commits concurrent creates together
     # (ampkit.groupcommit), which needs `WriteTx.savepoint`.
     serialised_writes: bool = False
