@@ -8,8 +8,8 @@ times `--creates` more, one at a time, and prints the CPU time of the calling th
 in each stage (each stage's method wrapped with `time.thread_time`), the rest (BEGIN, COMMIT
 with its WAL writes, savepoints, group commit) by difference, and the pages each commit writes
 to the WAL. A single create's keyword windows are indexed after its commit by the store's
-windows thread (`index_pending_windows`, 50 ms later, many creates in one pass): that thread's
-CPU time is its own table, per create. bench/writes.py measures the same creates over HTTP
+windows thread (`index_pending_windows`, 50 ms later, many creates in one pass), and so is its
+vector (one embedding call a pass): that thread's CPU time is its own table, per create. bench/writes.py measures the same creates over HTTP
 (the event loop's share is there); this script says what the store's threads spend theirs on.
 """
 
@@ -42,7 +42,7 @@ from ampkit.store import sqlite as sqlite_module  # noqa: E402
 # (label, owner object, attribute, nested in): nested stages are part of their parent's time.
 STAGES: list[tuple[str, Any, str, Optional[str]]] = [
     ("build the cell (models, id, size check)", service_module.MemoryService, "_build", None),
-    ("embed the text", Retriever, "vectors_for", None),
+    ("embed the text (only for a near-duplicate check; else the windows pass embeds it)", Retriever, "vectors_for", None),
     ("exact-duplicate check (one reader query)", service_module.MemoryService, "_duplicates", None),
     ("store the cell (row, readers, history)", service_module.MemoryService, "_store_created", None),
     ("  of which: INSERT of the row and its readers", sqlite_module._SQLiteWriteTx, "insert", "store"),
@@ -54,6 +54,7 @@ STAGES: list[tuple[str, Any, str, Optional[str]]] = [
 WINDOWS_STAGES: list[tuple[str, Any, str, Optional[str]]] = [
     ("keyword windows pass (BEGIN to COMMIT)", sqlite_module.SQLiteStore, "index_pending_windows", None),
     ("  of which: take the pending rows, find the windows they change", sqlite_module._SQLiteWriteTx, "take_pending", "pass"),
+    ("    of which: embed the new rows' texts (one call a pass)", sqlite_module._SQLiteWriteTx, "_embed_new", "take"),
     ("  of which: rewrite the windows (flush)", sqlite_module._SQLiteWriteTx, "flush", "pass"),
     ("    of which: read the windows' texts", sqlite_module._SQLiteWriteTx, "_windows", "flush"),
     ("    of which: tokenize new texts (FTS5 temp index)", sqlite_module, "tokenize", "flush"),

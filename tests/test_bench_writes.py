@@ -77,9 +77,12 @@ def test_the_write_stages_benchmark_times_each_stage_in_the_thread_that_runs_it(
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(out.read_text())
     stages, windows = result["stages_ms_per_create"], result["windows_thread_ms_per_create"]
-    for stage in ("build the cell (models, id, size check)", "embed the text", "exact-duplicate check (one reader query)",
+    for stage in ("build the cell (models, id, size check)", "exact-duplicate check (one reader query)",
                   "store the cell (row, readers, history)"):
         assert stages[stage] > 0, stage
-    # every new cell's window is indexed by the windows thread, after its commit
+    # every new cell's window is indexed by the windows thread, after its commit, and its text
+    # embedded there too (the creates' exact-duplicate checks need no vector)
     assert windows["keyword windows pass (BEGIN to COMMIT)"] >= windows["of which: rewrite the windows (flush)"] > 0
+    assert windows["of which: take the pending rows, find the windows they change"] >= windows["of which: embed the new rows' texts (one call a pass)"] > 0
+    assert stages["embed the text (only for a near-duplicate check; else the windows pass embeds it)"] == 0
     assert 0 < result["cpu_ms_per_create"] <= result["wall_ms_per_create"] * 1.5 and result["wal_pages_per_create"] > 0
