@@ -95,13 +95,21 @@ def model_from_settings(settings: Settings) -> Optional[ChatModel]:
     ))
 
 
+def connect_embedding(store: Store, retriever: Retriever) -> None:
+    """Tell a store (before `open()`) how its cells get their vectors: cells written without
+    one wait in its queue when the retriever embeds in the background, and a store that
+    embeds new rows itself (SQLite: with their keyword windows, after the commit, one call a
+    pass) does so with the retriever's `vectors_for`."""
+    store.embed_queue = retriever.background
+    if store.embeds_new_rows and retriever.embedder is not None:
+        store.embed_new = retriever.vectors_for
+
+
 def build_service(settings: Settings, *, clock: Callable[[], datetime] = utcnow) -> MemoryService:
     """The service a Settings describes (its store not opened)."""
     store = store_from_settings(settings)
     retriever = retriever_from_settings(settings, background=True)
-    store.embed_queue = retriever.background  # cells written without a vector wait in the store
-    if store.embeds_new_rows and retriever.embedder is not None:  # (SQLite: after the commit, in a batch)
-        store.embed_new = retriever.vectors_for
+    connect_embedding(store, retriever)
     return MemoryService(
         store=store,
         policy=settings.lifecycle_policy(),
@@ -121,6 +129,6 @@ def build_service(settings: Settings, *, clock: Callable[[], datetime] = utcnow)
 
 
 __all__ = [
-    "build_service", "cached_embedder", "load_settings", "model_from_settings", "retriever_from_settings", "settings_for_store",
+    "build_service", "cached_embedder", "connect_embedding", "load_settings", "model_from_settings", "retriever_from_settings", "settings_for_store",
     "store_from_settings",
 ]

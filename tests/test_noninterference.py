@@ -34,6 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ampkit.service as service_module
+from ampkit.bootstrap import connect_embedding
 from ampkit.errors import APIError
 from ampkit.models import CellCreate, CellPatch, SearchRequest
 from ampkit.retrieval import RetrievalConfig, Retriever
@@ -779,7 +780,9 @@ def test_no_read_path_depends_on_cells_the_caller_cannot_read(store_urls, monkey
         store = store_from_url(url, **getattr(store_urls, "store_options", {}))
         store.open()
         try:
-            service = MemoryService(store=store, clock=lambda: NOW, retriever=getattr(store_urls, "retriever", Retriever)())
+            retriever = getattr(store_urls, "retriever", Retriever)()
+            connect_embedding(store, retriever)  # as a server does: SQLite embeds new rows with their windows
+            service = MemoryService(store=store, clock=lambda: NOW, retriever=retriever)
             world = World(caller=caller)
             between_steps = ((lambda: store.keyword_candidates("vault 4812", CellFilter(reader=caller), 5))
                              if getattr(store_urls, "search_while_building", False) else lambda: None)
