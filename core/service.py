@@ -347,7 +347,7 @@ class MemoryService:
 
     def _vectors_for_new(self, reqs: Sequence[CellCreate], cells: Sequence[MemoryCell]) -> list[Any]:
         """The vectors new cells are written with: none when the store embeds new rows itself
-        (SQLite, with their keyword windows: docs/retrieval.md#when-a-new-cell-is-embedded),
+        (SQLite, with their keyword windows: docs/deployment.md#keyword-windows-after-the-commit-sqlite),
         except where a near-duplicate check needs the vector now."""
         if self.store.embed_new is None:
             return self.retriever.vectors_for([c.content.text for c in cells])

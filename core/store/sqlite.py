@@ -653,6 +653,8 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
                 cols = self._vector_columns(vector)
                 self.conn.execute(f"UPDATE cells SET {', '.join(f'{k} = ?' for k in cols)} WHERE rowid = ?",
                                   [*cols.values(), rowid])
+                if self.embed_queue:  # (queued meanwhile by a start-up's scan for missing vectors)
+                    self.conn.execute("DELETE FROM embed_queue WHERE cell_id = ?", (cell_id,))
             elif self.embed_queue:
                 self._queue(cell_id)
 
