@@ -94,6 +94,10 @@ def test_vectors_stored_with_the_windows_equal_those_embedded_in_the_write(tmp_p
         without = {text for text, model, _, _ in rows(later.store.path) if model is None}
         assert without == {*TEXTS, "우리 고양이 이름은 나비예요"}
         assert queued_texts(later.store.path) == []
+        # A restarted server's scan for missing vectors may queue them before the pass runs:
+        # the pass takes those it embeds off the queue.
+        retriever = later.retriever
+        assert later.store.queue_stale_embeddings(retriever.embedder.name, cjk_model=retriever.cjk_model) == len(without)
         assert later.store.index_pending_windows() > 0
         assert rows(later.store.path) == rows(inline.store.path)
         assert queued_texts(later.store.path) == queued_texts(inline.store.path) == ["우리 고양이 이름은 나비예요"]
