@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Optional
@@ -92,6 +93,8 @@ class EmbeddedPostgres:
                 making.rename(pristine)
             except OSError:  # another worker made it first
                 shutil.rmtree(making, ignore_errors=True)
+        os.utime(pristine)  # in use: `prune_pristines` of another build's run leaves it
+        prune_pristines(scratch, keep=pristine)
         return pristine
 
     def _hand_over(self, root: Path) -> None:
@@ -147,6 +150,26 @@ def embedded_available() -> bool:
 
 # ------------------------------------------------------------------ pytest fixtures
 _numbers = itertools.count(1)
+
+
+PRISTINE_UNUSED_S = 3 * 3600  # (a test run touches its cluster at each start: runs last minutes)
+
+
+def prune_pristines(scratch: Path, keep: Path, unused_s: float = PRISTINE_UNUSED_S) -> list[Path]:
+    """Remove the initdb clusters of other PostgreSQL builds (and half-made ones) not used for
+    `unused_s`: each fresh install (a CI run's new venv) has a build of its own, so a
+    long-lived machine would otherwise keep one ~40 MB cluster per install, in memory when the
+    scratch dir is /dev/shm. A cluster in use is touched at each use (`_pristine`)."""
+    removed = []
+    cutoff = time.time() - unused_s
+    for path in scratch.glob("ampkit-pg-initdb-*"):
+        try:
+            if path != keep and path.is_dir() and path.stat().st_mtime < cutoff:
+                shutil.rmtree(path)
+                removed.append(path)
+        except OSError:  # another run removed it first, or it is not ours to remove
+            continue
+    return removed
 
 
 def scratch_dir() -> Optional[str]:

@@ -24,7 +24,7 @@ from ampkit.models import CellCreate, CellPatch  # noqa: E402
 from ampkit.service import MemoryService  # noqa: E402
 from ampkit.store import CellFilter, StoredVector, store_from_url  # noqa: E402
 from ampkit.store.postgres import MIGRATIONS, PostgresStore, split_url  # noqa: E402
-from pg import EmbeddedPostgres, scratch_dir  # noqa: E402
+from pg import EmbeddedPostgres, prune_pristines, scratch_dir  # noqa: E402
 from support import run_cli  # noqa: E402
 
 pytestmark = pytest.mark.postgres
@@ -51,6 +51,25 @@ def pg_store(pg_url):
 def unit(rng: np.random.Generator, dim: int) -> np.ndarray:
     v = rng.standard_normal(dim).astype(np.float32)
     return v / np.linalg.norm(v)
+
+
+def test_initdb_clusters_of_other_builds_unused_for_hours_are_removed(tmp_path):
+    """tests/pg.py keeps one initdb cluster per PostgreSQL build (each fresh venv is one);
+    the others go once unused for three hours. The one in use stays, however old, and so do the
+    recently used ones of other builds (another checkout's tests may be copying from it)."""
+    import os
+    import time
+
+    day = 24 * 3600
+    ours, stale, recent, half_made = (tmp_path / f"ampkit-pg-initdb-{name}" for name in ("1-2-u", "3-4-u", "5-6-u", "x7q2"))
+    for path in (ours, stale, recent, half_made):
+        (path / "base").mkdir(parents=True)
+        (path / "PG_VERSION").write_text("17")
+    (tmp_path / "other-file").write_text("not ours")
+    for path in (ours, stale, half_made):
+        os.utime(path, (time.time() - 2 * day, time.time() - 2 * day))
+    assert sorted(prune_pristines(tmp_path, keep=ours)) == sorted([stale, half_made])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([ours.name, recent.name, "other-file"])
 
 
 def test_url_options_are_ours_and_the_rest_goes_to_libpq():
