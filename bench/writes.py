@@ -1,7 +1,7 @@
 """Write rate over HTTP: single-cell writes from 1 and from N concurrent clients, and batch writes.
 
     python bench/writes.py [--single 600] [--clients 8] [--batch-cells 20000] [--json out.json]
-                           [--store URL] [--embedder default] [--server-args "..."]
+                           [--store URL] [--embedder default] [--server-args "..."] [--client http.client]
 
 Starts `ampkit serve` on a free loopback port over a fresh SQLite file (or `--store`), then:
 single-cell `POST /memories` from one client, then from `--clients` concurrent clients (each
@@ -17,13 +17,17 @@ reads back with its text (`lost_writes` must be 0; the exit status is 1 otherwis
 Each phase ends with one search, timed with it: its writes' keyword windows are all indexed
 by then (SQLite indexes a new cell's window after its commit, before any search).
 
-Each client is a process of its own (an httpx client spends ~1 ms of CPU per request: eight
-client threads in one process would be held back by their own GIL, not by the server).
+Each client is a process of its own (an httpx client spends ~0.5-1 ms of CPU per request:
+eight client threads in one process would be held back by their own GIL, not by the server).
+Those processes share the two cores with the server; `--client http.client` sends the same
+requests with the standard library's HTTP client (~0.2 ms a request), so the rate says more
+about the server and less about its clients.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client as http_client
 import json
 import multiprocessing
 import os
@@ -33,8 +37,9 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 import httpx
 
@@ -96,7 +101,39 @@ class ServerCPU:
                 "server_cpu_other_threads_ms_per_write": round(1000 * other / n, 3)}
 
 
-def client(base: str, tag: str, c: int, count: int, ready, start: "multiprocessing.synchronize.Event", out) -> None:
+@contextmanager
+def json_poster(base: str, lean: bool) -> Iterator[Callable[[str, dict, dict], tuple[int, str]]]:
+    """`post(path, body, headers) -> (status, text)` over one kept-alive connection, connected
+    before it is handed out: httpx (what ampkit's client uses, ~0.5 ms of CPU a request here)
+    or, `lean`, the standard library's http.client (~0.2 ms): a load generator that leaves the
+    cores to the server, as clients on other machines would."""
+    if not lean:
+        with httpx.Client(base_url=base, timeout=60) as http:
+            http.get("/health")
+
+            def post(path: str, body: dict, headers: dict) -> tuple[int, str]:
+                r = http.post(path, json=body, headers=headers)
+                return r.status_code, r.text
+            yield post
+        return
+    url = httpx.URL(base)
+    conn = http_client.HTTPConnection(url.host, url.port, timeout=60)
+    prefix = url.path.rstrip("/")
+    try:
+        conn.request("GET", f"{prefix}/health")
+        conn.getresponse().read()
+
+        def lean_post(path: str, body: dict, headers: dict) -> tuple[int, str]:
+            conn.request("POST", prefix + path, json.dumps(body), {"Content-Type": "application/json", **headers})
+            r = conn.getresponse()
+            return r.status, r.read().decode()
+        yield lean_post
+    finally:
+        conn.close()
+
+
+def client(base: str, tag: str, c: int, count: int, ready, start: "multiprocessing.synchronize.Event", out,
+           lean: bool = False) -> None:
     """One client process: `count` writes in a row over one connection; sends back
     (latencies, acknowledged (id, owner, text), errors, its CPU seconds over the writes)."""
     owner = f"{tag}-owner-{c}"
@@ -104,21 +141,19 @@ def client(base: str, tag: str, c: int, count: int, ready, start: "multiprocessi
     latencies: list[float] = []
     acked: list[tuple[str, str, str]] = []
     errors: list[str] = []
-    with httpx.Client(base_url=base, timeout=60) as http:
-        http.get("/health")  # connect before the clock starts
+    with json_poster(base, lean) as post:
         ready.put(c)
         start.wait()
         cpu = time.process_time()
         for k in range(count):
             text = f"{memory_text(rng)} ({tag} {c}.{k})"
             t = time.perf_counter()
-            r = http.post("/memories", json=cell_body(owner, text, f"{owner}-s{k // 10}"),
-                          headers={"X-AMP-Agent-ID": owner})
+            status, answer = post("/memories", cell_body(owner, text, f"{owner}-s{k // 10}"), {"X-AMP-Agent-ID": owner})
             latencies.append(time.perf_counter() - t)
-            if r.status_code != 201:
-                errors.append(f"{r.status_code}: {r.text[:200]}")
+            if status != 201:
+                errors.append(f"{status}: {answer[:200]}")
                 continue
-            acked.append((r.json()["id"], owner, text))
+            acked.append((json.loads(answer)["id"], owner, text))
         cpu = time.process_time() - cpu
     out.put((latencies, acked, errors, cpu))
 
@@ -131,11 +166,12 @@ def searchable(base: str, owner: str) -> None:
                headers={"X-AMP-Agent-ID": owner}, timeout=300).raise_for_status()
 
 
-def single_writes(server: Server, clients: int, total: int, tag: str, acked: dict[str, tuple[str, str]]) -> dict:
-    """`total` single-cell writes split over `clients` client processes."""
+def single_writes(server: Server, clients: int, total: int, tag: str, acked: dict[str, tuple[str, str]],
+                  lean: bool = False) -> dict:
+    """`total` single-cell writes split over `clients` client processes (`lean`: http.client)."""
     ctx = multiprocessing.get_context("spawn")
     ready, start, out = ctx.Queue(), ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=client, args=(server.base, tag, c, total // clients, ready, start, out))
+    procs = [ctx.Process(target=client, args=(server.base, tag, c, total // clients, ready, start, out, lean))
              for c in range(clients)]
     for p in procs:
         p.start()
@@ -227,6 +263,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--store", default=None, help="store URL [default: a temporary SQLite file]")
     parser.add_argument("--embedder", default="default")
     parser.add_argument("--server-args", default="", help="extra `ampkit serve` arguments")
+    parser.add_argument("--client", choices=("httpx", "http.client"), default="httpx",
+                        help="the single-write clients' HTTP library: httpx (as ampkit's client) or the "
+                             "standard library's, a leaner load generator [default: httpx]")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     load_at_start = [round(x, 2) for x in os.getloadavg()]
@@ -235,11 +274,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         server = Server(store, args.embedder, Path(tmp) / "server.log", extra=shlex.split(args.server_args))
         acked: dict[str, tuple[str, str]] = {}
         try:
-            single_writes(server, 1, 50, "warmup", acked)
+            lean = args.client == "http.client"
+            single_writes(server, 1, 50, "warmup", acked, lean)
             result: dict = {
-                "store": store.split(":")[0], "embedder": args.embedder, "server_args": args.server_args,
-                "single_1_client": single_writes(server, 1, args.single, "one", acked),
-                f"single_{args.clients}_clients": single_writes(server, args.clients, args.single, "many", acked),
+                "store": store.split(":")[0], "embedder": args.embedder, "server_args": args.server_args, "client": args.client,
+                "single_1_client": single_writes(server, 1, args.single, "one", acked, lean),
+                f"single_{args.clients}_clients": single_writes(server, args.clients, args.single, "many", acked, lean),
                 "batch": batch_writes(server, args.batch_cells, acked) if args.batch_cells else None,
             }
             result["acked_writes"] = len(acked)
@@ -248,7 +288,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             server.stop()
     result["machine"] = {"cpus": os.cpu_count(), "loadavg_at_start": load_at_start,
                          "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}
-    print(f"writes over HTTP: store {result['store']}, embedder {result['embedder']} {args.server_args}")
+    print(f"writes over HTTP: store {result['store']}, embedder {result['embedder']}, clients {args.client} {args.server_args}")
     print("| phase | clients | writes/s | p50 ms | p95 ms | p99 ms | server CPU ms/write | of which event loop / other threads "
           "| client CPU ms/write | machine busy | CPU-bound writes/s |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for name in ("single_1_client", f"single_{args.clients}_clients"):

@@ -47,6 +47,24 @@ def test_the_write_benchmark_counts_every_write_and_reports_each_phase(tmp_path)
 
 
 @pytest.mark.slow
+def test_the_write_benchmark_with_the_lean_client_counts_every_write(tmp_path):
+    """`--client http.client`: the same requests from the standard library's HTTP client."""
+    out = tmp_path / "writes.json"
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "writes.py"), "--single", "24", "--clients", "2", "--batch-cells", "0",
+         "--client", "http.client", "--json", str(out)],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(out.read_text())
+    assert result["client"] == "http.client" and result["lost_writes"] == 0
+    assert result["acked_writes"] == 50 + 24 + 24
+    for phase in ("single_1_client", "single_2_clients"):
+        assert (result[phase]["writes"], result[phase]["errors"]) == (24, 0)
+    assert "clients http.client" in run.stdout
+
+
+@pytest.mark.slow
 def test_the_startup_benchmark_times_each_step_from_the_process_start(tmp_path):
     """bench/startup.py: every restart reports ready, then the first owner search, the first
     analyst search and the first /mcp call, each from the process start, so in that order."""
