@@ -649,12 +649,8 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         vectors.update(zip((rowid for rowid, _ in now), self.embed_new([text for _, text in now]) if now else []))
         for rowid, cell_id, _ in rows:
             vector = vectors[rowid]
-            if vector is not None:
-                cols = self._vector_columns(vector)
-                self.conn.execute(f"UPDATE cells SET {', '.join(f'{k} = ?' for k in cols)} WHERE rowid = ?",
-                                  [*cols.values(), rowid])
-                if self.embed_queue:  # (queued meanwhile by a start-up's scan for missing vectors)
-                    self.conn.execute("DELETE FROM embed_queue WHERE cell_id = ?", (cell_id,))
+            if vector is not None:  # (and off the queue, where a start-up's scan may have put it)
+                self.set_vector(cell_id, vector)
             elif self.embed_queue:
                 self._queue(cell_id)
 
