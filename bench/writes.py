@@ -54,10 +54,35 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
     return {"p50_ms": round(q[49], 2), "p95_ms": round(q[94], 2), "p99_ms": round(q[98], 2)}
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (Linux /proc): `ampkit serve --workers N` serves from child
+    processes, whose CPU time is the server's too."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo.extend(parents.get(current, []))
+    return tree
+
+
 def server_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of the server process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of the server process and its workers so far (Linux /proc)."""
+    total = 0.0
+    for member in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # a process that just ended
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def machine_cpu_jiffies() -> tuple[int, int]:
@@ -68,20 +93,26 @@ def machine_cpu_jiffies() -> tuple[int, int]:
 
 
 def server_thread_cpu_seconds(pid: int) -> tuple[float, float]:
-    """(main thread, all other threads) CPU time so far. The main thread runs uvicorn's event
-    loop (HTTP parsing, routing, validation, the access log); the others run the operations
-    (the service and the store) and the store's background work."""
+    """(main threads, all other threads) CPU time so far, over the server's processes. A
+    process's main thread runs uvicorn's event loop (HTTP parsing, routing, validation, the
+    access log); the others run the operations (the service and the store) and the store's
+    background work."""
     main = other = 0.0
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    for member in process_tree(pid):
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:  # a thread that just ended
+            tasks = list(Path(f"/proc/{member}/task").iterdir())
+        except FileNotFoundError:
             continue
-        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        if task.name == str(pid):
-            main += seconds
-        else:
-            other += seconds
+        for task in tasks:
+            try:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except FileNotFoundError:  # a thread that just ended
+                continue
+            seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            if task.name == str(member):
+                main += seconds
+            else:
+                other += seconds
     return main, other
 
 

@@ -4,7 +4,7 @@ from `AMPKIT_*` variables and flags override them."""
 from __future__ import annotations
 
 import sys
-from typing import Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 try:
     import click
@@ -65,16 +65,25 @@ _register_files()
               help="serve the memory inspector at /ui [default: on]; same as AMPKIT_UI")
 @click.option("--access-log/--no-access-log", "access_log", default=None,
               help="log one line per request [default: on]; same as AMPKIT_ACCESS_LOG")
+@click.option("--workers", default=None, type=click.IntRange(1, 64),
+              help="server processes sharing the port and the store (a SQLite file or PostgreSQL) [default: 1]; "
+                   "same as AMPKIT_WORKERS")
 def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecycle_interval: Optional[float],
           auth: Optional[str], insecure: bool, rate_limit: Optional[float], allow_clock_override: Optional[bool],
-          no_mcp: bool, ui: Optional[bool], access_log: Optional[bool]) -> None:
+          no_mcp: bool, ui: Optional[bool], access_log: Optional[bool], workers: Optional[int]) -> None:
     """Run the /amp/v1 server (and MCP over streamable HTTP at /mcp)."""
     from .bootstrap import build_service, load_settings
     from .server.identity import is_loopback_host
 
-    settings = load_settings(host=host, port=port, store=store, lifecycle_interval_seconds=lifecycle_interval,
-                             auth=auth, rate_limit=rate_limit, allow_clock_override=allow_clock_override,
-                             mcp_http=False if no_mcp else None, ui=ui, access_log=access_log)
+    flags: dict[str, Any] = dict(
+        host=host, port=port, store=store, lifecycle_interval_seconds=lifecycle_interval, auth=auth,
+        rate_limit=rate_limit, allow_clock_override=allow_clock_override, mcp_http=False if no_mcp else None,
+        ui=ui, access_log=access_log, workers=workers)
+    settings = load_settings(**flags)
+    if settings.workers > 1 and settings.store_url().startswith("memory"):
+        click.echo(f"ampkit: --workers {settings.workers} needs a store the processes share (a SQLite file or "
+                   "PostgreSQL); each would have a memory:// store of its own.", err=True)
+        sys.exit(EXIT_USAGE)
     if settings.auth == "required" and settings.allow_clock_override:
         click.echo(
             "ampkit: refusing to start with auth required and the clock override on: `as_of` lets any admin key "
@@ -91,7 +100,7 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
             err=True,
         )
         sys.exit(EXIT_USAGE)
-    from .server import create_app, run
+    from .server import create_app, run, run_workers
 
     try:
         service = build_service(settings)
@@ -121,7 +130,14 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
                + (f" and MCP at http://{settings.host}:{settings.port}/mcp" if settings.mcp_http else ""))
     if settings.ui:
         click.echo(f"ampkit: inspector at http://{settings.host}:{settings.port}/ui")
-    run(settings, app)  # the checked service's app, so the embedding model loads once
+    if settings.workers > 1:
+        # Each worker process builds its own app and service from these settings, passed on
+        # through the environment; this process only checked the store (and migrated it).
+        service.store.close()
+        click.echo(f"ampkit: {settings.workers} worker processes")
+        run_workers(settings, {name: value for name, value in flags.items() if value is not None})
+    else:
+        run(settings, app)  # the checked service's app, so the embedding model loads once
 
 
 # ---------------------------------------------------------------- MCP over stdio

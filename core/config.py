@@ -40,6 +40,10 @@ class Settings(ClientDefaults):
     store: Optional[str] = Field(default=None, description="store URL; default: SQLite file in the user data dir")
     host: str = "127.0.0.1"
     port: int = 8765
+    workers: int = Field(
+        default=1, ge=1, le=64,
+        description="server processes on the port (`ampkit serve --workers`); more than one needs a store that "
+                    "processes share: a SQLite file or PostgreSQL")
 
     # lifecycle
     stale_threshold: float = 0.3

@@ -191,6 +191,21 @@ def test_wide_search_measures_a_store_below_the_graph_threshold(scale_store, tmp
 
 
 @pytest.mark.slow
+def test_search_throughput_runs_each_worker_count_on_the_store(scale_store, tmp_path):
+    """One server process, then two (`ampkit serve --workers 2`), searched by two clients:
+    every search answered 200 (the script raises otherwise), both runs counted, and the
+    server's CPU and memory read from all its processes."""
+    out = tmp_path / "search_tp.json"
+    run = bench("search_throughput.py", "--db", str(copy_of(scale_store, tmp_path)), "--workers", "1", "2",
+                "--clients", "2", "--seconds", "1", "--warm", "0.5", "--json", str(out), timeout=120)
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["workers"] for r in runs] == [1, 2]
+    assert all(r["searches"] > 0 and r["server_cpu_ms_per_search"] > 0 for r in runs)
+    assert runs[1]["server_rss_mb"] > runs[0]["server_rss_mb"]  # two workers, each with its own caches
+    assert run.stdout.count("\n| 2 |") == 1
+
+
+@pytest.mark.slow
 def test_wide_inprocess_times_first_and_later_searches_and_another_store_write(scale_store, tmp_path):
     """The analyst's search right after another store's write (with the same embedder, as
     another server would have) finds it. (A cell written without a vector, by a store with no

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 from typing import Any
 
 import uvicorn  # imported with the app, before a store's warm-ups start (see `ampkit serve`)
 
 from ..config import Settings
 from .app import create_app
-from .http import uvicorn_options
+from .http import uvicorn_options, worker_uvicorn_options
 
-__all__ = ["create_app", "run"]
+__all__ = ["create_app", "run", "run_workers"]
 
 
 def run(settings: Settings, app: Any = None) -> None:
@@ -19,3 +21,21 @@ def run(settings: Settings, app: Any = None) -> None:
     uvicorn.run(app if app is not None else create_app(settings), host=settings.host, port=settings.port, log_level="info",
                 access_log=settings.access_log,
                 **uvicorn_options(settings.max_header_bytes))
+
+
+def run_workers(settings: Settings, overrides: dict[str, Any]) -> None:
+    """Serve with `settings.workers` processes on one port (uvicorn's supervisor: it binds the
+    socket, starts the workers, restarts one that dies and stops them on SIGTERM or SIGINT).
+    Each worker builds its app from the environment, as `create_app()` does: `overrides` (the
+    command line's settings) are passed on as `AMPKIT_*` variables, and so is one inspector
+    secret, so that a cookie signed by one worker is good at every other."""
+    for name, value in overrides.items():
+        os.environ[f"AMPKIT_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    if settings.ui and settings.ui_secret is None:
+        os.environ["AMPKIT_UI_SECRET"] = secrets.token_urlsafe(32)
+    uvicorn.run("ampkit.server.app:create_app", factory=True, workers=settings.workers, host=settings.host,
+                port=settings.port, log_level="info", access_log=settings.access_log,
+                # The supervisor kills a worker that has not answered its ping for this long: a
+                # large store's start-up warm-ups share the worker's interpreter with the answer.
+                timeout_worker_healthcheck=30,
+                **worker_uvicorn_options(settings.max_header_bytes))

@@ -34,6 +34,26 @@ def uvicorn_options(max_header_bytes: int, *, fast: bool = True) -> dict[str, An
     return {"http": "h11", "h11_max_incomplete_event_size": max_header_bytes}
 
 
+def worker_uvicorn_options(max_header_bytes: int) -> dict[str, Any]:
+    """`uvicorn_options` for worker processes (`ampkit serve --workers`): uvicorn hands each
+    worker its configuration pickled, so the protocol is named by import string
+    (`WorkerHttpToolsProtocol`, made in the worker from its own settings)."""
+    options = uvicorn_options(max_header_bytes)
+    if options["http"] != "h11":
+        options["http"] = f"{__name__}:WorkerHttpToolsProtocol"
+    return options
+
+
+def __getattr__(name: str) -> Any:
+    # `WorkerHttpToolsProtocol`: the bounded protocol of a worker process, bounded by the
+    # `max_header_bytes` of the settings the worker reads from its environment.
+    if name == "WorkerHttpToolsProtocol":
+        from ..bootstrap import load_settings
+
+        return bounded_httptools_protocol(load_settings().max_header_bytes)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def bounded_httptools_protocol(max_header_bytes: int) -> type:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -77,4 +97,4 @@ def bounded_httptools_protocol(max_header_bytes: int) -> type:
     return BoundedHttpToolsProtocol
 
 
-__all__ = ["bounded_httptools_protocol", "fast_http_available", "uvicorn_options"]
+__all__ = ["bounded_httptools_protocol", "fast_http_available", "uvicorn_options", "worker_uvicorn_options"]

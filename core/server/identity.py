@@ -63,7 +63,7 @@ def rate_limiter_from_settings(settings: Settings, clock: Callable[[], float] = 
     rate = settings.rate_limit
     if rate is None:
         rate = DEFAULT_AUTH_RATE_LIMIT if settings.auth == "required" else 0.0
-    return RateLimiter(rate, settings.rate_burst or None, clock=clock) if rate > 0 else None
+    return RateLimiter(rate, settings.rate_burst or None, clock=clock, processes=settings.workers) if rate > 0 else None
 
 
 class IdentityResolver:

@@ -4,8 +4,9 @@ Each agent may make `rate` requests per second sustained, with bursts of up to `
 requests. A request that finds the bucket empty is refused with 429 RATE_LIMITED, and
 `Retry-After` says (in whole seconds, rounded up) when one token will be back.
 
-The buckets live in this process: several server processes behind a load balancer each
-count separately (see SECURITY.md). Idle buckets are dropped so that a flood of made-up
+The buckets live in this process: several server processes (`ampkit serve --workers N`, or
+servers behind a load balancer) each count separately (see SECURITY.md), and `describe`
+says how many share the port. Idle buckets are dropped so that a flood of made-up
 agent ids cannot grow memory without bound.
 """
 
@@ -22,17 +23,22 @@ MAX_BUCKETS = 100_000
 
 
 class RateLimiter:
-    def __init__(self, rate: float, burst: Optional[int] = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, rate: float, burst: Optional[int] = None, clock: Callable[[], float] = time.monotonic,
+                 processes: int = 1):
         if rate <= 0:
             raise ValueError("rate must be positive; use no limiter to turn limiting off")
         self.rate = float(rate)
         self.burst = max(1, int(burst) if burst else math.ceil(2 * rate))
         self.clock = clock
+        self.processes = processes  # worker processes on this port, each with buckets of its own
         self._buckets: dict[str, tuple[float, float]] = {}  # agent -> (tokens, last refill time)
         self._lock = threading.Lock()
 
     def describe(self) -> dict[str, Any]:
-        return {"requests_per_second": self.rate, "burst": self.burst, "per": "agent"}
+        described: dict[str, Any] = {"requests_per_second": self.rate, "burst": self.burst, "per": "agent"}
+        if self.processes > 1:  # an agent's connections may reach each process's buckets
+            described.update(per="agent and server process", processes=self.processes)
+        return described
 
     def check(self, agent_id: str) -> None:
         """Take one token for `agent_id`, or raise RateLimited."""

@@ -816,6 +816,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._lifecycle_lock = threading.Lock()
+        self.wall_clock: Callable[[], float] = time.time  # the scheduled jobs' claims (tests move it)
         self._tempdir: Optional[tempfile.TemporaryDirectory] = None
         # The keyword and vector legs' caches, shared by every thread (one reader connection
         # each), valid for one database version (`_data_version`).
@@ -2028,6 +2029,22 @@ class SQLiteStore(SQLFileReads, SQLStore):
         finally:
             if got:
                 self._lifecycle_lock.release()
+
+    def claim_scheduled_lifecycle(self, interval_seconds: float) -> bool:
+        return self.claim_scheduled_job("lifecycle", interval_seconds)
+
+    def claim_scheduled_job(self, name: str, interval_seconds: float) -> bool:
+        """Processes sharing the file (`ampkit serve --workers`, servers on one file) run a
+        scheduled job once per interval in all: the first whose timer fires stores the time
+        (ms since the epoch) in `store_counters`, in the upsert that checks the last one; the
+        others find a recent time and skip. (A tenth of the interval is allowed for timers
+        that drift, as on PostgreSQL.)"""
+        now_ms = int(self.wall_clock() * 1000)
+        return self._execute(
+            "INSERT INTO store_counters(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value "
+            "WHERE store_counters.value <= ?",
+            (f"schedule:{name}", now_ms, now_ms - int(900 * interval_seconds)),
+        ) == 1
 
     def _execute(self, statement: str, params: Sequence[Any] = ()) -> int:
         with self.write() as tx:
