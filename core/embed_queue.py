@@ -8,8 +8,11 @@ table in the store, so it survives a restart; on start the worker also queues ev
 vector is missing or from another model (the model changed since it was written).
 
 The server runs one worker per process (`ampkit.server.app`), as do the in-process clients
-(`ampkit.client`); several servers on one PostgreSQL database may embed the same cell twice,
-which is harmless (the same vector is written twice).
+(`ampkit.client`). Of the processes sharing a SQLite file (`ampkit serve --workers`, a client
+beside a server) one embeds at a time, the holder of the store's embedding lease
+(`Store.holds_embedding_lease`); the others look again every `LEASE_RETRY_SECONDS` and take
+over when it is gone. Several servers on one PostgreSQL database may embed the same cell
+twice, which is harmless (the same vector is written twice).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
     from .service import MemoryService
 
 log = logging.getLogger("ampkit.embedding")
+
+LEASE_RETRY_SECONDS = 5.0  # how often a process without the embedding lease asks for it again
 
 
 class EmbeddingWorker:
@@ -66,6 +71,9 @@ class EmbeddingWorker:
         for _ in range(120):
             if ready is None or self._stop.is_set() or ready(0.25):
                 break
+        # Only the process holding the store's embedding lease embeds (and backfills).
+        while not self._stop.is_set() and not self._holds_lease():
+            self._stop.wait(LEASE_RETRY_SECONDS)
         if self._stop.is_set():
             return
         try:
@@ -80,3 +88,10 @@ class EmbeddingWorker:
                 done = 0
             if not done:
                 self._stop.wait(self.idle_seconds)
+
+    def _holds_lease(self) -> bool:
+        try:
+            return self.service.store.holds_embedding_lease()
+        except Exception as exc:  # noqa: BLE001 - ask again later
+            self.on_error(exc)
+            return False

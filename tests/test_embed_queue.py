@@ -305,3 +305,46 @@ def test_the_stale_scan_takes_the_write_lock_only_to_queue(tmp_path):
         assert not [s for s in statements if s.startswith("BEGIN")], statements
     finally:
         store.close()
+
+
+def test_of_processes_sharing_a_sqlite_file_one_embeds_the_queue_and_another_takes_over(tmp_path, monkeypatch):
+    """Two stores on one file stand for two processes (each its own lock file descriptor, as
+    `ampkit serve --workers 2` has): the first worker to ask holds the embedding lease and
+    embeds everything; the other's embedder is never called, until the holder closes."""
+    import ampkit.embed_queue as embed_queue
+
+    monkeypatch.setattr(embed_queue, "LEASE_RETRY_SECONDS", 0.05)
+    url = f"sqlite:///{tmp_path}/shared.db"
+    first_embedder, second_embedder = GatedEmbedder(), GatedEmbedder()
+    first, second = queued_service(url, first_embedder), queued_service(url, second_embedder)
+    assert first.store.holds_embedding_lease() and not second.store.holds_embedding_lease()
+    workers = [EmbeddingWorker(first, idle_seconds=0.02), EmbeddingWorker(second, idle_seconds=0.02)]
+    try:
+        first_embedder.gate.clear()  # the holder's first batch waits at the gate...
+        for worker in workers:
+            worker.start()
+        second.create_many("kim", [new(f"note {i} about tea and maps") for i in range(20)])
+        assert first_embedder.waiting.wait(10)
+        # ...while the other worker looks at the queue every 0.02 s: it must not take the same cells
+        assert not second_embedder.waiting.wait(0.3)
+        first_embedder.gate.set()
+        for _ in range(500):
+            if first.store.embedding_queue_depth() == 0:
+                break
+            threading.Event().wait(0.01)
+        assert first.store.embedding_queue_depth() == 0
+        assert sum(len(b) for b in first_embedder.batches) == 20 and second_embedder.batches == []
+
+        workers[0].stop()
+        first.store.close()  # the holder is gone: its lease with it
+        second.create_many("kim", [new(f"later note {i}") for i in range(5)])
+        for _ in range(500):
+            if second.store.embedding_queue_depth() == 0:
+                break
+            threading.Event().wait(0.01)
+        assert second.store.embedding_queue_depth() == 0
+        assert sum(len(b) for b in second_embedder.batches) == 5
+    finally:
+        for worker in workers:
+            worker.stop()
+        second.store.close()

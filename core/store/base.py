@@ -412,6 +412,15 @@ class Store(ABC):
         process should run it now. Default: True (a store that one process owns)."""
         return True
 
+    def holds_embedding_lease(self) -> bool:
+        """For the embedding worker (`ampkit.embed_queue`): True while this process is the one
+        that embeds the store's queue, so that processes sharing the store (`ampkit serve
+        --workers`, in-process clients beside a server) do not all embed the same cells with
+        a slow model. Asked before each batch; a process that gets False asks again later, and
+        takes over when the holder is gone. Default: True (a store that one process owns; on
+        PostgreSQL every server embeds, which is harmless: the same vector is written twice)."""
+        return True
+
     def ping(self) -> None:
         """Raise `Unavailable` when the store cannot answer a trivial read (GET /health).
         Default: a count that matches nothing, the cheapest query every store already has."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import fcntl
 import hashlib
 import json
 import logging
@@ -817,6 +818,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._readers_lock = threading.Lock()
         self._lifecycle_lock = threading.Lock()
         self.wall_clock: Callable[[], float] = time.time  # the scheduled jobs' claims (tests move it)
+        self._embedding_lease: Optional[int] = None  # descriptor holding the flock (`holds_embedding_lease`)
+        self._embedding_lease_lock = threading.Lock()
         self._tempdir: Optional[tempfile.TemporaryDirectory] = None
         # The keyword and vector legs' caches, shared by every thread (one reader connection
         # each), valid for one database version (`_data_version`).
@@ -1173,6 +1176,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
 
     def close(self) -> None:
         self._stop_windows_thread()
+        self._release_embedding_lease()  # (its embedding worker stopped first: the server's lifespan)
         if self._deferring and self._writer is not None:
             try:  # a clean stop leaves nothing pending (the next open would index it otherwise)
                 self.index_pending_windows()
@@ -2029,6 +2033,33 @@ class SQLiteStore(SQLFileReads, SQLStore):
         finally:
             if got:
                 self._lifecycle_lock.release()
+
+    def holds_embedding_lease(self) -> bool:
+        """An `flock` on `PATH-embedding.lock`, taken without waiting and then kept until the
+        store closes; the kernel releases it when its process ends, however it ends, and
+        another process's next ask takes it. (A store in a temporary directory, `memory://`,
+        is this process's alone.)"""
+        if self._tempdir is not None or self.path in ("", ":memory:"):
+            return True
+        with self._embedding_lease_lock:
+            if self._embedding_lease is None:
+                try:
+                    fd = os.open(f"{self.path}-embedding.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                except OSError:  # no lock file here (a read-only directory): every process embeds
+                    return True
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    return False
+                self._embedding_lease = fd
+            return True
+
+    def _release_embedding_lease(self) -> None:
+        with self._embedding_lease_lock:
+            if self._embedding_lease is not None:
+                os.close(self._embedding_lease)  # (closing the only descriptor releases the flock)
+                self._embedding_lease = None
 
     def claim_scheduled_lifecycle(self, interval_seconds: float) -> bool:
         return self.claim_scheduled_job("lifecycle", interval_seconds)
