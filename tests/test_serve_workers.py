@@ -1,8 +1,8 @@
 """`ampkit serve --workers N`: N server processes on one port and one store, each its own app
 and caches, behaving as one server: every acknowledged write is read back through any
-connection, an inspector cookie signed by one worker is good at the others, the scheduled
-lifecycle runs once per interval across them, and /spec says the rate limit counts per
-process."""
+connection, an inspector cookie signed by one worker is good at the others, a worker killed
+outright is replaced, the scheduled lifecycle runs once per interval across them, and /spec
+says the rate limit counts per process."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -36,6 +37,16 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def worker_pids(server_pid: int) -> list[int]:
+    """uvicorn's worker processes (spawned), not multiprocessing's resource tracker."""
+    def cmdline(pid: int) -> bytes:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return b""
+    return [pid for pid in children(server_pid) if b"spawn_main" in cmdline(pid) and b"resource_tracker" not in cmdline(pid)]
+
+
 def cpu_ticks(pid: int) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
@@ -53,9 +64,7 @@ def test_two_workers_serve_one_store_as_one_server(store_url: str, tmp_path: Pat
     with ServerProcess(store_url, args=["--workers", "2", "--rate-limit", "1000", "--lifecycle-interval", "0"],
                        log_path=tmp_path / "serve.log") as server:
         assert server.proc is not None
-        # uvicorn's supervisor, its two workers (spawned), and multiprocessing's resource tracker
-        workers = [pid for pid in children(server.proc.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
-                   and b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        workers = worker_pids(server.proc.pid)
         assert len(workers) == 2, workers
         ticks = {pid: cpu_ticks(pid) for pid in workers}
 
@@ -116,6 +125,21 @@ def test_two_workers_serve_one_store_as_one_server(store_url: str, tmp_path: Pat
         for _ in range(12):
             page = httpx.get(f"{ui}/owners", cookies=r.cookies, follow_redirects=False)
             assert page.status_code == 200, page.status_code
+
+        # A worker killed outright is replaced; nothing it acknowledged is lost.
+        os.kill(workers[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            now = worker_pids(server.proc.pid)
+            if len(now) == 2 and workers[0] not in now:
+                break
+            time.sleep(0.1)
+        assert len(now) == 2 and workers[0] not in now, now
+        workers = now
+        for n in range(8):  # either worker answers: the survivor, or the new one once it has started
+            r = httpx.post(f"{server.base_url}/memories/search", headers={"X-AMP-Agent-ID": f"agent-{n}"},
+                           json={"query": "kettle blue fact", "owner_id": f"agent-{n}", "limit": 50})
+            assert r.status_code == 200 and len(r.json()["results"]) == 25
 
         # SIGTERM stops every worker (on SQLite, a clean stop leaves no keyword window pending).
         server.proc.send_signal(signal.SIGTERM)
