@@ -416,8 +416,9 @@ class Store(ABC):
         """For the embedding worker (`ampkit.embed_queue`): True while this process is the one
         that embeds the store's queue, so that processes sharing the store (`ampkit serve
         --workers`, in-process clients beside a server) do not all embed the same cells with
-        a slow model. Asked before each batch; a process that gets False asks again later, and
-        takes over when the holder is gone. Default: True (a store that one process owns; on
+        a slow model. The worker asks until it is granted (then it holds it until the store
+        closes): a process that gets False asks again later, and takes over when the holder
+        is gone. Default: True (a store that one process owns; on
         PostgreSQL every server embeds, which is harmless: the same vector is written twice)."""
         return True
 
