@@ -1,11 +1,11 @@
 """Concurrent search throughput over HTTP, one server process against several (`--workers`).
 
-    python bench/search_throughput.py --db PATH [--workers 1 2] [--rounds 2] [--clients 4]
+    python bench/search_throughput.py (--db PATH | --store URL) [--workers 1 2] [--rounds 2] [--clients 4]
                                       [--seconds 10] [--warm 8] [--kind mix|owner|team] [--json out.json]
 
-Runs on a SQLite file written by `bench/scale.py --store` (owners `user-NNNNN`, ~100 cells
-each, every cell readable by its owner's team `team-<owner % 10>`), which searches do not
-change. For each `--workers` value in turn (alternating, `--rounds` times): `ampkit serve
+Runs on a store written by `bench/scale.py --store` (owners `user-NNNNN`, ~100 cells each,
+every cell readable by its owner's team `team-<owner % 10>`), which searches do not change: a
+SQLite file (`--db`) or any store URL (`--store`, e.g. PostgreSQL). For each `--workers` value in turn (alternating, `--rounds` times): `ampkit serve
 --workers N` on the file, `--clients` client processes (the standard library's HTTP client,
 one kept-alive connection each, ~0.2 ms of CPU a request) searching as fast as answers come
 for `--seconds`, after each has searched for `--warm` seconds untimed (every worker's caches warm: each
@@ -89,13 +89,28 @@ def rss_mb(pid: int) -> float:
     return round(total / 1024, 1)
 
 
-def measure(db: str, workers: int, clients: int, seconds: float, warm: float, kind: str, log: Path) -> dict:
-    conn = __import__("sqlite3").connect(f"file:{db}?mode=ro", uri=True)
-    owners = conn.execute("SELECT COUNT(DISTINCT owner_id) FROM cells WHERE owner_id LIKE 'user-%'").fetchone()[0]
-    conn.close()
+def owners_of(store: str) -> int:
+    """How many owners `bench/scale.py` wrote (`user-00000` ...): one query of its table."""
+    query = "SELECT COUNT(DISTINCT owner_id) FROM cells WHERE owner_id LIKE 'user-%'"
+    if store.startswith("sqlite:///"):
+        import sqlite3
+
+        conn = sqlite3.connect(f"file:{store[len('sqlite:///'):]}?mode=ro", uri=True)
+        try:
+            return conn.execute(query).fetchone()[0]
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(store) as conn:
+        return conn.execute(query).fetchone()[0]
+
+
+def measure(store: str, owners: int, workers: int, clients: int, seconds: float, warm: float, kind: str,
+            log: Path) -> dict:
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "ampkit.cli", "serve", "--port", str(port), "--store", f"sqlite:///{db}",
+        [sys.executable, "-m", "ampkit.cli", "serve", "--port", str(port), "--store", store,
          "--lifecycle-interval", "0", "--workers", str(workers)],
         stdout=open(log, "ab"), stderr=subprocess.STDOUT)
     try:
@@ -107,7 +122,7 @@ def measure(db: str, workers: int, clients: int, seconds: float, warm: float, ki
             try:
                 health = httpx.get(f"http://127.0.0.1:{port}/amp/v1/health", timeout=2)
                 index = health.json().get("vector_index", {}) if health.status_code == 200 else {}
-                warm = index.get("state") == "ready" and index.get("keyword_warmup") != "warming"
+                warm = index.get("state") != "loading" and index.get("keyword_warmup") != "warming"
                 warm_answers = warm_answers + 1 if warm else 0
             except httpx.HTTPError:
                 warm_answers = 0
@@ -149,7 +164,9 @@ def measure(db: str, workers: int, clients: int, seconds: float, warm: float, ki
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", required=True, help="a SQLite file written by bench/scale.py --store")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--db", help="a SQLite file written by bench/scale.py --store")
+    where.add_argument("--store", help="a store URL (sqlite:///..., postgresql://...) written by bench/scale.py --store")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=1, help="times to run each --workers value, alternating")
     parser.add_argument("--clients", type=int, default=4)
@@ -158,13 +175,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--kind", choices=("mix", "owner", "team"), default="mix")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    store = args.store or f"sqlite:///{args.db}"
+    owners = owners_of(store)
     runs = []
     with tempfile.TemporaryDirectory(prefix="ampkit-search-tp-") as tmp:
         for _ in range(args.rounds):
             for workers in args.workers:
-                runs.append(measure(args.db, workers, args.clients, args.seconds, args.warm, args.kind, Path(tmp) / "server.log"))
+                runs.append(measure(store, owners, workers, args.clients, args.seconds, args.warm, args.kind,
+                                    Path(tmp) / "server.log"))
                 print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
-    result = {"db": args.db, "runs": runs, "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()}}
+    result = {"store": store.split(":")[0], "owners": owners, "runs": runs, "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()}}
     print(f"search throughput over HTTP: {args.clients} lean clients, {args.kind} searches, {args.seconds:g} s a run")
     print("| workers | searches/s | p50 ms | p95 ms | p99 ms | server CPU ms/search | client CPU ms/search "
           "| machine busy | server RSS MB |\n|---|---|---|---|---|---|---|---|---|")
