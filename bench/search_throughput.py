@@ -21,13 +21,11 @@ the server's resident memory (every worker holds its own caches).
 from __future__ import annotations
 
 import argparse
-import http.client as http_client
 import json
 import multiprocessing
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,44 +35,40 @@ from typing import Optional
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale import TEAMS, free_port, memory_text, query_for  # noqa: E402
-from writes import machine_cpu_jiffies, process_tree, server_cpu_seconds  # noqa: E402
+from scale import TEAMS, Server, memory_text, query_for  # noqa: E402
+from writes import json_poster, machine_cpu_jiffies, process_tree, server_cpu_seconds  # noqa: E402
 
 
-def client(port: int, seed: int, owners: int, kind: str, warm_s: float, seconds: float,
+def client(base: str, seed: int, owners: int, kind: str, warm_s: float, seconds: float,
            ready, start: "multiprocessing.synchronize.Event", out) -> None:
     """One client process: searches over one connection; sends back (latencies, CPU seconds)."""
     rng = random.Random(seed)
-    conn = http_client.HTTPConnection("127.0.0.1", port, timeout=120)
+    with json_poster(base, lean=True) as post:
 
-    def one() -> float:
-        if kind == "owner" or (kind == "mix" and rng.random() < 0.5):
-            agent = f"user-{rng.randrange(owners):05d}"
-            body = {"query": query_for(memory_text(rng), rng), "owner_id": agent}
-        else:
-            agent = f"team-{rng.randrange(TEAMS)}"
-            body = {"query": query_for(memory_text(rng), rng)}
-        t = time.perf_counter()
-        conn.request("POST", "/amp/v1/memories/search", json.dumps(body),
-                     {"Content-Type": "application/json", "X-AMP-Agent-ID": agent})
-        answer = conn.getresponse()
-        answer.read()
-        if answer.status != 200:
-            raise RuntimeError(f"search answered {answer.status}")
-        return time.perf_counter() - t
+        def one() -> float:
+            if kind == "owner" or (kind == "mix" and rng.random() < 0.5):
+                agent = f"user-{rng.randrange(owners):05d}"
+                body = {"query": query_for(memory_text(rng), rng), "owner_id": agent}
+            else:
+                agent = f"team-{rng.randrange(TEAMS)}"
+                body = {"query": query_for(memory_text(rng), rng)}
+            t = time.perf_counter()
+            status, _ = post("/memories/search", body, {"X-AMP-Agent-ID": agent})
+            if status != 200:
+                raise RuntimeError(f"search answered {status}")
+            return time.perf_counter() - t
 
-    end = time.monotonic() + warm_s
-    while time.monotonic() < end:
-        one()
-    ready.put(seed)
-    start.wait()
-    latencies: list[float] = []
-    cpu = time.process_time()
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        latencies.append(one())
-    out.put((latencies, time.process_time() - cpu))
-    conn.close()
+        end = time.monotonic() + warm_s
+        while time.monotonic() < end:
+            one()
+        ready.put(seed)
+        start.wait()
+        latencies: list[float] = []
+        cpu = time.process_time()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            latencies.append(one())
+        out.put((latencies, time.process_time() - cpu))
 
 
 def rss_mb(pid: int) -> float:
@@ -108,11 +102,8 @@ def owners_of(store: str) -> int:
 
 def measure(store: str, owners: int, workers: int, clients: int, seconds: float, warm: float, kind: str,
             log: Path) -> dict:
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "ampkit.cli", "serve", "--port", str(port), "--store", store,
-         "--lifecycle-interval", "0", "--workers", str(workers)],
-        stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+    server = Server(store, "default", log, extra=["--workers", str(workers)])  # (answers /health)
+    pid = server.proc.pid
     try:
         # Every worker warm (vectors loaded, common words' term rows read) before the clients
         # connect: a worker still warming up is slow to accept, and the other would take
@@ -120,38 +111,34 @@ def measure(store: str, owners: int, workers: int, clients: int, seconds: float,
         deadline, warm_answers = time.monotonic() + 600, 0
         while warm_answers < 4 * workers:
             try:
-                health = httpx.get(f"http://127.0.0.1:{port}/amp/v1/health", timeout=2)
+                health = httpx.get(f"{server.base}/health", timeout=2)
                 index = health.json().get("vector_index", {}) if health.status_code == 200 else {}
                 warm = index.get("state") != "loading" and index.get("keyword_warmup") != "warming"
                 warm_answers = warm_answers + 1 if warm else 0
             except httpx.HTTPError:
                 warm_answers = 0
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError(f"the server did not start (or warm up); see {log}")
+            if time.monotonic() > deadline or server.proc.poll() is not None:
+                raise RuntimeError(f"the server did not warm up; see {log}")
             time.sleep(0.1)
         ctx = multiprocessing.get_context("spawn")
         ready, start, out = ctx.Queue(), ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=client, args=(port, k, owners, kind, warm, seconds, ready, start, out))
+        procs = [ctx.Process(target=client, args=(server.base, k, owners, kind, warm, seconds, ready, start, out))
                  for k in range(clients)]
         for p in procs:
             p.start()
         for _ in procs:
             ready.get(timeout=300)
-        cpu = server_cpu_seconds(server.pid)
+        cpu = server_cpu_seconds(pid)
         machine = machine_cpu_jiffies()
         start.set()
         results = [out.get(timeout=seconds + 300) for _ in procs]
-        cpu = server_cpu_seconds(server.pid) - cpu
+        cpu = server_cpu_seconds(pid) - cpu
         busy, ticks = (now - then for now, then in zip(machine_cpu_jiffies(), machine))
-        rss = rss_mb(server.pid)
+        rss = rss_mb(pid)
         for p in procs:
             p.join()
     finally:
-        server.terminate()
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        server.stop()
     latencies = [s * 1000 for lat, _ in results for s in lat]
     q = statistics.quantiles(latencies, n=100, method="inclusive")
     n = len(latencies)

@@ -54,17 +54,27 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
     return {"p50_ms": round(q[49], 2), "p95_ms": round(q[94], 2), "p99_ms": round(q[98], 2)}
 
 
+def proc_stat(path: Path) -> Optional[list[str]]:
+    """The fields after the command name in a /proc `stat` file (a process's or a thread's);
+    None when it has just ended."""
+    try:
+        return path.read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def cpu_seconds(fields: list[str]) -> float:
+    """User + system CPU time in `proc_stat` fields."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def process_tree(pid: int) -> list[int]:
     """`pid` and its descendants (Linux /proc): `ampkit serve --workers N` serves from child
     processes, whose CPU time is the server's too."""
     parents: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry.name))
+        if entry.name.isdigit() and (fields := proc_stat(entry / "stat")) is not None:
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
     tree, todo = [], [pid]
     while todo:
         current = todo.pop()
@@ -75,14 +85,8 @@ def process_tree(pid: int) -> list[int]:
 
 def server_cpu_seconds(pid: int) -> float:
     """User + system CPU time of the server process and its workers so far (Linux /proc)."""
-    total = 0.0
-    for member in process_tree(pid):
-        try:
-            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:  # a process that just ended
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+    stats = (proc_stat(Path(f"/proc/{member}/stat")) for member in process_tree(pid))
+    return sum(cpu_seconds(fields) for fields in stats if fields is not None)
 
 
 def machine_cpu_jiffies() -> tuple[int, int]:
@@ -104,11 +108,10 @@ def server_thread_cpu_seconds(pid: int) -> tuple[float, float]:
         except FileNotFoundError:
             continue
         for task in tasks:
-            try:
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            except FileNotFoundError:  # a thread that just ended
+            fields = proc_stat(task / "stat")
+            if fields is None:  # a thread that just ended
                 continue
-            seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            seconds = cpu_seconds(fields)
             if task.name == str(member):
                 main += seconds
             else:
