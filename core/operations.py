@@ -17,7 +17,7 @@ import functools
 import json
 import typing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Optional, Sequence
 from urllib.parse import quote
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
@@ -148,6 +148,10 @@ class Operation:
     method: str
     path: str  # relative to PREFIX; `{name}` marks a path parameter
     run: Callable[[Context, Inputs], Any]  # None answers 204 No Content
+    # The same for a server's event loop, awaited there instead of running `run` in a worker
+    # thread, when the service `commits_in_groups`: a create waits for its group commit
+    # without a thread of its own (ampkit.groupcommit).
+    run_grouped: Optional[Callable[[Context, Inputs], Awaitable[Any]]] = None
     request: Optional[type[BaseModel]] = None  # the JSON body
     body_required: bool = True
     response: Any = None  # the response model (None: no body)
@@ -331,7 +335,15 @@ WRITE_ONLY_KEY_204 = {204: {"description": "created; the key lacks the read scop
 
 
 def _create(ctx: Context, inputs: Inputs) -> Any:
-    cell, dedup = ctx.service.create_many_detailed(ctx.agent, [inputs["body"]])[0]
+    return _created(ctx, ctx.service.create_many_detailed(ctx.agent, [inputs["body"]])[0])
+
+
+async def _create_async(ctx: Context, inputs: Inputs) -> Any:
+    return _created(ctx, (await ctx.service.create_many_detailed_async(ctx.agent, [inputs["body"]]))[0])
+
+
+def _created(ctx: Context, created: tuple[MemoryCell, Optional[str]]) -> Any:
+    cell, dedup = created
     if not ctx.may_read:  # a key without the read scope learns nothing, duplicates included
         return None
     # Nothing new was stored: the existing cell, 200 instead of 201 (extension dedup_on_write).
@@ -346,6 +358,13 @@ def _outcome(ctx: Context, inputs: Inputs) -> Optional[MemoryCell]:
 def _create_many(ctx: Context, inputs: Inputs) -> Optional[BatchCreateResponse]:
     created = ctx.service.create_many_detailed(ctx.agent, inputs["body"].cells)
     return batch_response(created) if ctx.may_read else None
+
+
+async def _create_many_async(ctx: Context, inputs: Inputs) -> Optional[BatchCreateResponse]:
+    created = await ctx.service.create_many_detailed_async(ctx.agent, inputs["body"].cells)
+    return batch_response(created) if ctx.may_read else None
+
+
 LIST_PARAMS = (
     Param("owner_id", Optional[str], "query"),
     Param("type", Optional[list[str]], "query"),
@@ -444,11 +463,12 @@ ERROR_503 = {503: {"model": ErrorEnvelope, "description": "the store cannot be r
 OPERATIONS: tuple[Operation, ...] = (
     Operation("health", "GET", "/health", _health, response=Health, scope=None, tags=("meta",), responses=ERROR_503),
     Operation("spec", "GET", "/spec", _spec, response=dict[str, Any], scope=None, tags=("meta",)),
-    Operation("create_memory", "POST", "/memories", _create, request=CellCreate, response=MemoryCell,
-              status_code=201, scope="write", idempotent=False,
+    Operation("create_memory", "POST", "/memories", _create, run_grouped=_create_async, request=CellCreate,
+              response=MemoryCell, status_code=201, scope="write", idempotent=False,
               responses={**WRITE_ONLY_KEY_204,
                          200: {"model": MemoryCell, "description": "a duplicate: the existing cell (header X-AMP-Dedup)"}}),
-    Operation("create_memories", "POST", "/memories/batch", _create_many, request=BatchCreate,
+    Operation("create_memories", "POST", "/memories/batch", _create_many, run_grouped=_create_many_async,
+              request=BatchCreate,
               response=BatchCreateResponse, status_code=201, scope="write", idempotent=False,
               responses=WRITE_ONLY_KEY_204),
     Operation("consolidate", "POST", "/memories/consolidate",

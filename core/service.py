@@ -436,11 +436,9 @@ class MemoryService:
     def create_many_detailed(self, agent: str, reqs: Sequence[CellCreate]) -> list[tuple[MemoryCell, Optional[str]]]:
         """`create_many`, saying per request whether an existing cell was returned instead
         ("exact", "near" or "merged") or a new one stored (None)."""
-        if len(reqs) > self.limits.max_batch_cells:
-            raise ValidationFailed(f"at most {self.limits.max_batch_cells} cells per batch")
         if self._creates is not None:
-            stripes = self._dedup_stripes(reqs)
-            return self._creates.submit(Submission((agent, list(reqs)), max(1, len(reqs)), stripes))
+            return self._creates.submit(self._submission(agent, reqs))
+        self._check_batch_size(reqs)
         now = self.clock()
         cells = [self._build(r, agent, now) for r in reqs]
         vectors = self._vectors_for_new(reqs, cells)
@@ -448,6 +446,27 @@ class MemoryService:
             dups = self._duplicates(agent, reqs, cells, vectors, now)
             with self.store.write() as tx:
                 return self._store_created(tx, agent, reqs, cells, vectors, dups, now)
+
+    @property
+    def commits_in_groups(self) -> bool:
+        """Whether concurrent creates are committed together (`create_many_detailed_async`)."""
+        return self._creates is not None
+
+    async def create_many_detailed_async(self, agent: str,
+                                         reqs: Sequence[CellCreate]) -> list[tuple[MemoryCell, Optional[str]]]:
+        """`create_many_detailed` for a request on an event loop, on a store that commits in
+        groups: the request waits for its group's commit without a thread of its own."""
+        if self._creates is None:
+            raise RuntimeError("this store does not commit creates in groups: call create_many_detailed in a thread")
+        return await self._creates.submit_async(self._submission(agent, reqs))
+
+    def _check_batch_size(self, reqs: Sequence[CellCreate]) -> None:
+        if len(reqs) > self.limits.max_batch_cells:
+            raise ValidationFailed(f"at most {self.limits.max_batch_cells} cells per batch")
+
+    def _submission(self, agent: str, reqs: Sequence[CellCreate]) -> Submission[tuple[str, list[CellCreate]]]:
+        self._check_batch_size(reqs)
+        return Submission((agent, list(reqs)), max(1, len(reqs)), self._dedup_stripes(reqs))
 
     def _create_group(self, group: Sequence[Submission[tuple[str, list[CellCreate]]]]) -> None:
         """Group commit (ampkit.groupcommit): the creates of several requests, built and

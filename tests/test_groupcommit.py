@@ -3,6 +3,7 @@ after it; an error stays with its request; identical racing writes never share a
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -109,6 +110,173 @@ def test_concurrent_creates_commit_together_and_keep_their_own_errors(tmp_path):
         for i in range(16):
             if i != 5:
                 assert len(outcome[i]) == 1 + i % 4  # type: ignore[arg-type]
+                assert {f"fact {i}.{k}" for k in range(1 + i % 4)} <= stored
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------- requests on an event loop
+def _run_on_loop(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+def test_loop_requests_form_groups_led_by_the_runner_thread():
+    """Requests awaiting on an event loop (the server's creates) hold no thread: the group
+    commit's own thread runs their groups, the ones queued behind a running group form the
+    next group, and each request gets its own result or its own error."""
+    release = threading.Event()
+    groups: list[tuple[list[str], str]] = []
+
+    def run(group):
+        groups.append(([s.payload for s in group], threading.current_thread().name))
+        if len(groups) == 1:
+            release.wait(10)
+        for s in group:
+            if s.payload == "bad":
+                s.error = ValueError("bad request")
+            else:
+                s.result = s.payload.upper()
+
+    gc: GroupCommit[str] = GroupCommit(run, max_size=100)
+
+    async def scenario():
+        first = asyncio.ensure_future(gc.submit_async(Submission("first", 1, frozenset())))
+        while not groups:
+            await asyncio.sleep(0.001)
+        others = [asyncio.ensure_future(gc.submit_async(Submission(n, 1, frozenset({i}))))
+                  for i, n in enumerate(["a", "b", "bad", "c"])]
+        while len(gc._queue) < 4:
+            await asyncio.sleep(0.001)
+        threads_before = threading.active_count()
+        release.set()
+        results = await asyncio.gather(first, *others, return_exceptions=True)
+        return results, threads_before
+
+    results, threads_before = _run_on_loop(scenario())
+    assert [g for g, _ in groups] == [["first"], ["a", "b", "bad", "c"]]
+    assert {name for _, name in groups} == {"ampkit-group-commit_0"}  # one thread led both groups
+    assert results[:3] == ["FIRST", "A", "B"] and results[4] == "C"
+    assert isinstance(results[3], ValueError)
+    assert threading.active_count() <= threads_before  # waiting took no thread per request
+
+
+def test_a_thread_leader_hands_over_to_the_runner_when_a_loop_request_is_next():
+    """A blocking request leads; a loop's request queues behind it, then another blocking one.
+    When the leader's own request is done, the loop's request is the oldest: the runner thread
+    leads next (a hand-over to it as to a thread would leave everyone waiting)."""
+    release = threading.Event()
+    groups: list[list[str]] = []
+
+    def run(group):
+        groups.append([s.payload for s in group])
+        if len(groups) == 1:
+            release.wait(10)
+        for s in group:
+            s.result = s.payload.upper()
+
+    gc: GroupCommit[str] = GroupCommit(run, max_size=100)
+    results: dict[str, object] = {}
+    leader = threading.Thread(target=lambda: results.setdefault("lead", gc.submit(Submission("lead", 1, frozenset()))))
+    leader.start()
+    _wait_until(lambda: len(groups) == 1)
+
+    async def scenario():
+        waiter = asyncio.ensure_future(gc.submit_async(Submission("loop", 1, frozenset({1}))))
+        while len(gc._queue) < 1:
+            await asyncio.sleep(0.001)
+        follower = threading.Thread(target=lambda: results.setdefault("thread", gc.submit(Submission("thread", 1, frozenset({1})))))
+        follower.start()  # same stripe as the loop's request: a group of its own after it
+        while len(gc._queue) < 2:
+            await asyncio.sleep(0.001)
+        release.set()
+        results["loop"] = await waiter
+        follower.join(10)
+
+    _run_on_loop(scenario())
+    leader.join(10)
+    assert results == {"lead": "LEAD", "loop": "LOOP", "thread": "THREAD"}
+    assert groups == [["lead"], ["loop"], ["thread"]]
+    assert not gc._leading and not gc._queue  # free again
+
+
+def test_a_failing_group_fails_its_loop_requests_and_the_runner_carries_on():
+    calls = []
+
+    def run(group):
+        calls.append(len(group))
+        if len(calls) == 1:
+            raise OSError("disk full")
+        for s in group:
+            s.result = 1
+
+    gc: GroupCommit[str] = GroupCommit(run, max_size=10)
+
+    async def scenario():
+        with pytest.raises(OSError):
+            await gc.submit_async(Submission("x", 1, frozenset()))
+        return await gc.submit_async(Submission("y", 1, frozenset()))
+
+    assert _run_on_loop(scenario()) == 1
+
+
+def test_a_cancelled_loop_request_is_still_written_and_the_others_answered():
+    release = threading.Event()
+    written: list[str] = []
+
+    def run(group):
+        release.wait(10)
+        for s in group:
+            written.append(s.payload)
+            s.result = s.payload
+
+    gc: GroupCommit[str] = GroupCommit(run, max_size=10)
+
+    async def scenario():
+        gone = asyncio.ensure_future(gc.submit_async(Submission("gone", 1, frozenset())))
+        kept = asyncio.ensure_future(gc.submit_async(Submission("kept", 1, frozenset({1}))))
+        await asyncio.sleep(0.01)
+        gone.cancel()  # the client went away while the group was running
+        release.set()
+        return await kept
+
+    assert _run_on_loop(scenario()) == "kept"
+    _wait_until(lambda: not gc._leading)
+    assert written == ["gone", "kept"]
+
+
+def test_concurrent_creates_on_an_event_loop_commit_together(tmp_path):
+    """Sixteen creates awaited at once on one loop through a service on SQLite: fewer
+    transactions than requests, the one whose key is taken gets CONFLICT and stores nothing,
+    every other request is stored whole and answered with its cells."""
+    store = SQLiteStore(str(tmp_path / "group.db"))
+    store.open()
+    try:
+        service = MemoryService(store=store)
+        assert service.commits_in_groups
+        service.create("g", CellCreate(content={"text": "the taken name"}, identity={"owner_id": "g", "key": "taken"}))
+        group_sizes: list[int] = []
+        run_group = service._creates._run_group  # type: ignore[union-attr]
+        service._creates._run_group = lambda group: (group_sizes.append(len(group)), run_group(group))  # type: ignore[union-attr]
+
+        async def create(i: int):
+            reqs = [CellCreate(content={"text": f"fact {i}.{k}"}, identity={"owner_id": "g", "session_id": f"s{i % 3}"})
+                    for k in range(1 + i % 4)]
+            if i == 5:
+                reqs.append(CellCreate(content={"text": "wants the name"}, identity={"owner_id": "g", "key": "taken"}))
+            return await service.create_many_detailed_async("g", reqs)
+
+        async def scenario():
+            return await asyncio.gather(*(create(i) for i in range(16)), return_exceptions=True)
+
+        outcome = _run_on_loop(scenario())
+        assert isinstance(outcome[5], Conflict)
+        assert sum(group_sizes) == 16 and len(group_sizes) < 16
+        stored = {c.content.text for c in service.export("g", owner_id="g")}
+        assert not any(t.startswith("fact 5.") for t in stored)
+        for i in range(16):
+            if i != 5:
+                assert [c.content.text for c, dedup in outcome[i]] == [f"fact {i}.{k}" for k in range(1 + i % 4)]
+                assert all(dedup is None for _, dedup in outcome[i])
                 assert {f"fact {i}.{k}" for k in range(1 + i % 4)} <= stored
     finally:
         store.close()

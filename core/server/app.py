@@ -313,9 +313,10 @@ def _checks_json(op: Operation) -> bool:
 def _endpoint(op: Operation, limits: Limits) -> Callable[..., Any]:
     """A FastAPI endpoint for one row: its signature declares the row's body, parameters and
     identity dependency (FastAPI reads it for validation and the OpenAPI document); its body
-    runs the row in one of the app's `workers`. A plain executor rather than FastAPI's thread
-    pool (anyio): per request that hop cost about a tenth of the event loop's CPU time (a
-    cancel scope, a capacity limiter, an extra checkpoint), measured by bench/writes.py."""
+    runs the row in one of the app's `workers`: a plain executor rather than FastAPI's thread
+    pool (anyio), whose hop cost about a tenth of the event loop's CPU time per request (a
+    cancel scope, a capacity limiter, an extra checkpoint), measured by bench/writes.py. A
+    create on a store that commits in groups awaits `run_grouped` on the loop instead."""
     parameters = [inspect.Parameter("request", KEYWORD, annotation=Request)]
     if op.scope is not None:
         if _checks_json(op):
@@ -336,7 +337,7 @@ def _endpoint(op: Operation, limits: Limits) -> Callable[..., Any]:
         default = inspect.Parameter.empty if op.body_required else None
         parameters.append(inspect.Parameter("body", KEYWORD, annotation=body_type, default=default))
 
-    def run_row(serving: Serving, inputs: dict[str, Any]) -> Any:
+    def context_of(serving: Serving, inputs: dict[str, Any]) -> Context:
         caller: Optional[Caller] = inputs.pop("caller", None)
         agent = "" if caller is None else caller.agent_id if op.scope == "admin" else caller.need(op.scope or "")
         for scope in op.extra_scopes:
@@ -344,14 +345,21 @@ def _endpoint(op: Operation, limits: Limits) -> Callable[..., Any]:
                 caller.need(scope)
         may_read = caller is None or caller.may("read")
         scopes = caller.scopes if caller is not None else frozenset()
-        context = Context(serving.service, agent, serving.auth, serving.mcp, may_read=may_read, scopes=scopes)
-        result = op.run(context, inputs)
+        return Context(serving.service, agent, serving.auth, serving.mcp, may_read=may_read, scopes=scopes)
+
+    def response_of(result: Any) -> Any:
         if isinstance(result, Answer):
             return JSONResponse(jsonable_encoder(result.value), status_code=result.status_code, headers=dict(result.headers))
         return Response(status_code=204) if result is None else result
 
+    def run_row(serving: Serving, inputs: dict[str, Any]) -> Any:
+        return response_of(op.run(context_of(serving, inputs), inputs))
+
     async def endpoint(request: Request, **inputs: Any) -> Any:
         serving = _serving(request)
+        if op.run_grouped is not None and serving.service.commits_in_groups:
+            # Waits for its group commit on the loop: no worker thread of its own (ampkit.groupcommit).
+            return response_of(await op.run_grouped(context_of(serving, inputs), inputs))
         context = contextvars.copy_context()  # what FastAPI's pool would have carried over
         return await asyncio.get_running_loop().run_in_executor(serving.workers, context.run, run_row, serving, inputs)
 
