@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import secrets
 from typing import Any
@@ -12,13 +13,26 @@ from ..config import Settings
 from .app import create_app
 from .http import uvicorn_options, worker_uvicorn_options
 
-__all__ = ["create_app", "run", "run_workers"]
+__all__ = ["create_app", "run", "run_workers", "worker_app"]
+
+
+def freeze_startup_objects() -> None:
+    """Take every object alive now (imported modules, the app, its models) out of the cyclic
+    garbage collector's walks: a serving process holds ~110,000 of them, and each full
+    collection walked them all, 60-80 ms with every request waiting, three times in 10 s of
+    single writes (bench/writes.py; 1-13 ms with them frozen). Objects made later are
+    collected as before; a startup object that later becomes cyclic garbage is kept (they
+    live as long as the process anyway)."""
+    gc.collect()
+    gc.freeze()
 
 
 def run(settings: Settings, app: Any = None) -> None:
     """Serve `app` (by default one built from `settings`) until interrupted; the app opens
     its service's store."""
-    uvicorn.run(app if app is not None else create_app(settings), host=settings.host, port=settings.port, log_level="info",
+    app = app if app is not None else create_app(settings)
+    freeze_startup_objects()
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info",
                 access_log=settings.access_log,
                 **uvicorn_options(settings.max_header_bytes))
 
@@ -33,9 +47,17 @@ def run_workers(settings: Settings, overrides: dict[str, Any]) -> None:
         os.environ[f"AMPKIT_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
     if settings.ui and settings.ui_secret is None:
         os.environ["AMPKIT_UI_SECRET"] = secrets.token_urlsafe(32)
-    uvicorn.run("ampkit.server.app:create_app", factory=True, workers=settings.workers, host=settings.host,
+    uvicorn.run("ampkit.server:worker_app", factory=True, workers=settings.workers, host=settings.host,
                 port=settings.port, log_level="info", access_log=settings.access_log,
                 # The supervisor kills a worker that has not answered its ping for this long: a
                 # large store's start-up warm-ups share the worker's interpreter with the answer.
                 timeout_worker_healthcheck=30,
                 **worker_uvicorn_options(settings.max_header_bytes))
+
+
+def worker_app() -> Any:
+    """A worker process's app (`run_workers`): built from the environment, its startup objects
+    frozen as `run` does."""
+    app = create_app()
+    freeze_startup_objects()
+    return app
