@@ -38,7 +38,7 @@ from typing import Any, Iterator, Optional, Sequence
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from support import free_port  # noqa: E402  (the test helper: a free loopback port)
+from support import cpu_seconds, free_port, proc_stat  # noqa: E402  (the test helpers: a free loopback port, /proc)
 
 NAMES = ["Alice", "Bruno", "Chen", "Dara", "Emeka", "Farah", "Goran", "Hana", "Ivan", "Jun", "Kemal", "Lena",
          "Mateo", "Noor", "Olga", "Priya", "Quinn", "Rosa", "Sven", "Tariq", "Uma", "Viktor", "Wen", "Yusuf"]
@@ -153,8 +153,8 @@ class Server:
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the server process has used so far: beside a rate
         measured on a shared machine, the cost that does not depend on the others' load."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        fields = proc_stat(Path(f"/proc/{self.proc.pid}/stat"))
+        return 0.0 if fields is None else cpu_seconds(fields)
 
     def stop(self) -> None:
         self.proc.terminate()

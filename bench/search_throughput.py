@@ -36,7 +36,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import TEAMS, Server, memory_text, query_for  # noqa: E402
-from writes import json_poster, machine_cpu_jiffies, process_tree, server_cpu_seconds  # noqa: E402
+from writes import json_poster, machine_cpu_jiffies, server_cpu_seconds  # noqa: E402
+from support import process_tree  # noqa: E402  (on the path since scale)
 
 
 def client(base: str, seed: int, owners: int, kind: str, warm_s: float, seconds: float,

@@ -45,6 +45,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import Server, cell_body, memory_text  # noqa: E402  (the same memories and server helper)
+from support import cpu_seconds, proc_stat, process_tree  # noqa: E402  (scale put tests/ on the path)
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
@@ -52,35 +53,6 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
         return {f"p{k}_ms": round(seconds[0] * 1000, 2) for k in (50, 95, 99)}
     q = statistics.quantiles([s * 1000 for s in seconds], n=100, method="inclusive")
     return {"p50_ms": round(q[49], 2), "p95_ms": round(q[94], 2), "p99_ms": round(q[98], 2)}
-
-
-def proc_stat(path: Path) -> Optional[list[str]]:
-    """The fields after the command name in a /proc `stat` file (a process's or a thread's);
-    None when it has just ended."""
-    try:
-        return path.read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def cpu_seconds(fields: list[str]) -> float:
-    """User + system CPU time in `proc_stat` fields."""
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def process_tree(pid: int) -> list[int]:
-    """`pid` and its descendants (Linux /proc): `ampkit serve --workers N` serves from child
-    processes, whose CPU time is the server's too."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := proc_stat(entry / "stat")) is not None:
-            parents.setdefault(int(fields[1]), []).append(int(entry.name))
-    tree, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        tree.append(current)
-        todo.extend(parents.get(current, []))
-    return tree
 
 
 def server_cpu_seconds(pid: int) -> float:

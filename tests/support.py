@@ -43,6 +43,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def proc_stat(path: Path) -> Optional[list[str]]:
+    """The fields after the command name in a /proc `stat` file (a process's or a thread's);
+    None when it has just ended."""
+    try:
+        return path.read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def cpu_seconds(fields: list[str]) -> float:
+    """User + system CPU time in `proc_stat` fields."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (Linux /proc): `ampkit serve --workers N` serves from child
+    processes, whose CPU time is the server's too."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := proc_stat(entry / "stat")) is not None:
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo.extend(parents.get(current, []))
+    return tree
+
+
 def examples(named: int) -> int:
     """A property test's example count under the loaded Hypothesis profile (conftest.py):
     `named` under `ci`, half of it under `default`, ten times under `thorough`; at least 1."""

@@ -20,21 +20,7 @@ import httpx
 import pytest
 
 from ampkit.store.sqlite import SQLiteStore
-from support import ServerProcess
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (Linux /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
+from support import ServerProcess, cpu_seconds, proc_stat, process_tree
 
 
 def worker_pids(server_pid: int) -> list[int]:
@@ -44,12 +30,13 @@ def worker_pids(server_pid: int) -> list[int]:
             return Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             return b""
-    return [pid for pid in children(server_pid) if b"spawn_main" in cmdline(pid) and b"resource_tracker" not in cmdline(pid)]
+    return [pid for pid in process_tree(server_pid)[1:] if b"spawn_main" in cmdline(pid) and b"resource_tracker" not in cmdline(pid)]
 
 
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+def cpu_time(pid: int) -> float:
+    """CPU seconds the process has used so far."""
+    fields = proc_stat(Path(f"/proc/{pid}/stat"))
+    return 0.0 if fields is None else cpu_seconds(fields)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -66,7 +53,7 @@ def test_two_workers_serve_one_store_as_one_server(store_url: str, tmp_path: Pat
         assert server.proc is not None
         workers = worker_pids(server.proc.pid)
         assert len(workers) == 2, workers
-        ticks = {pid: cpu_ticks(pid) for pid in workers}
+        cpu_before = {pid: cpu_time(pid) for pid in workers}
 
         spec = httpx.get(f"{server.base_url}/spec").json()
         assert spec["capabilities"]["auth"]["rate_limit"] == {
@@ -95,7 +82,7 @@ def test_two_workers_serve_one_store_as_one_server(store_url: str, tmp_path: Pat
             t.join()
         assert errors == [] and len(acked) == 200
         # Both workers answered some of them (each spent CPU on the writes).
-        assert all(cpu_ticks(pid) > ticks[pid] for pid in workers), (ticks, {pid: cpu_ticks(pid) for pid in workers})
+        assert all(cpu_time(pid) > cpu_before[pid] for pid in workers), (cpu_before, {pid: cpu_time(pid) for pid in workers})
 
         # Every write reads back, by id and by search, through fresh connections (either worker).
         for cid, text in acked.items():
