@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Callable
 
 import pytest
 
@@ -23,12 +24,17 @@ def _wait_until(predicate, seconds: float = 10.0) -> None:
         threading.Event().wait(0.001)
 
 
-def test_requests_queued_behind_a_running_group_form_the_next_group():
+def gated_runner() -> tuple[Callable[[list[Submission[str]]], None], list[list[str]], list[str], threading.Event]:
+    """A `run_group` that holds the first group until `release` is set and records each
+    group's payloads and the thread that ran it; a payload "bad" gets its own error, the
+    others their upper-case as result."""
     release = threading.Event()
     groups: list[list[str]] = []
+    threads: list[str] = []
 
     def run(group):
         groups.append([s.payload for s in group])
+        threads.append(threading.current_thread().name)
         if len(groups) == 1:
             release.wait(10)
         for s in group:
@@ -37,6 +43,11 @@ def test_requests_queued_behind_a_running_group_form_the_next_group():
             else:
                 s.result = s.payload.upper()
 
+    return run, groups, threads, release
+
+
+def test_requests_queued_behind_a_running_group_form_the_next_group():
+    run, groups, _, release = gated_runner()
     gc: GroupCommit[str] = GroupCommit(run, max_size=100)
     results: dict[str, object] = {}
 
@@ -124,19 +135,7 @@ def test_loop_requests_form_groups_led_by_the_runner_thread():
     """Requests awaiting on an event loop (the server's creates) hold no thread: the group
     commit's own thread runs their groups, the ones queued behind a running group form the
     next group, and each request gets its own result or its own error."""
-    release = threading.Event()
-    groups: list[tuple[list[str], str]] = []
-
-    def run(group):
-        groups.append(([s.payload for s in group], threading.current_thread().name))
-        if len(groups) == 1:
-            release.wait(10)
-        for s in group:
-            if s.payload == "bad":
-                s.error = ValueError("bad request")
-            else:
-                s.result = s.payload.upper()
-
+    run, groups, threads, release = gated_runner()
     gc: GroupCommit[str] = GroupCommit(run, max_size=100)
 
     async def scenario():
@@ -153,8 +152,8 @@ def test_loop_requests_form_groups_led_by_the_runner_thread():
         return results, threads_before
 
     results, threads_before = _run_on_loop(scenario())
-    assert [g for g, _ in groups] == [["first"], ["a", "b", "bad", "c"]]
-    assert {name for _, name in groups} == {"ampkit-group-commit_0"}  # one thread led both groups
+    assert groups == [["first"], ["a", "b", "bad", "c"]]
+    assert set(threads) == {"ampkit-group-commit_0"}  # one thread led both groups
     assert results[:3] == ["FIRST", "A", "B"] and results[4] == "C"
     assert isinstance(results[3], ValueError)
     assert threading.active_count() <= threads_before  # waiting took no thread per request
@@ -164,16 +163,7 @@ def test_a_thread_leader_hands_over_to_the_runner_when_a_loop_request_is_next():
     """A blocking request leads; a loop's request queues behind it, then another blocking one.
     When the leader's own request is done, the loop's request is the oldest: the runner thread
     leads next (a hand-over to it as to a thread would leave everyone waiting)."""
-    release = threading.Event()
-    groups: list[list[str]] = []
-
-    def run(group):
-        groups.append([s.payload for s in group])
-        if len(groups) == 1:
-            release.wait(10)
-        for s in group:
-            s.result = s.payload.upper()
-
+    run, groups, _, release = gated_runner()
     gc: GroupCommit[str] = GroupCommit(run, max_size=100)
     results: dict[str, object] = {}
     leader = threading.Thread(target=lambda: results.setdefault("lead", gc.submit(Submission("lead", 1, frozenset()))))
