@@ -19,8 +19,8 @@ __all__ = ["create_app", "run", "run_workers", "worker_app"]
 def freeze_startup_objects() -> None:
     """Take every object alive now (imported modules, the app, its models) out of the cyclic
     garbage collector's walks: a serving process holds ~110,000 of them, and each full
-    collection walked them all, 60-80 ms with every request waiting, three times in 10 s of
-    single writes (bench/writes.py; 1-13 ms with them frozen). Objects made later are
+    collection walked them all, 50-84 ms with every request waiting, three times in 10 s of
+    single writes (bench/writes.py; ~2 ms with them frozen). Objects made later are
     collected as before; a startup object that later becomes cyclic garbage is kept (they
     live as long as the process anyway)."""
     gc.collect()
