@@ -101,6 +101,40 @@ def test_migration_9_digests_existing_texts_so_dedup_finds_them(tmp_path):
         service.store.close()
 
 
+def test_identical_writes_racing_over_http_store_one_cell(server):
+    """The same race through the server, whose creates wait for their group on the event loop
+    (ampkit.groupcommit.submit_async): eight clients send one memory at once, ten rounds; one
+    201, seven 200 with X-AMP-Dedup: exact, all naming one cell, and one cell stored."""
+    import threading
+
+    owner = f"dd-http-race-{id(server)}"
+    clients = [httpx.Client(base_url=server.base_url, headers={"X-AMP-Agent-ID": f"agent-{i}"},
+                            verify=TLS, timeout=30) for i in range(8)]
+    try:
+        for round_ in range(10):
+            barrier = threading.Barrier(8)
+            answers: list[tuple[int, str, str]] = []
+            body = cell(f"Allergic to penicillin, told over HTTP {round_}", owner=owner, access_policy={"public": True})
+
+            def write(client: httpx.Client) -> None:
+                barrier.wait()
+                r = client.post("/memories", json=body)
+                answers.append((r.status_code, r.headers.get("X-AMP-Dedup", ""), r.json()["id"]))
+
+            threads = [threading.Thread(target=write, args=(c,)) for c in clients]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert sorted((status, dedup) for status, dedup, _ in answers) == [(200, "exact")] * 7 + [(201, "")], answers
+            assert len({cid for _, _, cid in answers}) == 1
+        stored = clients[0].get("/memories", params={"owner_id": owner, "limit": 100}).json()
+        assert stored["total"] == 10 and len(stored["results"]) == 10
+    finally:
+        for c in clients:
+            c.close()
+
+
 def test_identical_writes_racing_each_other_store_one_cell(tmp_path):
     """Eight threads restate one memory at once (a retried request, two agents hearing the same
     thing), in 30 rounds: one cell per round, the others are counted uses of it. Fails without
