@@ -168,6 +168,12 @@ class Operation:
         if self.scope is not None and self.scope not in SCOPES:
             raise ValueError(f"{self.name}: unknown scope {self.scope!r}")
 
+    def grouped(self, service: "MemoryService") -> Optional[Callable[[Context, Inputs], Awaitable[Any]]]:
+        """`run_grouped`, when the row has one and `service` commits creates in groups: then an
+        event loop awaits it instead of running `run` in a thread (the server, the in-process
+        AsyncClient)."""
+        return self.run_grouped if self.run_grouped is not None and service.commits_in_groups else None
+
     def url(self, path_params: Mapping[str, str]) -> str:
         """The path with its parameters filled in (quoted), relative to PREFIX."""
         return self.path.format(**{k: quote(str(v), safe="") for k, v in path_params.items()})

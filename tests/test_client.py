@@ -617,3 +617,37 @@ def test_postgresql_url_runs_in_process(pg_url):
         mem.forget(cell.id)
         with pytest.raises(AccessDenied):
             mem.get(cell.id)
+
+
+def test_in_process_async_creates_wait_for_their_group_without_a_thread_each(tmp_path):
+    """On SQLite the in-process AsyncClient's creates wait for their group commit on the loop,
+    as the server's do: sixteen at once from one loop are written in fewer transactions, by
+    the group commit's own thread; the one whose key is taken gets CONFLICT, the others
+    their cells; a batch goes the same way; reads still answer."""
+    import threading
+
+    from ampkit import Conflict
+
+    async def scenario():
+        async with ampkit.AsyncClient(f"sqlite:///{tmp_path}/grouped.db", agent_id="grouper") as client:
+            await client.remember("the taken name", owner_id="grouper", key="taken")
+            service = client._transport._sync.service
+            assert service.commits_in_groups
+            ran: list[tuple[int, str]] = []
+            run_group = service._creates._run_group
+            service._creates._run_group = lambda group: (ran.append((len(group), threading.current_thread().name)),
+                                                         run_group(group))
+            writes = [client.remember(f"fact {i}", owner_id="grouper", session_id=f"s{i % 3}") for i in range(15)]
+            writes.append(client.remember("wants the name", owner_id="grouper", key="taken"))
+            results = await asyncio.gather(*writes, return_exceptions=True)
+            batch = await client.remember_many([{"text": f"batch {i}", "owner_id": "grouper"} for i in range(3)])
+            listed = [c async for c in client.list(owner_id="grouper")]
+            return results, ran, batch, listed
+
+    results, ran, batch, listed = asyncio.run(scenario())
+    assert isinstance(results[15], Conflict)
+    assert [r.content.text for r in results[:15]] == [f"fact {i}" for i in range(15)]
+    assert sum(n for n, _ in ran) == 17 and len(ran) < 17  # 16 creates and one batch, grouped
+    assert {name for _, name in ran} == {"ampkit-group-commit_0"}
+    assert [c.content.text for c in batch] == ["batch 0", "batch 1", "batch 2"]
+    assert {c.content.text for c in listed} == {"the taken name", *(f"fact {i}" for i in range(15)), "batch 0", "batch 1", "batch 2"}

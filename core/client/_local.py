@@ -14,6 +14,7 @@ background lifecycle scheduler: call `run_lifecycle()` when you want one.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any, Mapping, Optional
 
@@ -38,10 +39,27 @@ def run_call(service: MemoryService, agent: str, call: Call[Any], auth: Mapping[
     back, as over HTTP): the same input validation (the query travels in its wire form),
     the same row, the same decoding. The in-process clients and the MCP tools
     (`ampkit.mcp_server`) both run calls here."""
-    operation = call.operation
-    inputs = operation.parse(path=call.path_params, query=query_pairs(call.query), headers=call.headers,
-                             body=call.body, limits=service.limits)
-    result = operation.run(Context(service, agent, auth, may_read="read" in scopes, scopes=scopes), inputs)
+    context, inputs = _prepared(service, agent, call, auth, scopes)
+    return _decoded(call, call.operation.run(context, inputs))
+
+
+async def run_call_grouped(service: MemoryService, agent: str, call: Call[Any]) -> Any:
+    """`run_call` for a create on a service that commits in groups, on an asyncio loop: the
+    call waits for its group's commit without a thread of its own, as the server's do."""
+    context, inputs = _prepared(service, agent, call, IN_PROCESS_AUTH, frozenset(SCOPES))
+    grouped = call.operation.grouped(service)
+    assert grouped is not None
+    return _decoded(call, await grouped(context, inputs))
+
+
+def _prepared(service: MemoryService, agent: str, call: Call[Any], auth: Mapping[str, Any],
+              scopes: frozenset[str]) -> tuple[Context, dict[str, Any]]:
+    inputs = call.operation.parse(path=call.path_params, query=query_pairs(call.query), headers=call.headers,
+                                  body=call.body, limits=service.limits)
+    return Context(service, agent, auth, may_read="read" in scopes, scopes=scopes), inputs
+
+
+def _decoded(call: Call[Any], result: Any) -> Any:
     return call.decode(result.value if isinstance(result, Answer) else result)
 
 
@@ -64,8 +82,16 @@ class LocalTransport:
                 self._embedding.start()
                 self._opened = True
 
+    @property
+    def is_open(self) -> bool:
+        return self._opened
+
+    def agent_for(self, call: Call[Any]) -> str:
+        """The agent the call acts as ("" for a call that needs none)."""
+        return check_agent_id(self.agent_id) if call.needs_agent else ""
+
     def send(self, call: Call[Any]) -> Any:
-        agent = check_agent_id(self.agent_id) if call.needs_agent else ""
+        agent = self.agent_for(call)
         self.open()
         return run_call(self.service, agent, call)
 
@@ -78,17 +104,35 @@ class LocalTransport:
 
 
 class AsyncLocalTransport:
-    """The same, with each call run in a worker thread so the event loop never blocks on SQL."""
+    """The same, with each call run in a worker thread so the event loop never blocks on SQL;
+    on asyncio, a create on a store that commits in groups (SQLite) instead waits for its
+    group on the loop, without a thread of its own (`run_call_grouped`)."""
 
     def __init__(self, store_url: str, *, agent_id: Optional[str], service: Optional[MemoryService] = None):
         self._sync = LocalTransport(store_url, agent_id=agent_id, service=service)
         self.url = store_url
 
     async def open(self) -> None:
-        await anyio.to_thread.run_sync(self._sync.open)
+        if not self._sync.is_open:
+            await anyio.to_thread.run_sync(self._sync.open)
 
     async def send(self, call: Call[Any]) -> Any:
+        service = self._sync.service
+        if call.operation.grouped(service) is not None and _on_asyncio():
+            agent = self._sync.agent_for(call)
+            await self.open()
+            return await run_call_grouped(service, agent, call)
         return await anyio.to_thread.run_sync(self._sync.send, call)
 
     async def close(self) -> None:
         await anyio.to_thread.run_sync(self._sync.close)
+
+
+def _on_asyncio() -> bool:
+    """Whether the caller runs on an asyncio loop (group commit answers there; under trio the
+    call takes a worker thread instead)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -357,9 +357,9 @@ def _endpoint(op: Operation, limits: Limits) -> Callable[..., Any]:
 
     async def endpoint(request: Request, **inputs: Any) -> Any:
         serving = _serving(request)
-        if op.run_grouped is not None and serving.service.commits_in_groups:
-            # Waits for its group commit on the loop: no worker thread of its own (ampkit.groupcommit).
-            return response_of(await op.run_grouped(context_of(serving, inputs), inputs))
+        grouped = op.grouped(serving.service)
+        if grouped is not None:  # waits for its group commit on the loop: no worker thread of its own
+            return response_of(await grouped(context_of(serving, inputs), inputs))
         context = contextvars.copy_context()  # what FastAPI's pool would have carried over
         return await asyncio.get_running_loop().run_in_executor(serving.workers, context.run, run_row, serving, inputs)
 
