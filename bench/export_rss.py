@@ -27,7 +27,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from support import free_port  # noqa: E402  (the test helper: a free loopback port)
+from support import free_port, process_rss_kb  # noqa: E402  (the test helpers: a free loopback port, /proc)
 
 from ampkit.models import CellCreate, CellPatch  # noqa: E402
 from ampkit.service import MemoryService  # noqa: E402
@@ -83,10 +83,7 @@ class Server:
         raise RuntimeError(f"server did not start; see {log}")
 
     def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+        return process_rss_kb(self.proc.pid) / 1024
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -38,7 +38,7 @@ from typing import Any, Iterator, Optional, Sequence
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from support import cpu_seconds, free_port, proc_stat  # noqa: E402  (the test helpers: a free loopback port, /proc)
+from support import free_port, process_cpu_seconds, process_rss_kb  # noqa: E402  (the test helpers: a free loopback port, /proc)
 
 NAMES = ["Alice", "Bruno", "Chen", "Dara", "Emeka", "Farah", "Goran", "Hana", "Ivan", "Jun", "Kemal", "Lena",
          "Mateo", "Noor", "Olga", "Priya", "Quinn", "Rosa", "Sven", "Tariq", "Uma", "Viktor", "Wen", "Yusuf"]
@@ -145,16 +145,12 @@ class Server:
         raise RuntimeError(f"server did not start; see {log}")
 
     def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-        return 0.0
+        return round(process_rss_kb(self.proc.pid) / 1024, 1)
 
     def cpu_s(self) -> float:
         """CPU seconds (user + system) the server process has used so far: beside a rate
         measured on a shared machine, the cost that does not depend on the others' load."""
-        fields = proc_stat(Path(f"/proc/{self.proc.pid}/stat"))
-        return 0.0 if fields is None else cpu_seconds(fields)
+        return process_cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -37,7 +37,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import TEAMS, Server, memory_text, query_for  # noqa: E402
 from writes import json_poster, machine_cpu_jiffies, server_cpu_seconds  # noqa: E402
-from support import process_tree  # noqa: E402  (on the path since scale)
+from support import process_rss_kb, process_tree  # noqa: E402  (on the path since scale)
 
 
 def client(base: str, seed: int, owners: int, kind: str, warm_s: float, seconds: float,
@@ -73,15 +73,8 @@ def client(base: str, seed: int, owners: int, kind: str, warm_s: float, seconds:
 
 
 def rss_mb(pid: int) -> float:
-    total = 0
-    for member in process_tree(pid):
-        try:
-            for line in Path(f"/proc/{member}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except FileNotFoundError:
-            continue
-    return round(total / 1024, 1)
+    """Resident memory of the server and its workers."""
+    return round(sum(process_rss_kb(member) for member in process_tree(pid)) / 1024, 1)
 
 
 def owners_of(store: str) -> int:

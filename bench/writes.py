@@ -45,7 +45,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import Server, cell_body, memory_text  # noqa: E402  (the same memories and server helper)
-from support import cpu_seconds, proc_stat, process_tree  # noqa: E402  (scale put tests/ on the path)
+from support import cpu_seconds, proc_stat, process_cpu_seconds, process_tree  # noqa: E402  (scale put tests/ on the path)
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
@@ -57,8 +57,7 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
 
 def server_cpu_seconds(pid: int) -> float:
     """User + system CPU time of the server process and its workers so far (Linux /proc)."""
-    stats = (proc_stat(Path(f"/proc/{member}/stat")) for member in process_tree(pid))
-    return sum(cpu_seconds(fields) for fields in stats if fields is not None)
+    return sum(process_cpu_seconds(member) for member in process_tree(pid))
 
 
 def machine_cpu_jiffies() -> tuple[int, int]:

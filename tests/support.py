@@ -57,6 +57,23 @@ def cpu_seconds(fields: list[str]) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far; 0 once it has ended."""
+    fields = proc_stat(Path(f"/proc/{pid}/stat"))
+    return 0.0 if fields is None else cpu_seconds(fields)
+
+
+def process_rss_kb(pid: int) -> int:
+    """A process's resident memory (VmRSS) in kB; 0 once it has ended."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def process_tree(pid: int) -> list[int]:
     """`pid` and its descendants (Linux /proc): `ampkit serve --workers N` serves from child
     processes, whose CPU time is the server's too."""

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from ampkit.store.sqlite import SQLiteStore
-from support import ServerProcess, cpu_seconds, proc_stat, process_tree
+from support import ServerProcess, process_cpu_seconds, process_tree
 
 
 def worker_pids(server_pid: int) -> list[int]:
@@ -31,12 +31,6 @@ def worker_pids(server_pid: int) -> list[int]:
         except OSError:
             return b""
     return [pid for pid in process_tree(server_pid)[1:] if b"spawn_main" in cmdline(pid) and b"resource_tracker" not in cmdline(pid)]
-
-
-def cpu_time(pid: int) -> float:
-    """CPU seconds the process has used so far."""
-    fields = proc_stat(Path(f"/proc/{pid}/stat"))
-    return 0.0 if fields is None else cpu_seconds(fields)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -53,7 +47,7 @@ def test_two_workers_serve_one_store_as_one_server(store_url: str, tmp_path: Pat
         assert server.proc is not None
         workers = worker_pids(server.proc.pid)
         assert len(workers) == 2, workers
-        cpu_before = {pid: cpu_time(pid) for pid in workers}
+        cpu_before = {pid: process_cpu_seconds(pid) for pid in workers}
 
         spec = httpx.get(f"{server.base_url}/spec").json()
         assert spec["capabilities"]["auth"]["rate_limit"] == {
@@ -82,7 +76,7 @@ def test_two_workers_serve_one_store_as_one_server(store_url: str, tmp_path: Pat
             t.join()
         assert errors == [] and len(acked) == 200
         # Both workers answered some of them (each spent CPU on the writes).
-        assert all(cpu_time(pid) > cpu_before[pid] for pid in workers), (cpu_before, {pid: cpu_time(pid) for pid in workers})
+        assert all(process_cpu_seconds(pid) > cpu_before[pid] for pid in workers), (cpu_before, {pid: process_cpu_seconds(pid) for pid in workers})
 
         # Every write reads back, by id and by search, through fresh connections (either worker).
         for cid, text in acked.items():
