@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Mapping, Optional
+from typing import Any, Awaitable, Callable, Mapping, Optional
 
 import anyio.to_thread
 
@@ -24,7 +24,7 @@ from ..access import check_agent_id
 from ..auth import SCOPES
 from ..bootstrap import build_service, settings_for_store
 from ..embed_queue import EmbeddingWorker
-from ..operations import Answer, Context, query_pairs
+from ..operations import Answer, Context, Inputs, query_pairs
 from ..service import MemoryService
 from ._calls import Call
 
@@ -43,12 +43,12 @@ def run_call(service: MemoryService, agent: str, call: Call[Any], auth: Mapping[
     return _decoded(call, call.operation.run(context, inputs))
 
 
-async def run_call_grouped(service: MemoryService, agent: str, call: Call[Any]) -> Any:
-    """`run_call` for a create on a service that commits in groups, on an asyncio loop: the
-    call waits for its group's commit without a thread of its own, as the server's do."""
+async def run_call_grouped(service: MemoryService, agent: str, call: Call[Any],
+                           grouped: Callable[[Context, Inputs], Awaitable[Any]]) -> Any:
+    """`run_call` for a create on a service that commits in groups, on an asyncio loop
+    (`grouped`: the row's `Operation.grouped(service)`): the call waits for its group's commit
+    without a thread of its own, as the server's do."""
     context, inputs = _prepared(service, agent, call, IN_PROCESS_AUTH, frozenset(SCOPES))
-    grouped = call.operation.grouped(service)
-    assert grouped is not None
     return _decoded(call, await grouped(context, inputs))
 
 
@@ -118,10 +118,11 @@ class AsyncLocalTransport:
 
     async def send(self, call: Call[Any]) -> Any:
         service = self._sync.service
-        if call.operation.grouped(service) is not None and _on_asyncio():
+        grouped = call.operation.grouped(service)
+        if grouped is not None and _on_asyncio():
             agent = self._sync.agent_for(call)
             await self.open()
-            return await run_call_grouped(service, agent, call)
+            return await run_call_grouped(service, agent, call, grouped)
         return await anyio.to_thread.run_sync(self._sync.send, call)
 
     async def close(self) -> None:
