@@ -9,7 +9,9 @@ hit@10 (the target, or a cell with its exact text, in the top 10) beside the lat
 owner's search for words of the target (owner_words) or a paraphrased question
 (owner_paraphrase); a team member's search across its team's owners (team_words); the
 analyst's search across every owner (broad_words, broad_paraphrase: past 200,000 vectors the
-approximate index serves these). Then single-cell writes from one client and from 8
+approximate index serves these), and the analyst's again right after an import of a tenth as
+many cells into the served store (broad_words_after_an_import; its first search, which takes
+in what the import changed, timed alone). Then single-cell writes from one client and from 8
 concurrent clients (bench/writes.py's: each client a process), batch writes, bytes per cell
 on disk, the server's resident memory, and after a restart the time from process start to
 the first answered search (then the first broad one's, from its request and from process
@@ -218,6 +220,26 @@ def searches_after_writes(http: httpx.Client, workload: list[dict], owners: list
     return percentiles(ms), round(hits / len(workload), 3)
 
 
+def searches_after_an_import(http: httpx.Client, workload: list[dict], cells: int, rng: random.Random) -> dict:
+    """`cells` more memories imported into the served store (new owners, in batches of 500 as
+    the load), then the reader-wide searches of `workload` (its readers' first searches done):
+    the first one timed alone from the import's end (it takes in what the import changed: the
+    new vectors and the cached words' rows), then all of them as `timed_searches` does."""
+    owners = [f"import-{i:05d}" for i in range(max(1, cells // 100))]
+    t0 = time.perf_counter()
+    for _, by_owner in plan_batches(fact_plan(cells, owners, rng), owners):
+        for owner, rows in by_owner.items():
+            http.post("/memories/batch", json={"cells": [b for b, _, _ in rows]},
+                      headers={"X-AMP-Agent-ID": owner}).raise_for_status()
+    import_s = time.perf_counter() - t0
+    t = time.perf_counter()
+    search(http, workload[0], limit=10).raise_for_status()
+    first_ms = (time.perf_counter() - t) * 1000
+    lat, hit, _ = timed_searches(http, workload, {item["agent"] for item in workload})
+    return {"cells": cells, "cells_per_s": round(cells / import_s, 1), "first_search_ms": round(first_ms, 1),
+            **lat, "hit@10": hit, "queries": len(workload)}
+
+
 def fact_plan(n: int, owners: list[str], rng: random.Random) -> list[tuple[int, str, str]]:
     """n templated memories spread over `owners`: (owner index, text, paraphrase), by owner."""
     plan = [(i % len(owners), *memory_fact(rng)) for i in range(n)]
@@ -325,6 +347,12 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
         result["search_http"]["team_words_after_a_write"] = {**lat, "hit@10": hit, "queries": len(workloads["team_words"])}
         print(f"  team_words_after_a_write: {lat} hit@10 {hit}", file=sys.stderr, flush=True)
 
+        # ---- reader-wide searches right after an import of a tenth as many cells again into
+        # the served store: the first one takes in what the import changed
+        imported = searches_after_an_import(http, workloads["broad_words"], max(500, n // 10), rng)
+        result["search_http"]["broad_words_after_an_import"] = imported
+        print(f"  broad_words_after_an_import: {imported}", file=sys.stderr, flush=True)
+
         # ---- single-cell writes: one client, then 8 concurrent clients, each client a process
         # of its own and the clock started once all have connected (bench/writes.py: eight
         # client threads in one process are held back by their own GIL)
@@ -350,14 +378,16 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
             # Every single write the first server acknowledged, read back by the restarted one.
             result["acked_writes"], result["lost_writes"] = len(acked), lost_writes(restarted.base, acked)
             # The reader-wide searches again once this restarted server has loaded its graph
-            # and read its common words ahead (open() does that past 100,000 cells): beside
+            # (and added to it the rows changed since it was saved: the import's, when the
+            # first server stopped before its backlog was drained) and read its common words
+            # ahead (open() does that past 100,000 cells): beside
             # the grown server's figures above, on the same file and machine minutes apart.
             t0 = time.perf_counter()
             while time.perf_counter() - t0 < 3600:
                 index = http.get("/health").json().get("vector_index", {})
                 # ("none" on PostgreSQL, whose vectors stay in the database: nothing to load)
                 if index.get("state") in ("ready", "none") and index.get("approximate") != "building" \
-                        and index.get("keyword_warmup") != "warming":
+                        and not index.get("approximate_backlog") and index.get("keyword_warmup") != "warming":
                     break
                 time.sleep(1)
             result["restarted_ready_s"] = round(time.perf_counter() - restarted.started, 1)
@@ -408,7 +438,8 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
         stats = service.store.stats()
     finally:
         service.store.close()
-    written = n + len(workloads["team_words"]) + 500 + 800  # bulk load + writes between searches + single writes
+    imported = result["search_http"]["broad_words_after_an_import"]["cells"]
+    written = n + len(workloads["team_words"]) + imported + 500 + 800  # bulk load + writes between searches + import + single writes
     result.update({
         "store": stats.get("backend", store_url.split(":")[0]),
         "search_inproc_ms": percentiles(inproc_ms),
@@ -427,6 +458,10 @@ def print_table(res: dict) -> None:
         print(f"| {name}, restarted server | {p['queries']} | {p['p50']} | {p['p95']} | {p['p99']} | {p['hit@10']} |")
     p = res["search_inproc_ms"]
     print(f"| owner_words in process | - | {p['p50']} | {p['p95']} | {p['p99']} | - |")
+    imported = res["search_http"].get("broad_words_after_an_import")
+    if imported:
+        print(f"\nafter importing {imported['cells']} more cells ({imported['cells_per_s']} cells/s): "
+              f"the first reader-wide search {imported['first_search_ms']} ms")
     print("\n| each reader's first search on the server, before the timed ones | readers | p50 ms | p95 ms | max ms |"
           "\n|---|---|---|---|---|")
     for label, rows in (("", res["search_http"]), (", restarted server", res.get("search_http_restarted", {}))):

@@ -596,6 +596,9 @@ class VectorIndexHealth(Closed):
         default="none", description="the HNSW graph for wide searches: building (the exact scan answers meanwhile), "
                                     "ready (built, or loaded from where the store saved it), unavailable (no hnswlib), "
                                     "off (approximate_search off: every dense ranking is exact)")
+    approximate_backlog: int = Field(
+        default=0, ge=0, description="vectors caught up but not yet in the HNSW graph (an import's: they go in a chunk at "
+                                     "a time in the background); wide searches score them exactly meanwhile")
     keyword_warmup: Literal["none", "warming", "ready"] = Field(
         default="none", description="warming: a large store loads its access snapshot and the common words' term rows "
                                     "in the background (after a start, or once it has grown past the size or its term "

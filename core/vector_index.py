@@ -13,6 +13,12 @@ HNSW graph, built (or loaded from where the store saved it) in a background thre
 exact scan answers, serves the wide queries; its hits are intersected with the allowed rows, and when
 that leaves fewer than k the search falls back to the exact scan, so the ANN only ever makes
 a query faster, never shorter.
+
+A few new vectors go into the graph as they are caught up; more (an import's) wait in a
+backlog the store's background thread adds a chunk at a time (`drain_graph`): inserting
+costs ~90 us a vector here, 9 s for 100,000, which the first search after an import had
+paid. Meanwhile the rows of the backlog are scored exactly beside the graph's hits, so a
+search never misses a row because the graph does not hold it yet.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import numpy as np
 
 DEFAULT_ANN_THRESHOLD = 200_000
 MAX_ANN_FETCH = 5_000  # neighbours one approximate query may ask the graph for
+GRAPH_SYNC_ROWS = 64  # up to this many caught-up vectors go into the graph at once (~6 ms)
 
 
 class VectorIndex:
@@ -34,6 +41,9 @@ class VectorIndex:
         self._rowids = np.zeros(1024, dtype=np.int64)  # slot -> rowid
         self._slot_of = np.full(1024, -1, dtype=np.int64)  # rowid -> slot (rowids are dense ints)
         self._count = 0
+        self._backlog = np.zeros(1024, dtype=bool)  # slot -> its current vector is not in the graph yet
+        self._backlog_n = 0
+        self._draining = False  # a background drain is claimed (`claim_drain`)
         self._ann: Any = None  # hnswlib.Index (untyped), built in the background past the threshold
         self.ann_state = "none"  # none | building | ready | unavailable
         self.ann_dirty = False  # changed since it was last saved
@@ -56,7 +66,7 @@ class VectorIndex:
         if len(rowids) == 0:
             return
         vectors = np.asarray(vectors, dtype=np.float32).reshape(len(rowids), self.dim)
-        added_rowids, added_vectors = rowids, vectors
+        added_rowids = rowids
         with self._lock:
             self._version += 1
             top = int(rowids.max())
@@ -85,8 +95,7 @@ class VectorIndex:
                     self._count += 1
                 self._matrix[slot] = vec
             if self._ann is not None:
-                self._ann_add(added_rowids, added_vectors)
-                self.ann_dirty = True
+                self._into_graph(self._slot_of[added_rowids])
 
     def discard(self, rowids: np.ndarray) -> None:
         """Forget these rows (their vector is now another model's); a search never returns
@@ -102,20 +111,29 @@ class VectorIndex:
         matrix[: len(self._matrix)] = self._matrix
         rowids = np.zeros(size, dtype=np.int64)
         rowids[: len(self._rowids)] = self._rowids
-        self._matrix, self._rowids = matrix, rowids
+        backlog = np.zeros(size, dtype=bool)
+        backlog[: len(self._backlog)] = self._backlog
+        self._matrix, self._rowids, self._backlog = matrix, rowids, backlog
 
     # ------------------------------------------------------------ approximate index
     def wants_ann(self) -> bool:
         return self.ann_state == "none" and self.ann_threshold is not None and self._count >= self.ann_threshold
 
     def build_ann(self, saved: Optional[str] = None) -> None:
-        """Build the HNSW graph (or load the one saved at `saved`, then add what changed since:
-        `changed_rowids`), outside the lock: searches keep using the exact scan meanwhile."""
+        """Build the HNSW graph (or load the one saved at `saved`), outside the lock: searches
+        keep using the exact scan meanwhile; then install it (`install_ann`)."""
+        prepared = self.prepare_ann(saved)
+        if prepared is not None:
+            self.install_ann(prepared)
+
+    def prepare_ann(self, saved: Optional[str] = None) -> Optional[tuple[Any, int, bool]]:
+        """The graph of the vectors held now, built or loaded from `saved` (outside the lock),
+        to install (`install_ann`); None without hnswlib."""
         try:
             import hnswlib
         except ImportError:  # the exact scan keeps working, only slower
             self.ann_state = "unavailable"
-            return
+            return None
         self.ann_state = "building"
         with self._lock:
             n = self._count
@@ -127,37 +145,91 @@ class VectorIndex:
             index.init_index(max_elements=max(2 * n, 1024), ef_construction=100, M=16)
             index.add_items(matrix, rowids)
         index.set_ef(128)
+        return index, n, saved is not None
+
+    def install_ann(self, prepared: tuple[Any, int, bool], changed: Optional[np.ndarray] = None) -> None:
+        """Serve wide searches from a prepared graph. Rows added since it was prepared, and
+        the `changed` row ids (changed since a loaded graph was saved), join it through
+        `_into_graph`: a few at once, more through the backlog, so /health's `approximate:
+        ready` and the backlog it must still take in are set together."""
+        index, n, loaded = prepared
         with self._lock:
-            if self._count > n:  # rows added while it was built
-                index.resize_index(max(2 * self._count, index.get_max_elements()))
-                index.add_items(self._matrix[n : self._count], self._rowids[n : self._count])
             self._ann = index
+            self.ann_dirty = not loaded
+            slots = np.arange(n, self._count)  # rows added while it was built
+            if changed is not None and changed.size:
+                found = self._slot_of[changed[(changed >= 0) & (changed < len(self._slot_of))]]
+                slots = np.concatenate([slots, found[found >= 0]])
+            if slots.size:
+                self._into_graph(slots)
             self.ann_state = "ready"
-            self.ann_dirty = saved is None or self._count > n
 
-    def refresh_ann_rows(self, rowids: np.ndarray) -> None:
-        """Re-add these rows' current vectors to the graph (rows changed after it was saved)."""
+    def _into_graph(self, slots: np.ndarray) -> None:
+        """(The lock held.) These slots' current vectors into the graph: at once when they are
+        few and none wait, else into the backlog (`drain_graph`), which keeps them in order."""
+        slots = np.unique(slots)
+        self.ann_dirty = True
+        if not self._backlog_n and slots.size <= GRAPH_SYNC_ROWS:
+            self._ann_add(self._rowids[slots], self._matrix[slots])
+        else:
+            self._backlog_n += int((~self._backlog[slots]).sum())
+            self._backlog[slots] = True
+
+    @property
+    def graph_backlog(self) -> int:
+        """Vectors caught up but not in the approximate graph yet."""
+        return self._backlog_n
+
+    def claim_drain(self) -> bool:
+        """Whether the caller should start draining the backlog (none is, and there is one)."""
+        if self._draining or not self._backlog_n:  # (every search asks: no wait for a drain's chunk)
+            return False
         with self._lock:
-            slots = self._slot_of[rowids[(rowids >= 0) & (rowids < len(self._slot_of))]]
-            slots = slots[slots >= 0]
-            if self._ann is not None and len(slots):
-                self._ann_add(self._rowids[slots], self._matrix[slots])
-                self.ann_dirty = True
+            if self._draining or not self._backlog_n or self._ann is None:
+                return False
+            self._draining = True
+            return True
 
-    def save_ann(self, path: str) -> bool:
+    def drain_graph(self, max_rows: int) -> int:
+        """Add up to `max_rows` vectors of the backlog to the graph (holding the lock: hnswlib
+        cannot search and insert at once) and return how many are left; at none, the claim
+        ends (`claim_drain`)."""
         with self._lock:
             if self._ann is None:
+                self._draining = False
+                return 0
+            slots = np.flatnonzero(self._backlog[: self._count])[:max_rows]
+            self._backlog[slots] = False
+            self._backlog_n -= slots.size
+            rowids = self._rowids[slots]
+            live = self._slot_of[rowids] == slots  # (a row forgotten since is left out)
+            if live.any():
+                self._ann_add(rowids[live], self._matrix[slots[live]], threads=1)  # a core left for searches
+            if not self._backlog_n:
+                self._draining = False
+            return self._backlog_n
+
+    def release_drain(self) -> None:
+        """The drain stopped (a store closed meanwhile): the next catch-up may claim it again."""
+        with self._lock:
+            self._draining = False
+
+    def save_ann(self, path: str) -> bool:
+        """Save the graph; not while it lacks vectors of its backlog (the file saved before,
+        with the vector sequence it covers, stays, and a restart adds what changed since)."""
+        with self._lock:
+            if self._ann is None or self._backlog_n:
                 return False
             self._ann.save_index(path)
             self.ann_dirty = False
             return True
 
-    def _ann_add(self, rowids: np.ndarray, vectors: np.ndarray) -> None:
+    def _ann_add(self, rowids: np.ndarray, vectors: np.ndarray, threads: int = -1) -> None:
         index = self._ann
         needed = index.get_current_count() + len(rowids)
         if needed > index.get_max_elements():
             index.resize_index(2 * needed)
-        index.add_items(vectors, rowids)  # an existing label is updated in place
+        index.add_items(vectors, rowids, num_threads=threads)  # an existing label is updated in place
 
     # ------------------------------------------------------------ search
     def search(self, query: np.ndarray, allowed: np.ndarray, k: int) -> list[tuple[int, float]]:
@@ -227,7 +299,21 @@ class VectorIndex:
         label_slots[in_range] = self._slot_of[rows[in_range]]
         ok = label_slots >= 0
         ok[ok] = allowed[label_slots[ok]]
+        if self._backlog_n:  # (the graph may hold an older vector of a row in the backlog)
+            ok[ok] = ~self._backlog[label_slots[ok]]
         hits = [(int(r), 1.0 - float(d)) for r, d, keep in zip(rows, distances[0], ok) if keep]
+        if self._backlog_n:  # the allowed rows the graph does not hold yet, scored exactly
+            waiting = np.flatnonzero(self._backlog[: self._count] & allowed)
+            if waiting.size:
+                # An import's rows sit side by side at the end: their span's products, not a
+                # gathered copy of each row (as `search` decides for the exact scan).
+                lo, hi = int(waiting[0]), int(waiting[-1]) + 1
+                if hi - lo <= 8 * waiting.size:
+                    scores = row_dots(self._matrix[lo:hi], query)[waiting - lo]
+                else:
+                    scores = row_dots(self._matrix[waiting], query)
+                hits += [(int(self._rowids[waiting[i]]), float(scores[i])) for i in _top_k(scores, k)]
+                hits.sort(key=lambda hit: -hit[1])
         return hits[:k] if len(hits) >= k else None
 
 

@@ -15,6 +15,7 @@ data is not in the repository)."""
 from __future__ import annotations
 
 import json
+import random
 import os
 import shutil
 import signal
@@ -330,3 +331,9 @@ def test_scale_times_each_readers_first_search_apart_from_the_timed_ones(tmp_pat
         assert hit == 1.0 and set(latencies) == {"p50", "p95", "p99"}
         _, _, again = scale.timed_searches(http, work, seen)
         assert again is None  # every reader has searched on this server
+        # The import row: a tenth more cells of new owners, then the same readers' searches,
+        # the first timed alone; the targets are still found and the cells all stored.
+        imported = scale.searches_after_an_import(http, work, 300, random.Random(2))
+        assert imported["cells"] == 300 and imported["cells_per_s"] > 0 and imported["first_search_ms"] > 0
+        assert imported["queries"] == 12 and imported["hit@10"] == 1.0 and imported["p99"] >= imported["p50"] > 0
+        assert http.get("/memories", params={"limit": 200}, headers={"X-AMP-Agent-ID": "import-00001"}).json()["total"] == 100

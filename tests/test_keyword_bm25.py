@@ -1147,11 +1147,14 @@ def test_cached_term_counts_widen_when_a_patched_row_needs_it():
     window counting a word more often than that type holds widens it, losing nothing."""
     import numpy as np
 
-    from ampkit.store._bm25 import doc_counts, patch_postings
+    from ampkit.store._bm25 import PostingsCache, doc_counts
 
     rowids, tf = doc_counts(np.array([3, 3, 7, 9], dtype=np.int64))
     assert tf.dtype == np.uint8 and tf.tolist() == [2, 1, 1]
-    rows, counts = patch_postings("w", (rowids, tf), [(np.array([5, 7]), {5: {"w": 300}, 7: None})])
+    cache = PostingsCache(1 << 20)
+    cache.get("t:w", lambda: (rowids, tf))
+    cache.record({5: {"w": 300}, 7: None})
+    rows, counts = cache.get("t:w", lambda: pytest.fail("patched, not loaded"))
     assert rows.tolist() == [3, 5, 9] and counts.tolist() == [2, 300, 1] and counts.dtype == np.uint16
     assert doc_counts(np.repeat(np.array([4], dtype=np.int64), 70_000))[1].tolist() == [70_000]
 
@@ -1199,3 +1202,49 @@ def test_a_warming_store_loads_its_access_snapshot_before_its_vectors(corpus):
         assert small._vectors_ready.is_set()
     finally:
         small.close()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_patched_term_rows_equal_rows_loaded_afresh(seed, monkeypatch):
+    """The term cache's patches (`PostingsCache`): after any run of commits (new rows, rows
+    changed again within and across commits, windows gone; single rows that share the log's
+    open entry and large commits of their own; the log starting afresh), a cached word's rows
+    and counts equal those read afresh from the windows as they are now, whichever commits
+    it had already seen."""
+    import numpy as np
+
+    from ampkit.store._bm25 import PostingsCache, doc_counts
+
+    monkeypatch.setattr(PostingsCache, "TAIL_ROWS", 6)
+    monkeypatch.setattr(PostingsCache, "MAX_LOG_ROWS", 400)
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(12)]
+    windows: dict[int, dict[str, int]] = {}  # the store: rowid -> its window's term counts
+    cache = PostingsCache(1 << 20)
+
+    def afresh(word: str):
+        held = [row for row in sorted(windows) for _ in range(windows[row].get(word, 0))]
+        return doc_counts(np.array(held, dtype=np.int64))
+
+    def commit(rows: list[int]) -> None:
+        changed: dict = {}
+        for row in rows:
+            if row in windows and rng.random() < 0.2:
+                del windows[row]
+                changed[row] = None
+            else:
+                windows[row] = {w: rng.choice([1, 1, 2, 300]) for w in rng.sample(words, rng.randint(1, 5))}
+                changed[row] = dict(windows[row])
+        cache.record(changed)
+
+    shared = False
+    for step in range(150):
+        shared = shared or any(entry.last > entry.first for entry in cache.log)
+        top = max(windows, default=0)
+        size = rng.choice([1, 1, 2, 3, 9])
+        commit([rng.randint(1, top + 3) if rng.random() < 0.5 else top + 1 + i for i in range(size)])
+        for word in rng.sample(words, 3):
+            rows, counts = cache.get("t:" + word, lambda: afresh(word))
+            want_rows, want_counts = afresh(word)
+            assert rows.tolist() == want_rows.tolist() and counts.tolist() == want_counts.tolist(), (step, word)
+    assert cache.epoch >= 1 and shared  # it started afresh, and commits shared log entries

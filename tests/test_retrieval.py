@@ -8,6 +8,7 @@ by meaning, reindex after a model change) goes through real servers over HTTP an
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -464,15 +465,107 @@ def test_keyword_scan_of_a_few_admitted_cells_equals_the_fts_query(tmp_path):
             s.close()
 
 
-def _random_unit_vectors(store: SQLiteStore, model: str, texts: list[str]) -> None:
+def _random_unit_vectors(store: SQLiteStore, model: str, texts: list[str], seed: int = 3) -> None:
     """Cells of owner "ann" with random unit vectors of `model` ("rand<dim>"), seeded."""
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     dim = int(model.removeprefix("rand"))
     cells = MemoryService(store=store).create_many("ann", [cell(text, owner="ann") for text in texts])
     with store.write() as tx:
         for c in cells:
             v = rng.normal(size=dim).astype(np.float32)
             tx.update(tx.get(c.id), StoredVector(model, v / np.linalg.norm(v)))
+
+
+def test_graph_backlog_is_scored_exactly_until_it_is_drained():
+    """Vectors added beyond GRAPH_SYNC_ROWS at once wait outside the HNSW graph; a search
+    meanwhile scores them exactly beside the graph's hits (a new row and a row whose vector
+    changed are found by their current vectors), the graph is not saved without them, and
+    once drained a chunk at a time the graph holds them."""
+    pytest.importorskip("hnswlib")
+    from ampkit.vector_index import GRAPH_SYNC_ROWS, VectorIndex
+
+    rng = np.random.default_rng(5)
+
+    def unit(n: int) -> np.ndarray:
+        v = rng.normal(size=(n, 16)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    index = VectorIndex(16, ann_threshold=100)
+    index.upsert(np.arange(1, 301), unit(300))
+    index.build_ann()
+    assert index.uses_ann
+    few = unit(GRAPH_SYNC_ROWS)  # as many as go straight in
+    index.upsert(np.arange(301, 301 + GRAPH_SYNC_ROWS), few)
+    assert index.graph_backlog == 0
+    new, changed = unit(200), unit(1)
+    was = index._matrix[index._slot_of[7]].copy()  # row 7's vector the graph holds
+    index.upsert(np.concatenate([np.arange(1000, 1200), [7]]), np.concatenate([new, changed]))
+    assert index.graph_backlog == 201 and not index.save_ann("/nonexistent/never-written")
+    rows = np.arange(1, 1200)
+
+    def top(query: np.ndarray) -> int:
+        return index.search(query, rows, 10)[0][0]
+
+    assert top(new[123]) == 1123 and top(changed[0]) == 7 and top(was) != 7  # (not by its old vector)
+    assert index.claim_drain() and not index.claim_drain()  # one drain at a time
+    left = [index.drain_graph(50) for _ in range(5)]
+    assert left == [151, 101, 51, 1, 0] and index.graph_backlog == 0
+    assert index._ann.get_current_count() == 300 + GRAPH_SYNC_ROWS + 200  # row 7 updated in place
+    assert top(new[123]) == 1123 and top(changed[0]) == 7 and top(was) != 7
+    assert not index.claim_drain()  # nothing left to drain
+
+
+def test_an_import_caught_up_by_a_search_drains_into_the_graph_in_the_background(tmp_path, monkeypatch):
+    """The store side: a search that catches up an import's vectors leaves them in the graph's
+    backlog (`/health` approximate_backlog) and answers exactly as a full scan would; a
+    background thread then drains it, and the answers stay the same. A store closed with a
+    backlog keeps the graph saved before; the next open re-adds the rows changed since through
+    the backlog too (not inside the lock searches wait for), answering the same meanwhile."""
+    pytest.importorskip("hnswlib")
+    import threading
+    import time
+
+    gate = threading.Event()
+    drain = SQLiteStore._drain_graph
+    monkeypatch.setattr(SQLiteStore, "_drain_graph", lambda self, *args: (gate.wait(30), drain(self, *args)))
+    path = str(tmp_path / "import.db")
+    flt = CellFilter(reader="ann", owner_id="ann")
+    query = np.ones(16, dtype=np.float32) / 4.0
+
+    def state(store: SQLiteStore) -> tuple[str, int]:
+        health = store.vector_index_state()
+        return health["approximate"], health["approximate_backlog"]
+
+    store = SQLiteStore(path, ann_threshold=100)
+    store.open()
+    try:
+        _random_unit_vectors(store, "rand16", [f"first {i}" for i in range(200)])
+        store.vector_candidates(query, "rand16", flt, 10)
+        store.wait_for_vector_index()  # the graph built and saved
+        _random_unit_vectors(store, "rand16", [f"imported {i}" for i in range(300)], seed=4)
+        exact = _exact(store, query, "rand16", flt, 10)
+        assert [c.cell_id for c in store.vector_candidates(query, "rand16", flt, 10)] == exact
+        index = store._vectors["rand16"]
+        assert state(store) == ("ready", 300) and index._ann.get_current_count() == 200
+    finally:
+        store.close()  # with the backlog: the graph of 200 stays the saved one
+    assert json.loads(open(store._ann_path("rand16") + ".json").read())["vec_seq"] < store._vectors_seq
+
+    again = SQLiteStore(path, ann_threshold=100)
+    again.open()
+    try:
+        deadline = time.monotonic() + 30
+        while state(again) != ("ready", 300) and time.monotonic() < deadline:
+            time.sleep(0.01)  # (the saved graph loads in the background, then the 300 join its backlog)
+        assert state(again) == ("ready", 300) and again._vectors["rand16"]._ann.get_current_count() == 200
+        assert [c.cell_id for c in again.vector_candidates(query, "rand16", flt, 10)] == exact
+        gate.set()
+        again.wait_for_vector_index()
+        assert state(again) == ("ready", 0) and again._vectors["rand16"]._ann.get_current_count() == 500
+        assert [c.cell_id for c in again.vector_candidates(query, "rand16", flt, 10)] == exact
+    finally:
+        gate.set()
+        again.close()
 
 
 def test_restart_loads_the_saved_graph_and_answers_while_the_index_loads(tmp_path):
@@ -491,7 +584,7 @@ def test_restart_loads_the_saved_graph_and_answers_while_the_index_loads(tmp_pat
     store.wait_for_vector_index()
     assert store.wait_for_term_warmup(60)  # a small store: nothing read ahead, ready at once
     assert store.vector_index_state() == {"state": "ready", "vectors": 200, "approximate": "ready", "keyword_warmup": "ready",
-                                         "access_snapshot": "none"}  # (no reader-wide search yet)
+                                         "access_snapshot": "none", "approximate_backlog": 0}  # (no reader-wide search yet)
     store.close()
     saved = store._ann_path("rand16")
     assert os.path.exists(saved) and os.path.exists(saved + ".json")

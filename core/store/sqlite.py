@@ -360,6 +360,12 @@ SNAPSHOT_FIRST_WAIT_S = 30.0
 WARM_TERMS_SHARE = 0.75
 WARM_TERMS_REGROWTH = 2.0
 
+# Vectors an import left out of the approximate graph go in this many at a time, in the
+# background (`_drain_graph`): ~20 ms of hnswlib's insertion on one core here, the longest a
+# search then waits for the graph; then the drain pauses so that waiting searches go first.
+GRAPH_DRAIN_ROWS = 128
+GRAPH_DRAIN_PAUSE_S = 0.005
+
 # Checkpoints (the WAL copied back into the database file, with its fsyncs): a background
 # thread copies what commits wrote, at most once per CHECKPOINT_INTERVAL_S while they arrive
 # (PASSIVE: it never blocks the writer or a reader, and leaves `PRAGMA data_version` as it
@@ -1058,6 +1064,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
 
     def _start_index_thread(self, target: Any, *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True, name="ampkit-vectors")
+        self._index_threads = [t for t in self._index_threads if t.is_alive()]
         self._index_threads.append(thread)
         thread.start()
 
@@ -1137,9 +1144,14 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return self._terms_warm.wait(timeout)
 
     def wait_for_vector_index(self, timeout: Optional[float] = None) -> None:
-        """Until the background loading and graph building started so far are done."""
-        for thread in list(self._index_threads):
-            thread.join(timeout)
+        """Until the background loading and graph building started so far are done, and what
+        they started meanwhile (a graph built or loaded starts draining its backlog)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while alive := [thread for thread in list(self._index_threads) if thread.is_alive()]:
+            for thread in alive:
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if deadline is not None and time.monotonic() >= deadline:
+                return
 
     # ------------------------------------------------------------ migrations (the loop: SQLStore)
     def _applied_versions(self) -> Optional[set[int]]:
@@ -1322,8 +1334,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
             snapshot.apply(changes.states)
         postings = self._postings
         if postings is not None:
-            terms = changes.terms
-            postings[1].record(np.fromiter(sorted(terms), dtype=np.int64, count=len(terms)), terms)
+            postings[1].record(changes.terms)
 
     def _catch_up(self) -> None:
         """Under the write lock, after another connection committed: its logged rows into
@@ -1821,6 +1832,9 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     (self._vectors_seq,),
                 )
                 if not rows:
+                    for held in self._vectors.values():
+                        if held.claim_drain():
+                            self._start_index_thread(self._drain_graph, self._opened, held)
                     return
                 # Each row's vector is now its model's, or none (a row written without one):
                 # every other index forgets the rowid. So a vector that moved to another model
@@ -1905,6 +1919,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
             "vectors": sum(len(index) for index in self._vectors.values()),
             "approximate": "off" if self.ann_threshold is None
             else next((s for s in ("building", "ready", "unavailable") if s in states), "none"),
+            # caught-up vectors not in the approximate graph yet (scored exactly meanwhile)
+            "approximate_backlog": sum(index.graph_backlog for index in list(self._vectors.values())),
         }
 
     def _keyword_warmup_state(self) -> str:
@@ -1949,19 +1965,37 @@ class SQLiteStore(SQLFileReads, SQLStore):
         try:
             meta = json.loads(open(path + ".json").read()) if os.path.exists(path + ".json") else None
             if meta and meta.get("dim") == index.dim and os.path.exists(path):
-                index.build_ann(saved=path)
+                prepared = index.prepare_ann(saved=path)
+                if prepared is None:
+                    return
+                # Under the lock catch-ups take: no vector changes between the query and the
+                # graph serving with the changed rows in its backlog.
                 with self._vectors_lock:
                     if self._writer is None:  # closed meanwhile
                         return
                     changed = self._query("SELECT rowid FROM cells WHERE vec_seq > ? AND embed_model = ?",
                                           (int(meta["vec_seq"]), model))
-                index.refresh_ann_rows(np.asarray([r for (r,) in changed], dtype=np.int64))
+                    index.install_ann(prepared, np.asarray([r for (r,) in changed], dtype=np.int64))
             else:
                 index.build_ann()
+            if index.claim_drain():  # rows changed since the saved graph, or added while it was built
+                self._start_index_thread(self._drain_graph, self._opened, index)
             self._save_ann(model, index)
         except Exception:  # noqa: BLE001  (a closed store or a bad file: the exact scan answers)
             if index.ann_state == "building":
                 index.ann_state = "none"
+
+    def _drain_graph(self, opened: int, index: VectorIndex) -> None:
+        """Background: the vectors a catch-up left out of the approximate graph (more than
+        GRAPH_SYNC_ROWS at once: an import's), added GRAPH_DRAIN_ROWS at a time; searches
+        score them exactly until then (`VectorIndex`). `/health` says how many wait."""
+        try:
+            while self._current(opened) and index.drain_graph(GRAPH_DRAIN_ROWS):
+                # A pause between chunks: a lock released and at once taken again by the same
+                # thread starved the searches waiting for it (an 18 s search at 100,000).
+                time.sleep(GRAPH_DRAIN_PAUSE_S)
+        finally:
+            index.release_drain()
 
     def _save_ann(self, model: str, index: VectorIndex) -> None:
         path = self._ann_path(model)
