@@ -96,6 +96,8 @@ class VectorIndex:
                 self._matrix[slot] = vec
             if self._ann is not None:
                 self._into_graph(self._slot_of[added_rowids])
+            elif self.ann_state == "building":  # (the graph being built may hold their old vectors)
+                self._to_backlog(self._slot_of[added_rowids])
 
     def discard(self, rowids: np.ndarray) -> None:
         """Forget these rows (their vector is now another model's); a search never returns
@@ -151,7 +153,8 @@ class VectorIndex:
         """Serve wide searches from a prepared graph. Rows added since it was prepared, and
         the `changed` row ids (changed since a loaded graph was saved), join it through
         `_into_graph`: a few at once, more through the backlog, so /health's `approximate:
-        ready` and the backlog it must still take in are set together."""
+        ready` and the backlog it must still take in are set together. (Rows changed while
+        it was built are in the backlog already: `upsert`.)"""
         index, n, loaded = prepared
         with self._lock:
             self._ann = index
@@ -172,8 +175,15 @@ class VectorIndex:
         if not self._backlog_n and slots.size <= GRAPH_SYNC_ROWS:
             self._ann_add(self._rowids[slots], self._matrix[slots])
         else:
-            self._backlog_n += int((~self._backlog[slots]).sum())
-            self._backlog[slots] = True
+            self._to_backlog(slots)
+
+    def _to_backlog(self, slots: np.ndarray) -> None:
+        """(The lock held.) These slots wait for the graph: `drain_graph` adds them, searches
+        score them exactly until then. Rows placed or changed while a graph is built wait
+        here too, to join it once it is installed (its copy may hold their old vectors)."""
+        slots = np.unique(slots)
+        self._backlog_n += int((~self._backlog[slots]).sum())
+        self._backlog[slots] = True
 
     @property
     def graph_backlog(self) -> int:

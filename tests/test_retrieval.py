@@ -515,6 +515,28 @@ def test_graph_backlog_is_scored_exactly_until_it_is_drained():
     assert not index.claim_drain()  # nothing left to drain
 
 
+def test_a_vector_changed_while_the_graph_is_built_joins_it_once_installed():
+    """The graph is built from a copy of the vectors: a row whose vector changes meanwhile
+    waits in the backlog, so the installed graph never ranks it by the old vector."""
+    pytest.importorskip("hnswlib")
+    from ampkit.vector_index import VectorIndex
+
+    rng = np.random.default_rng(6)
+    vectors = rng.normal(size=(301, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = VectorIndex(16, ann_threshold=100)
+    index.upsert(np.arange(1, 301), vectors[:300])
+    prepared = index.prepare_ann()  # (built from the 300 as they are now)
+    assert prepared is not None
+    index.upsert(np.array([7]), vectors[300:])  # row 7 changes before the graph serves
+    index.install_ann(prepared)
+    rows = np.arange(1, 301)
+    assert index.graph_backlog == 1
+    assert index.search(vectors[300], rows, 10)[0][0] == 7 and index.search(vectors[6], rows, 10)[0][0] != 7
+    assert index.claim_drain() and index.drain_graph(128) == 0
+    assert index.search(vectors[300], rows, 10)[0][0] == 7 and index.search(vectors[6], rows, 10)[0][0] != 7
+
+
 def test_an_import_caught_up_by_a_search_drains_into_the_graph_in_the_background(tmp_path, monkeypatch):
     """The store side: a search that catches up an import's vectors leaves them in the graph's
     backlog (`/health` approximate_backlog) and answers exactly as a full scan would; a
