@@ -128,7 +128,7 @@ class VectorIndex:
         if prepared is not None:
             self.install_ann(prepared)
 
-    def prepare_ann(self, saved: Optional[str] = None) -> Optional[tuple[Any, int, bool]]:
+    def prepare_ann(self, saved: Optional[str] = None) -> Optional[tuple[Any, bool]]:
         """The graph of the vectors held now, built or loaded from `saved` (outside the lock),
         to install (`install_ann`); None without hnswlib."""
         try:
@@ -147,31 +147,28 @@ class VectorIndex:
             index.init_index(max_elements=max(2 * n, 1024), ef_construction=100, M=16)
             index.add_items(matrix, rowids)
         index.set_ef(128)
-        return index, n, saved is not None
+        return index, saved is not None
 
-    def install_ann(self, prepared: tuple[Any, int, bool], changed: Optional[np.ndarray] = None) -> None:
-        """Serve wide searches from a prepared graph. Rows added since it was prepared, and
-        the `changed` row ids (changed since a loaded graph was saved), join it through
-        `_into_graph`: a few at once, more through the backlog, so /health's `approximate:
-        ready` and the backlog it must still take in are set together. (Rows changed while
-        it was built are in the backlog already: `upsert`.)"""
-        index, n, loaded = prepared
+    def install_ann(self, prepared: tuple[Any, bool], changed: Optional[np.ndarray] = None) -> None:
+        """Serve wide searches from a prepared graph. The `changed` row ids (changed since a
+        loaded graph was saved) join it through `_into_graph`: a few at once, more through the
+        backlog, so /health's `approximate: ready` and the backlog it must still take in are
+        set together. (Rows placed or changed while it was prepared are in the backlog
+        already: `upsert`.)"""
+        index, loaded = prepared
         with self._lock:
             self._ann = index
             self.ann_dirty = not loaded
-            slots = np.arange(n, self._count)  # rows added while it was built
             if changed is not None and changed.size:
                 found = self._slot_of[changed[(changed >= 0) & (changed < len(self._slot_of))]]
-                slots = np.concatenate([slots, found[found >= 0]])
-            if slots.size:
-                self._into_graph(slots)
+                if (found >= 0).any():
+                    self._into_graph(found[found >= 0])
             self.ann_state = "ready"
 
     def _into_graph(self, slots: np.ndarray) -> None:
         """(The lock held.) These slots' current vectors into the graph: at once when they are
         few and none wait, else into the backlog (`drain_graph`), which keeps them in order."""
         slots = np.unique(slots)
-        self.ann_dirty = True
         if not self._backlog_n and slots.size <= GRAPH_SYNC_ROWS:
             self._ann_add(self._rowids[slots], self._matrix[slots])
         else:
@@ -235,6 +232,8 @@ class VectorIndex:
             return True
 
     def _ann_add(self, rowids: np.ndarray, vectors: np.ndarray, threads: int = -1) -> None:
+        """(The lock held.) Every change to the graph: it then differs from the one saved."""
+        self.ann_dirty = True
         index = self._ann
         needed = index.get_current_count() + len(rowids)
         if needed > index.get_max_elements():
@@ -253,16 +252,20 @@ class VectorIndex:
                 hits = self._search_ann(query, slots, k, marks)
                 if hits is not None:
                     return hits
-            # `row_dots` gives a row the same bits wherever it sits, so both ways rank alike:
-            # past an eighth of the rows (where gathering a row costs ~8 times its product),
-            # every row's product, then the allowed ones; below, those rows gathered. (Which
-            # one runs depends on the store's size, as the search's time does; not its answer.)
-            if 8 * len(slots) >= self._count:
-                scores = row_dots(self._matrix[: self._count], query)[slots]
-            else:
-                scores = row_dots(self._matrix[slots], query)
+            scores = self._dots(slots, query)
             top = _top_k(scores, k)
             return [(int(self._rowids[slots[i]]), float(scores[i])) for i in top]
+
+    def _dots(self, slots: np.ndarray, query: np.ndarray) -> np.ndarray:
+        """(The lock held.) These slots' dot products with the query. `row_dots` gives a row
+        the same bits wherever it sits, so both ways give the same scores: when the slots fill
+        at least an eighth of the span they lie in (where gathering a row costs ~8 times its
+        product), every row of the span's product, then theirs (no copy); else the slots'
+        rows gathered. (Which one runs changes a search's time, never its answer.)"""
+        lo, hi = int(slots.min()), int(slots.max()) + 1
+        if hi - lo <= 8 * len(slots):
+            return row_dots(self._matrix[lo:hi], query)[slots - lo]
+        return row_dots(self._matrix[slots], query)
 
     def holds_any(self, allowed: np.ndarray) -> bool:
         """Whether any of the `allowed` row ids has a vector here (their slots are kept for
@@ -315,13 +318,7 @@ class VectorIndex:
         if self._backlog_n:  # the allowed rows the graph does not hold yet, scored exactly
             waiting = np.flatnonzero(self._backlog[: self._count] & allowed)
             if waiting.size:
-                # An import's rows sit side by side at the end: their span's products, not a
-                # gathered copy of each row (as `search` decides for the exact scan).
-                lo, hi = int(waiting[0]), int(waiting[-1]) + 1
-                if hi - lo <= 8 * waiting.size:
-                    scores = row_dots(self._matrix[lo:hi], query)[waiting - lo]
-                else:
-                    scores = row_dots(self._matrix[waiting], query)
+                scores = self._dots(waiting, query)  # (an import's rows: side by side at the end)
                 hits += [(int(self._rowids[waiting[i]]), float(scores[i])) for i in _top_k(scores, k)]
                 hits.sort(key=lambda hit: -hit[1])
         return hits[:k] if len(hits) >= k else None

@@ -298,7 +298,7 @@ TermCounts = dict[int, Optional[dict[str, int]]]  # rowid -> its window's term c
 class ChangedWindows:
     """One or more consecutive commits' changed keyword windows (commits `first`..`last`), as
     the postings cache patches from them. Filled as raw term counts while it is the log's
-    open tail, then read as arrays (`rows`, `postings`), converted once on first use: every
+    open tail, then read as arrays (`arrays`, `postings`), converted once on first use: every
     changed row, and their windows' postings sorted by term id, so one term's are found by
     a binary search instead of a pass over every changed row (a pass per term had cost
     ~0.6 us a changed row: 60-120 ms a word after 100,000 rows were imported)."""
@@ -318,15 +318,15 @@ class ChangedWindows:
 
     @property
     def size(self) -> int:
-        return len(self._counts) if self._counts is not None else int(self.arrays()[0].size)
+        """Changed rows (while this is the open tail)."""
+        assert self._counts is not None
+        return len(self._counts)
 
-    def arrays(self, term_ids: Optional[dict[str, int]] = None,
-               next_id: Optional[Iterator[int]] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(changed rows sorted, and their postings: term ids, rows, counts, sorted by term id
-        then row). The first call converts (the cache's convert lock held; words interned in
-        `term_ids`, new ones numbered from `next_id`)."""
+    def convert(self, term_ids: dict[str, int], next_id: Iterator[int]) -> None:
+        """Into `arrays`, once (the cache's convert lock held): words interned in `term_ids`,
+        new ones numbered from `next_id`."""
         if self._arrays is None:
-            assert self._counts is not None and term_ids is not None and next_id is not None
+            assert self._counts is not None
             counts = self._counts
             ids: list[int] = []
             holders: list[int] = []
@@ -342,11 +342,17 @@ class ChangedWindows:
             order = np.lexsort((holders_a, ids_a))
             self._arrays = (rows, ids_a[order], holders_a[order], np.asarray(tf, dtype=np.int64)[order])
             self._counts = None
+
+    @property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(changed rows sorted, and their postings: term ids, rows, counts, sorted by term id
+        then row), once converted (`convert`)."""
+        assert self._arrays is not None
         return self._arrays
 
     def postings(self, term_id: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
         """The changed rows whose window holds the term (sorted), and its count in each."""
-        _, ids, holders, tf = self.arrays()
+        _, ids, holders, tf = self.arrays
         if term_id is None:
             return holders[:0], tf[:0]
         lo, hi = np.searchsorted(ids, [term_id, term_id + 1])
@@ -435,7 +441,7 @@ class PostingsCache:
         term_ids, next_id = words  # (the entries' epoch's, even if the log started afresh since)
         with self._convert_lock:  # (each entry converted once, whoever asks first)
             for entry in pending:
-                entry.arrays(term_ids, next_id)
+                entry.convert(term_ids, next_id)
             merged = self._merged.get(span)
             if merged is None:
                 merged = self._merged[span] = latest_changes(pending)
@@ -456,7 +462,7 @@ def _nbytes(arrays: tuple[np.ndarray, ...]) -> int:
 def latest_changes(entries: list[ChangedWindows]) -> tuple[np.ndarray, np.ndarray, bool]:
     """Over consecutive log entries: every changed row (sorted, distinct), the index of the
     last entry that changed each, and whether any row is in more than one entry."""
-    parts = [entry.arrays()[0] for entry in entries]
+    parts = [entry.arrays[0] for entry in entries]
     rows = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
     index = np.repeat(np.arange(len(parts)), [part.size for part in parts])
     order = np.lexsort((index, rows))

@@ -1835,8 +1835,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 )
                 if not rows:
                     for held in self._vectors.values():
-                        if held.claim_drain():
-                            self._start_index_thread(self._drain_graph, self._opened, held)
+                        self._start_drain(held)
                     return
                 # Each row's vector is now its model's, or none (a row written without one):
                 # every other index forgets the rowid. So a vector that moved to another model
@@ -1980,12 +1979,16 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     index.install_ann(prepared, np.asarray([r for (r,) in changed], dtype=np.int64))
             else:
                 index.build_ann()
-            if index.claim_drain():  # rows changed since the saved graph, or added while it was built
-                self._start_index_thread(self._drain_graph, self._opened, index)
+            self._start_drain(index)  # rows changed since the saved graph, or while it was built
             self._save_ann(model, index)
         except Exception:  # noqa: BLE001  (a closed store or a bad file: the exact scan answers)
             if index.ann_state == "building":
                 index.ann_state = "none"
+
+    def _start_drain(self, index: VectorIndex) -> None:
+        """`_drain_graph` in the background, when the index has a backlog none drains."""
+        if index.claim_drain():
+            self._start_index_thread(self._drain_graph, self._opened, index)
 
     def _drain_graph(self, opened: int, index: VectorIndex) -> None:
         """Background: the vectors a catch-up left out of the approximate graph (more than
