@@ -128,3 +128,45 @@ def test_checkpoints_run_in_the_background_after_commits(tmp_path):
         assert conn.execute("SELECT COUNT(*) FROM cells").fetchone()[0] == 21
     finally:
         conn.close()
+
+
+def test_checkpoints_catch_up_once_a_reader_lets_go(tmp_path):
+    """A reader that began before a commit holds that commit's frames back from a PASSIVE
+    checkpoint. The thread tries again until they are copied, so the database file catches
+    up once the reader ends, with no further commit to ask for it."""
+    import shutil
+    import sqlite3
+
+    from ampkit.models import CellCreate
+    from ampkit.service import MemoryService
+    from ampkit.store.sqlite import SQLiteStore
+
+    def create(service, text):
+        service.create("writer", CellCreate.model_validate({"content": {"text": text}, "identity": {"owner_id": "u"}}))
+
+    def cells_in_main_file_only() -> int:
+        shutil.copyfile(tmp_path / "ck.db", tmp_path / "main-file-only.db")  # without the -wal file
+        conn = sqlite3.connect(tmp_path / "main-file-only.db")
+        try:
+            return conn.execute("SELECT COUNT(*) FROM cells").fetchone()[0]
+        finally:
+            conn.close()
+
+    store = SQLiteStore(str(tmp_path / "ck.db"), checkpoint_interval_s=0.0)
+    store.open()
+    reader = sqlite3.connect(tmp_path / "ck.db", isolation_level=None)
+    try:
+        service = MemoryService(store=store)
+        create(service, "the first fact")
+        store.index_pending_windows()
+        assert store.wait_for_checkpoint(timeout=60)
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT COUNT(*) FROM cells").fetchone()[0] == 1  # its snapshot starts here
+        create(service, "the second fact")
+        assert not store.wait_for_checkpoint(timeout=0.3)  # held back, and still trying
+        reader.execute("COMMIT")
+        assert store.wait_for_checkpoint(timeout=60)
+        assert cells_in_main_file_only() == 2
+    finally:
+        reader.close()
+        store.close()

@@ -377,6 +377,7 @@ GRAPH_DRAIN_PAUSE_S = 0.005
 # once it is in the WAL, so none of this changes a guarantee, and writes wait for the disk
 # less often and for less (a batch load's main thread in process: blocked 0.09-0.12 -> 0.06 ms a cell).
 CHECKPOINT_INTERVAL_S = 1.0
+CHECKPOINT_RETRY_MIN_S = 0.01  # between tries while a reader holds frames back (a 0 interval would spin)
 AUTOCHECKPOINT_PAGES = 4_000
 # While commits arrive, the checkpoint thread also saves the access snapshot (as close() does)
 # at most once per this many seconds, so a restart after a crash finds one at most this old
@@ -960,11 +961,16 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 with self._checkpoint_state:
                     self._checkpoint_wanted.clear()
                     self._checkpoint_busy = True
+                behind = False
                 try:
                     if conn is None:
                         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                                timeout=self.busy_timeout_ms / 1000)
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    _, wal_frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    # A reader that began before the last commits holds their frames back
+                    # (PASSIVE copies only what every reader is past): try again after the
+                    # interval, so the file catches up once writes stop, not at the next commit.
+                    behind = copied < wal_frames
                     interval = self.snapshot_save_interval_s
                     if interval is not None and time.monotonic() - self._snapshot_saved_time >= interval:
                         self._snapshot_saved_time = time.monotonic()
@@ -975,18 +981,21 @@ class SQLiteStore(SQLFileReads, SQLStore):
                     log.warning("access snapshot not saved: %s", exc)
                 finally:
                     with self._checkpoint_state:
+                        if behind:
+                            self._checkpoint_wanted.set()
                         self._checkpoint_busy = False
                         self.checkpoints += 1
                         self._checkpoint_state.notify_all()
-                if self._checkpoint_stop.wait(self.checkpoint_interval_s):
+                if self._checkpoint_stop.wait(max(self.checkpoint_interval_s, CHECKPOINT_RETRY_MIN_S) if behind
+                                              else self.checkpoint_interval_s):
                     return
         finally:
             if conn is not None:
                 conn.close()
 
     def wait_for_checkpoint(self, timeout: Optional[float] = None) -> bool:
-        """Until no checkpoint is asked for or running (every commit so far is checkpointed, as
-        far as readers let a PASSIVE checkpoint go); False on timeout."""
+        """Until no checkpoint is asked for or running: every commit so far is in the database
+        file (the thread tries again while readers hold frames back); False on timeout."""
         with self._checkpoint_state:
             return self._checkpoint_state.wait_for(
                 lambda: self._checkpointer is None or not (self._checkpoint_wanted.is_set() or self._checkpoint_busy),
