@@ -344,6 +344,10 @@ class ChangedWindows:
             self._counts = None
 
     @property
+    def converted(self) -> bool:
+        return self._arrays is not None
+
+    @property
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(changed rows sorted, and their postings: term ids, rows, counts, sorted by term id
         then row), once converted (`convert`)."""
@@ -435,6 +439,20 @@ class PostingsCache:
             if self.epoch == epoch:  # not started afresh meanwhile
                 self.items.keep(key, (arrays, seen))
         return arrays
+
+    def convert_closed(self) -> int:
+        """Convert the log's closed entries now, while terms are cached to patch (a background
+        thread after commits), so that the first search after an import does not: 0.7 s of
+        its 1.4 at a million cells, for 100,000 imported rows. Returns how many."""
+        with self.lock:
+            if not self.items:
+                return 0
+            waiting = [entry for entry in self.log if entry is not self._tail and not entry.converted]
+            term_ids, next_id = self._words
+        with self._convert_lock:
+            for entry in waiting:
+                entry.convert(term_ids, next_id)
+        return len(waiting)
 
     def _patched(self, term: str, arrays: tuple[np.ndarray, ...], pending: list[ChangedWindows],
                  span: tuple[int, int, int], words: tuple[dict[str, int], Iterator[int]]) -> tuple[np.ndarray, ...]:

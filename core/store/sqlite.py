@@ -319,6 +319,10 @@ PENDING_WINDOWS_DELAY_S = 0.05
 # already rewritten in one pass, and deferring them cost more than it saved (bench/writes.py:
 # batches of 500, 0.29 instead of 0.27 ms of server CPU per cell).
 PENDING_WINDOWS_MAX_NEW = 64
+# A commit writing more vectors or windows than this (a batch, re-embedded cells) has the
+# windows thread catch the caches up soon after (`_windows_loop`); fewer are left to the next
+# search (well under 1 ms).
+BACKGROUND_CATCH_UP_ROWS = 64
 
 # Every occurrence of one term in the window text (column 0 of cells_fts), read from the FTS
 # index itself, as one comma-separated string of rowids in rowid order (fts5vocab `instance`
@@ -516,6 +520,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
         self._inserted: list[int] = []  # new rows, whose windows `flush` marks in one pass
         self._vec_seq: Optional[int] = None  # last vec_seq given out in this transaction
         self._vec_seq_stored: Optional[int] = None  # the counter as stored (read with it)
+        self.vectors_written = 0
 
     def _vector_columns(self, vector: StoredVector) -> dict[str, Any]:
         """A vector as stored: float16 (half the bytes; cosine ranking is unchanged to ~1e-3)
@@ -529,6 +534,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx):
             self._vec_seq = self._vec_seq_stored = self.conn.execute(
                 "SELECT value FROM store_counters WHERE name = 'vec_seq'").fetchone()[0]
         self._vec_seq += 1
+        self.vectors_written += 1
         return self._vec_seq
 
     def _write_vector(self, cell_id: str, vector: Optional[StoredVector]) -> None:
@@ -853,6 +859,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         # background thread woken by such commits and by `_windows_current` before a read.
         self._deferring = False  # the pending_windows table exists (open)
         self._windows_wanted = threading.Event()
+        self._large_commits = 0  # commits that changed many rows: the windows thread catches up
         self._windows_stop = threading.Event()
         self._windows_thread: Optional[threading.Thread] = None
         self._log_seq = 0  # the last change_log entry the in-memory caches have taken in
@@ -1011,16 +1018,36 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def _windows_loop(self) -> None:
         """Index pending windows (`index_pending_windows`) PENDING_WINDOWS_DELAY_S after a
         commit left some; a failure (the disk, a busy file) is retried by the next commit
-        that leaves some, and by any read that needs them first."""
+        that leaves some, and by any read that needs them first. Then catch the vector index
+        up with the pass's vectors and any batch's (BACKGROUND_CATCH_UP_ROWS), and convert the
+        term cache's new log entries (`PostingsCache.convert_closed`)."""
+        caught_up = self._large_commits
         while not self._windows_stop.is_set():  # (checked here too: a stop may come just before the clear)
             self._windows_wanted.wait()
             if self._windows_stop.wait(PENDING_WINDOWS_DELAY_S):
                 return
             self._windows_wanted.clear()
+            large = self._large_commits
+            behind, caught_up = large != caught_up, large
             try:
-                self.index_pending_windows()
+                # (Woken by a batch alone: a pass only if some other commit left windows.)
+                indexed = self.index_pending_windows() if not behind or self._windows_pending() else 0
             except Exception:  # noqa: BLE001 - keep the thread: the next commit or search retries
                 log.exception("indexing new cells' keyword windows failed")
+                continue
+            if not (indexed or behind):
+                continue
+            # New vectors (the pass's, a batch's) into the index, and new windows into the
+            # term cache's log, now rather than in the next search (an import's 100,000 had
+            # the first wide search after it take both: 1.7 of its 1.8 s at a million cells).
+            if self._vectors_ready.is_set():
+                try:
+                    self._catch_up_vectors()
+                except (Unavailable, sqlite3.Error):  # (closed meanwhile: the next search catches up)
+                    pass
+            postings = self._postings
+            if postings is not None:
+                postings[1].convert_closed()
 
     def _stop_windows_thread(self) -> None:
         thread, self._windows_thread = self._windows_thread, None
@@ -1067,11 +1094,14 @@ class SQLiteStore(SQLFileReads, SQLStore):
         or search."""
         if not self._deferring or getattr(self._local, "writing", False):
             return
-        if self._query("SELECT EXISTS (SELECT 1 FROM pending_windows)")[0][0]:
+        if self._windows_pending():
             try:
                 self.index_pending_windows()
             except Unavailable as exc:
                 log.warning("new cells' keyword windows not indexed yet (searches miss them until they are): %s", exc)
+
+    def _windows_pending(self) -> bool:
+        return bool(self._query("SELECT EXISTS (SELECT 1 FROM pending_windows)")[0][0])
 
     def _start_index_thread(self, target: Any, *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, daemon=True, name="ampkit-vectors")
@@ -1281,6 +1311,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
             self._apply_changes(changes)
             self._checkpoint_wanted.set()
             if tx.deferred:
+                self._windows_wanted.set()
+            elif (max(tx.vectors_written, len(changes.terms) if changes else 0) > BACKGROUND_CATCH_UP_ROWS
+                  and threading.current_thread() is not self._windows_thread):
+                self._large_commits += 1  # (the windows thread catches the caches up)
                 self._windows_wanted.set()
 
     def _collect_changes(self, conn: sqlite3.Connection, limit: Optional[int] = None) -> Optional[_Changes]:
