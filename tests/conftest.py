@@ -65,6 +65,14 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
+    # pyproject's per-test timeout is for the counts of `make test` and CI; a profile asking
+    # for more examples (thorough: ten times CI's) gets as many times more (the PostgreSQL
+    # case of the non-interference property took 344 s of thorough's examples).
+    scale = hypothesis_settings.default.max_examples / 100
+    timeout = float(config.getini("timeout") or 0)
+    if scale > 1 and timeout:
+        for item in items:
+            item.add_marker(pytest.mark.timeout(timeout * scale))
     if not config.getoption("--allow-root-changes"):
         skip = pytest.mark.skip(reason="changes the machine (mounts); run with --allow-root-changes")
         for item in items:
