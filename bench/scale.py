@@ -229,9 +229,7 @@ def searches_after_an_import(http: httpx.Client, workload: list[dict], cells: in
     owners = [f"import-{i:05d}" for i in range(max(1, cells // 100))]
     t0 = time.perf_counter()
     for _, by_owner in plan_batches(fact_plan(cells, owners, rng), owners):
-        for owner, rows in by_owner.items():
-            http.post("/memories/batch", json={"cells": [b for b, _, _ in rows]},
-                      headers={"X-AMP-Agent-ID": owner}).raise_for_status()
+        post_batches(http, by_owner)
     import_s = time.perf_counter() - t0
     t = time.perf_counter()
     search(http, workload[0], limit=10).raise_for_status()
@@ -239,6 +237,17 @@ def searches_after_an_import(http: httpx.Client, workload: list[dict], cells: in
     lat, hit, _ = timed_searches(http, workload, {item["agent"] for item in workload})
     return {"cells": cells, "cells_per_s": round(cells / import_s, 1), "first_search_ms": round(first_ms, 1),
             **lat, "hit@10": hit, "queries": len(workload)}
+
+
+def post_batches(http: httpx.Client, by_owner: dict[str, list[tuple[dict, str, str]]]) -> list[tuple[str, list, list[dict]]]:
+    """One chunk of a `plan_batches` load: each owner's cells in one POST /memories/batch, as
+    that owner; per owner, (owner, its rows, the created cells)."""
+    created = []
+    for owner, rows in by_owner.items():
+        r = http.post("/memories/batch", json={"cells": [b for b, _, _ in rows]}, headers={"X-AMP-Agent-ID": owner})
+        r.raise_for_status()
+        created.append((owner, rows, r.json()["results"]))
+    return created
 
 
 def fact_plan(n: int, owners: list[str], rng: random.Random) -> list[tuple[int, str, str]]:
@@ -275,10 +284,8 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
         cpu0 = server.cpu_s()
         t0 = time.perf_counter()
         for batch, (done, by_owner) in enumerate(plan_batches(plan, owners)):
-            for owner, rows in by_owner.items():
-                r = http.post("/memories/batch", json={"cells": [b for b, _, _ in rows]}, headers={"X-AMP-Agent-ID": owner})
-                r.raise_for_status()
-                for cell, (_, text, para) in zip(r.json()["results"], rows):
+            for owner, rows, created in post_batches(http, by_owner):
+                for cell, (_, text, para) in zip(created, rows):
                     facts[owner].append((cell["id"], text, para))
             if batch % 200 == 0:
                 print(f"  {done} cells, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)

@@ -50,7 +50,6 @@ class VectorIndex:
         # at a time.
         self._shift, self._mask = block_rows.bit_length() - 1, block_rows - 1
         self._blocks = [np.zeros((min(1024, block_rows), dim), dtype=np.float32)]
-        self._capacity = len(self._blocks[0])  # slots the blocks have room for
         self._rowids = np.zeros(1024, dtype=np.int64)  # slot -> rowid
         self._slot_of = np.full(1024, -1, dtype=np.int64)  # rowid -> slot (rowids are dense ints)
         self._count = 0
@@ -130,7 +129,7 @@ class VectorIndex:
             self._blocks[0] = grown
         else:
             self._blocks.append(np.zeros((self._mask + 1, self.dim), dtype=np.float32))
-        capacity = (len(self._blocks) - 1) * (self._mask + 1) + len(self._blocks[-1])
+        capacity = self._capacity
         if capacity > len(self._rowids):
             size = max(capacity, 2 * len(self._rowids))
             rowids = np.zeros(size, dtype=np.int64)
@@ -138,7 +137,11 @@ class VectorIndex:
             backlog = np.zeros(size, dtype=bool)
             backlog[: len(self._backlog)] = self._backlog
             self._rowids, self._backlog = rowids, backlog
-        self._capacity = capacity
+
+    @property
+    def _capacity(self) -> int:
+        """Slots the blocks have room for (every block but the last is full size)."""
+        return (len(self._blocks) - 1) * (self._mask + 1) + len(self._blocks[-1])
 
     def _pieces(self, lo: int, hi: int) -> list[np.ndarray]:
         """(The lock held.) Slots lo..hi-1 as views, one per block they lie in."""
@@ -158,19 +161,11 @@ class VectorIndex:
 
     def _by_block(self, slots: np.ndarray) -> list[tuple[Any, np.ndarray]]:
         """(The lock held.) For each block these slots lie in: the positions in `slots` of
-        those in it (a slice when the slots are in order, as an allowed set's usually are),
-        and their rows there."""
+        those in it, and their rows there."""
         blocks = slots >> self._shift
         if slots.size == 0 or blocks.min() == blocks.max():
             return [(slice(None), self._blocks[int(blocks[0]) if slots.size else 0][slots & self._mask])]
         parts: list[tuple[Any, np.ndarray]] = []
-        if (blocks[1:] >= blocks[:-1]).all():
-            first, last = int(blocks[0]), int(blocks[-1])
-            bounds = np.searchsorted(blocks, np.arange(first, last + 2)).tolist()
-            for block, lo, hi in zip(range(first, last + 1), bounds, bounds[1:]):
-                if hi > lo:
-                    parts.append((slice(lo, hi), self._blocks[block][slots[lo:hi] & self._mask]))
-            return parts
         for block in np.unique(blocks).tolist():
             at = np.flatnonzero(blocks == block)
             parts.append((at, self._blocks[block][slots[at] & self._mask]))

@@ -15,8 +15,8 @@ data is not in the repository)."""
 from __future__ import annotations
 
 import json
-import random
 import os
+import random
 import shutil
 import signal
 import subprocess
