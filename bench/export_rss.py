@@ -25,6 +25,8 @@ from pathlib import Path
 
 import httpx
 
+from ampkit.tls import tls_context  # one TLS context: httpx builds one per client (~30 ms)
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from support import free_port, process_rss_kb  # noqa: E402  (the test helpers: a free loopback port, /proc)
@@ -75,7 +77,7 @@ class Server:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"{self.base}/health", timeout=1).status_code == 200:
+                if httpx.get(f"{self.base}/health", timeout=1, verify=tls_context()).status_code == 200:
                     return
             except httpx.HTTPError:
                 time.sleep(0.2)
@@ -109,7 +111,7 @@ def measure(server: Server, path: str, params: dict, agent: str, ndjson: bool = 
     size = lines = 0
     t0 = time.perf_counter()
     with httpx.stream("GET", f"{server.base}{path}", params=params, headers={"X-AMP-Agent-ID": agent},
-                      timeout=600) as answer:
+                      timeout=600, verify=tls_context()) as answer:
         answer.raise_for_status()
         for chunk in answer.iter_bytes():
             size += len(chunk)

@@ -27,6 +27,8 @@ from typing import Optional
 
 import httpx
 
+from ampkit.tls import tls_context  # one TLS context: httpx builds one per client (~30 ms)
+
 WORDS = ("river mountain coffee invoice deploy kafka postgres budget meeting holiday python rust "
          "customer refund latency outage roadmap design review hiring onboarding").split()
 MIX = (("read", 0.45), ("write", 0.30), ("search", 0.20), ("list", 0.05))
@@ -48,7 +50,7 @@ def start_server(store: str, log_path: str) -> tuple[subprocess.Popen, str]:
         if proc.poll() is not None:
             raise SystemExit(f"server exited with {proc.returncode}:\n{_tail(log_path)}")
         try:
-            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+            if httpx.get(f"{base}/health", timeout=1, verify=tls_context()).status_code == 200:
                 return proc, base
         except httpx.HTTPError:
             pass
@@ -130,7 +132,7 @@ async def run(base_url: str, clients: int, seconds: float, api_key: Optional[str
     auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     stats = Stats()
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as http:
+    async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits, verify=tls_context()) as http:
         started = time.monotonic()
         await asyncio.gather(*(client(i, http, started + seconds, stats, auth) for i in range(clients)))
         elapsed = time.monotonic() - started

@@ -32,6 +32,8 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from ampkit.tls import tls_context  # one TLS context: httpx builds one per client (~30 ms)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from support import free_port  # noqa: E402  (the test helper: a free loopback port)
 
@@ -89,7 +91,7 @@ async def run(cells: int, n: int) -> dict[str, Any]:
     base = f"http://127.0.0.1:{port}"
     results: dict[str, Any] = {"cells": cells, "n": n}
     try:
-        async with httpx.AsyncClient(base_url=f"{base}/amp/v1", headers={"X-AMP-Agent-ID": AGENT}, timeout=60) as rest:
+        async with httpx.AsyncClient(base_url=f"{base}/amp/v1", headers={"X-AMP-Agent-ID": AGENT}, timeout=60, verify=tls_context()) as rest:
             for _ in range(300):
                 try:
                     if (await rest.get("/health")).status_code == 200:
@@ -118,7 +120,7 @@ async def run(cells: int, n: int) -> dict[str, Any]:
             }
 
         async with httpx.AsyncClient(headers={"X-AMP-Agent-ID": AGENT, "Accept": "application/json, text/event-stream"},
-                                     timeout=60) as raw:
+                                     timeout=60, verify=tls_context()) as raw:
             async def rpc(name: str, args: dict[str, Any]) -> Any:
                 answer = await raw.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                                                             "params": {"name": name, "arguments": args}})
@@ -133,7 +135,7 @@ async def run(cells: int, n: int) -> dict[str, Any]:
                 "search": await timed(n, lambda i: rpc("recall", {"query": " ".join(rng.sample(WORDS, 2)), "limit": 10})),
             }
 
-        async with httpx.AsyncClient(headers={"X-AMP-Agent-ID": AGENT}, timeout=60) as http:
+        async with httpx.AsyncClient(headers={"X-AMP-Agent-ID": AGENT}, timeout=60, verify=tls_context()) as http:
             async with streamable_http_client(f"{base}/mcp", http_client=http) as (read, write, _):
                 async with ClientSession(read, write) as session:
                     await session.initialize()

@@ -40,6 +40,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 import httpx
 
+from ampkit.tls import tls_context  # one TLS context: httpx builds one per client (~30 ms)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from support import free_port, process_cpu_seconds, process_rss_kb  # noqa: E402  (the test helpers: a free loopback port, /proc)
 
@@ -139,7 +141,7 @@ class Server:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"{self.base}/health", timeout=1).status_code == 200:
+                if httpx.get(f"{self.base}/health", timeout=1, verify=tls_context()).status_code == 200:
                     self.ready = time.perf_counter()
                     return
             except httpx.HTTPError:
@@ -278,7 +280,7 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
     facts: dict[str, list[tuple[str, str, str]]] = {o: [] for o in owners}  # owner -> (id, text, paraphrase)
     result: dict = {"n": n, "owners": len(owners), "embedder": embedder}
     try:
-        http = httpx.Client(base_url=server.base, timeout=300)
+        http = httpx.Client(base_url=server.base, timeout=300, verify=tls_context())
         # ---- bulk load, in batches of 500 cells of one owner each (how an import runs)
         plan = fact_plan(n, owners, rng)
         cpu0 = server.cpu_s()
@@ -386,7 +388,7 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
     # ---- restart: time to the first search (owner-scoped, then reader-wide)
     restarted = Server(store_url, embedder, workdir / "server.log")
     try:
-        with httpx.Client(base_url=restarted.base, timeout=300) as http:
+        with httpx.Client(base_url=restarted.base, timeout=300, verify=tls_context()) as http:
             seen = set()
             result["first_search_after_restart_s"] = first_searches(restarted, http, workloads, seen)
             result["health_after_restart"] = http.get("/health").json()
@@ -424,7 +426,7 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
         saved_snapshot.unlink()
         cold = Server(store_url, embedder, workdir / "server.log")
         try:
-            with httpx.Client(base_url=cold.base, timeout=300) as http:
+            with httpx.Client(base_url=cold.base, timeout=300, verify=tls_context()) as http:
                 result["first_search_after_restart_without_saved_snapshot_s"] = first_searches(cold, http, workloads)
         finally:
             cold.stop()

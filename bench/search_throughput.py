@@ -34,6 +34,8 @@ from typing import Optional
 
 import httpx
 
+from ampkit.tls import tls_context  # one TLS context: httpx builds one per client (~30 ms)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import TEAMS, Server, memory_text, query_for  # noqa: E402
 from writes import json_poster, machine_cpu_jiffies, server_cpu_seconds  # noqa: E402
@@ -105,7 +107,7 @@ def measure(store: str, owners: int, workers: int, clients: int, seconds: float,
         deadline, warm_answers = time.monotonic() + 600, 0
         while warm_answers < 4 * workers:
             try:
-                health = httpx.get(f"{server.base}/health", timeout=2)
+                health = httpx.get(f"{server.base}/health", timeout=2, verify=tls_context())
                 index = health.json().get("vector_index", {}) if health.status_code == 200 else {}
                 warm = index.get("state") != "loading" and index.get("keyword_warmup") != "warming"
                 warm_answers = warm_answers + 1 if warm else 0

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import httpx
 
+from ampkit.tls import tls_context  # one TLS context: httpx builds one per client (~30 ms)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import Server, cell_body, memory_text  # noqa: E402  (the same memories and server helper)
 
@@ -39,7 +41,7 @@ OWNERS = 20
 
 def load(base: str, cells: int) -> None:
     rng = random.Random(7)
-    with httpx.Client(base_url=base, timeout=120) as http:
+    with httpx.Client(base_url=base, timeout=120, verify=tls_context()) as http:
         for start in range(0, cells, 500):
             by_owner: dict[str, list[dict]] = {}
             for i in range(start, min(cells, start + 500)):
@@ -55,7 +57,7 @@ def one_restart(store_url: str, embedder: str, log: Path) -> dict[str, float]:
     server = Server(store_url, embedder, log)
     try:
         out = {"ready": server.ready - server.started, "cpu_at_ready": server.cpu_s()}
-        with httpx.Client(base_url=server.base, timeout=300) as http:
+        with httpx.Client(base_url=server.base, timeout=300, verify=tls_context()) as http:
             r = http.post("/memories/search", json={"query": "coffee in Lisbon", "owner_id": "user-003"},
                           headers={"X-AMP-Agent-ID": "user-003"})
             r.raise_for_status()

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import httpx
 
+from ampkit.tls import tls_context  # one TLS context: httpx builds one per client (~30 ms)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import TEAMS, Server, cell_body, memory_fact, percentiles, query_for  # noqa: E402
 
@@ -81,7 +83,7 @@ def run(db: str, queries: int, wide_queries: int, after_write: int) -> dict:
     server = Server(url, "default", Path(db + ".bench.log"))
     other = None
     try:
-        http = httpx.Client(base_url=server.base, timeout=600)
+        http = httpx.Client(base_url=server.base, timeout=600, verify=tls_context())
         result["graph_ready_s"] = wait_for_graph(http, server.started)
         work = {
             "owner": [(o, {"query": query_for(memory_fact(rng)[0], rng), "owner_id": o, "limit": 10})
@@ -119,7 +121,7 @@ def run(db: str, queries: int, wide_queries: int, after_write: int) -> dict:
         # ---- a write by another process on the same file
         other = Server(url, "default", Path(db + ".bench.log"))
         word = f"zqx{rng.randrange(10**9)}other"
-        with httpx.Client(base_url=other.base, timeout=600) as http2:
+        with httpx.Client(base_url=other.base, timeout=600, verify=tls_context()) as http2:
             http2.post("/memories", json=cell_body(owner_ids[0], f"Lena packed the blue notebook {word}", "bench-other", team=0),
                        headers={"X-AMP-Agent-ID": owner_ids[0]}).raise_for_status()
         ms, hits = search(http, "analyst", {"query": word, "limit": 10})

@@ -43,6 +43,8 @@ from typing import Callable, Iterator, Optional
 
 import httpx
 
+from ampkit.tls import tls_context  # one TLS context: httpx builds one per client (~30 ms)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import Server, cell_body, memory_text  # noqa: E402  (the same memories and server helper)
 from support import cpu_seconds, proc_stat, process_cpu_seconds, process_tree  # noqa: E402  (scale put tests/ on the path)
@@ -113,7 +115,7 @@ def json_poster(base: str, lean: bool) -> Iterator[Callable[[str, dict, dict], t
     or, `lean`, the standard library's http.client (~0.2 ms): a load generator that leaves the
     cores to the server, as clients on other machines would."""
     if not lean:
-        with httpx.Client(base_url=base, timeout=60) as http:
+        with httpx.Client(base_url=base, timeout=60, verify=tls_context()) as http:
             http.get("/health")
 
             def post(path: str, body: dict, headers: dict) -> tuple[int, str]:
@@ -168,7 +170,7 @@ def searchable(base: str, owner: str) -> None:
     cells after their commit, and before any search (docs/deployment.md#keyword-windows-after-the-commit-sqlite),
     so the phase's time and CPU include every write's indexing."""
     httpx.post(f"{base}/memories/search", json={"query": "note", "owner_id": owner},
-               headers={"X-AMP-Agent-ID": owner}, timeout=300).raise_for_status()
+               headers={"X-AMP-Agent-ID": owner}, timeout=300, verify=tls_context()).raise_for_status()
 
 
 def single_writes(server: Server, clients: int, total: int, tag: str, acked: dict[str, tuple[str, str]],
@@ -222,7 +224,7 @@ def batch_writes(server: Server, cells: int, acked: dict[str, tuple[str, str]]) 
     rng = random.Random(42)
     latencies: list[float] = []
     owners = max(1, cells // 100)
-    with httpx.Client(base_url=base, timeout=300) as http:
+    with httpx.Client(base_url=base, timeout=300, verify=tls_context()) as http:
         started = time.perf_counter()
         done = 0
         while done < cells:
@@ -251,7 +253,7 @@ def lost_writes(base: str, acked: dict[str, tuple[str, str]]) -> int:
     for cid, (owner, text) in acked.items():
         by_owner.setdefault(owner, {})[cid] = text
     lost = 0
-    with httpx.Client(base_url=base, timeout=300) as http:
+    with httpx.Client(base_url=base, timeout=300, verify=tls_context()) as http:
         for owner, cells in by_owner.items():
             r = http.get("/export", params={"owner_id": owner}, headers={"X-AMP-Agent-ID": owner})
             r.raise_for_status()

@@ -26,7 +26,7 @@ from ampkit.glob import GlobError, literal, parse as parse_glob
 from ampkit.models import CellCreate, CellPatch, MemoryCell, SearchRequest
 from ampkit.service import MemoryService
 from ampkit.store.sqlite import SQLiteStore
-from support import AppServer, examples, glob_witnesses
+from support import TLS, AppServer, examples, glob_witnesses
 
 AGENTS = ["alice", "alex", "al", "bob", "bot-1", "bot-2", "Carol", "c4", "ev[1]", "x*y"]
 PATTERNS = AGENTS + ["*", "a*", "al?ce", "bot-*", "bot-[12]", "[!a]*", "*o*", "[A-Z]*", "?4", "ev[[]1]",
@@ -259,7 +259,7 @@ def test_http_read_paths_agree_with_can_read(http_server, specs):
     # (which "*" patterns may also let these agents read) stay out of the comparison.
     n = next(_example)
     name = lambda agent: f"{agent}@{n}"  # noqa: E731
-    with httpx.Client(base_url=http_server.base_url, timeout=30) as http:
+    with httpx.Client(base_url=http_server.base_url, timeout=30, verify=TLS) as http:
         def call(method: str, agent: str, path: str, **kw) -> httpx.Response:
             r = http.request(method, path, headers={"X-AMP-Agent-ID": agent}, **kw)
             assert r.status_code < 300, r.text

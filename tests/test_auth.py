@@ -18,7 +18,7 @@ from ampkit.auth import create_key, key_state, parse_duration, revoke_key, rotat
 from ampkit.errors import Unauthorized
 from ampkit.server.identity import is_loopback_host
 from ampkit.store.sqlite import SQLiteStore
-from support import ManualClock, free_port, run_cli
+from support import TLS, ManualClock, free_port, run_cli
 
 CELL = {"type": "semantic", "content": {"text": "the launch code is in the blue folder"},
         "identity": {"owner_id": "alice", "owner_type": "agent"}}
@@ -138,7 +138,7 @@ def test_durations_and_loopback_detection():
 # ---------------------------------------------------------------- the server with --auth
 def test_missing_or_bad_key_is_401_in_the_envelope(auth_server):
     srv, _, keys = auth_server
-    with httpx.Client(base_url=srv.base_url) as http:
+    with httpx.Client(base_url=srv.base_url, verify=TLS) as http:
         for headers in ({}, {"X-AMP-Agent-ID": "alice"}, bearer("ampk_nope"), bearer(keys["alice"] + "x"),
                         {"Authorization": f"Basic {keys['alice']}"}):
             for method, path in (("GET", "/memories"), ("POST", "/memories/search"), ("GET", "/export")):
@@ -154,7 +154,7 @@ def test_missing_or_bad_key_is_401_in_the_envelope(auth_server):
 
 def test_identity_comes_from_the_key_and_cannot_be_spoofed(auth_server):
     srv, _, keys = auth_server
-    with httpx.Client(base_url=srv.base_url) as http:
+    with httpx.Client(base_url=srv.base_url, verify=TLS) as http:
         made = http.post("/memories", json=CELL, headers=bearer(keys["alice"]))
         assert made.status_code == 201
         cell = made.json()
@@ -179,7 +179,7 @@ def test_identity_comes_from_the_key_and_cannot_be_spoofed(auth_server):
 
 def test_scopes_are_enforced(auth_server):
     srv, _, keys = auth_server
-    with httpx.Client(base_url=srv.base_url) as http:
+    with httpx.Client(base_url=srv.base_url, verify=TLS) as http:
         cell = http.post("/memories", json=CELL, headers=bearer(keys["alice"])).json()
         reader = bearer(keys["reader"])  # alice, read only
         assert http.get(f"/memories/{cell['id']}", headers=reader).status_code == 200
@@ -203,7 +203,7 @@ def test_revocation_expiry_and_rotation_take_effect_on_a_running_server(auth_ser
     url = f"sqlite:///{path}"
     token = ampkit("keys", "create", "--agent", "carol", "--store", url).stdout.strip()
     short = ampkit("keys", "create", "--agent", "carol", "--expires", "2s", "--store", url).stdout.strip()
-    with httpx.Client(base_url=srv.base_url) as http:
+    with httpx.Client(base_url=srv.base_url, verify=TLS) as http:
         assert http.get("/memories", headers=bearer(token)).status_code == 200
         assert http.get("/memories", headers=bearer(short)).status_code == 200
         rotated = ampkit("keys", "rotate", token.split("_")[1], "--overlap", "2s", "--store", url)
@@ -226,14 +226,14 @@ def test_env_var_turns_auth_on(db, server_factory):
     path, store = db
     token = create_key(store, "dave", "read").token
     srv = server_factory(f"sqlite:///{path}", env={"AMPKIT_AUTH": "required"})
-    assert httpx.get(f"{srv.base_url}/memories", headers={"X-AMP-Agent-ID": "dave"}).status_code == 401
-    assert httpx.get(f"{srv.base_url}/memories", headers=bearer(token)).status_code == 200
+    assert httpx.get(f"{srv.base_url}/memories", headers={"X-AMP-Agent-ID": "dave"}, verify=TLS).status_code == 401
+    assert httpx.get(f"{srv.base_url}/memories", headers=bearer(token), verify=TLS).status_code == 200
 
 
 def test_auth_off_trusts_the_header_and_says_so(server):
-    spec = httpx.get(f"{server.base_url}/spec").json()["capabilities"]["auth"]
+    spec = httpx.get(f"{server.base_url}/spec", verify=TLS).json()["capabilities"]["auth"]
     assert spec["mode"] == "off" and spec["header"] == "X-AMP-Agent-ID"
-    r = httpx.get(f"{server.base_url}/memories")
+    r = httpx.get(f"{server.base_url}/memories", verify=TLS)
     assert r.status_code == 401 and r.json()["error"]["code"] == "MISSING_AGENT_ID"
 
 
@@ -259,9 +259,9 @@ def test_non_loopback_without_auth_is_refused_with_a_reason(tmp_path):
 def test_rate_limit_answers_429_with_retry_after_per_agent(server_factory):
     clock = ManualClock()
     srv = server_factory(args=["--rate-limit", "2"], clock=clock)  # 2/s sustained, burst 4
-    spec = httpx.get(f"{srv.base_url}/spec").json()["capabilities"]["auth"]["rate_limit"]
+    spec = httpx.get(f"{srv.base_url}/spec", verify=TLS).json()["capabilities"]["auth"]["rate_limit"]
     assert spec == {"requests_per_second": 2.0, "burst": 4, "per": "agent"}
-    with httpx.Client(base_url=srv.base_url) as http:
+    with httpx.Client(base_url=srv.base_url, verify=TLS) as http:
         codes = [http.get("/memories", headers={"X-AMP-Agent-ID": "flooder"}).status_code for _ in range(12)]
         assert codes[:4] == [200] * 4 and codes.count(429) >= 6
         r = http.get("/memories", headers={"X-AMP-Agent-ID": "flooder"})
@@ -277,10 +277,10 @@ def test_rate_limit_answers_429_with_retry_after_per_agent(server_factory):
 def test_auth_servers_limit_by_default_and_zero_turns_it_off(db, server_factory):
     path, _ = db
     default = server_factory(f"sqlite:///{path}", args=["--auth"], process=True)  # reads the CLI's warning
-    assert httpx.get(f"{default.base_url}/spec").json()["capabilities"]["auth"]["rate_limit"]["requests_per_second"] == 50
+    assert httpx.get(f"{default.base_url}/spec", verify=TLS).json()["capabilities"]["auth"]["rate_limit"]["requests_per_second"] == 50
     assert "no active API key" in default.log_path.read_text()  # this store has no keys yet
     off = server_factory(f"sqlite:///{path}", args=["--auth", "--rate-limit", "0"])
-    assert httpx.get(f"{off.base_url}/spec").json()["capabilities"]["auth"]["rate_limit"] is None
+    assert httpx.get(f"{off.base_url}/spec", verify=TLS).json()["capabilities"]["auth"]["rate_limit"] is None
 
 
 def test_the_python_client_sends_the_key_from_the_environment(auth_server, monkeypatch):
@@ -306,7 +306,7 @@ def test_keys_and_auth_on_postgresql(pg_url, server_factory):
     token = ampkit("keys", "create", "--agent", "erin", "--scopes", "read,write", "--store", pg_url).stdout.strip()
     assert token.startswith("ampk_")
     srv = server_factory(pg_url, args=["--auth"])
-    with httpx.Client(base_url=srv.base_url) as http:
+    with httpx.Client(base_url=srv.base_url, verify=TLS) as http:
         made = http.post("/memories", json={**CELL, "identity": {"owner_id": "erin", "owner_type": "agent"}},
                          headers=bearer(token))
         assert made.status_code == 201 and made.json()["identity"]["created_by"] == "erin"

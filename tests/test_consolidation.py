@@ -12,7 +12,7 @@ import pytest
 import ampkit
 from ampkit import AccessDenied, ModelError, NotConfigured
 from fake_llm import FakeModel, decision, extraction
-from support import run_cli
+from support import TLS, run_cli
 
 OWNER = "u1"
 AGENT = "assistant"
@@ -159,7 +159,7 @@ def test_three_sessions_over_http(server_factory, model):
         check_three_sessions(memory, three_sessions(memory))
     # the wire answer lists every decision with its reason
     body = httpx.post(f"{server.base_url}/memories/consolidate", json={"owner_id": OWNER, "session_id": "s1"},
-                      headers={"X-AMP-Agent-ID": AGENT}, timeout=30).json()
+                      headers={"X-AMP-Agent-ID": AGENT}, timeout=30, verify=TLS).json()
     assert body["model"] == "fake-1" and all(d["reason"] for d in body["decisions"])
 
 
@@ -287,7 +287,7 @@ def test_comparison_set_is_only_the_callers_cells(tmp_path, model, monkeypatch):
 
 def test_without_a_model_consolidation_answers_501(server, tmp_path):
     answer = httpx.post(f"{server.base_url}/memories/consolidate", json={"owner_id": OWNER, "session_id": "s1"},
-                        headers={"X-AMP-Agent-ID": AGENT})
+                        headers={"X-AMP-Agent-ID": AGENT}, verify=TLS)
     assert answer.status_code == 501
     assert answer.json()["error"]["code"] == "NOT_CONFIGURED" and "AMPKIT_LLM_URL" in answer.json()["error"]["message"]
     with ampkit.connect(f"sqlite:///{tmp_path}/m.db", agent_id=AGENT) as memory:

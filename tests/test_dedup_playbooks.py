@@ -37,7 +37,7 @@ def test_exact_duplicate_returns_the_existing_cell_and_counts_a_use(server):
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.headers["X-AMP-Dedup"] == "exact" and again.json()["id"] == first.json()["id"]
     assert again.json()["scoring"]["access_count"] == first.json()["scoring"]["access_count"] + 1
-    history = httpx.get(f"{server.base_url}/memories/{first.json()['id']}/history", headers=H).json()["results"]
+    history = httpx.get(f"{server.base_url}/memories/{first.json()['id']}/history", headers=H, verify=TLS).json()["results"]
     assert [h["action"] for h in history] == ["create"]  # a use, like a read: no history entry
     # not a duplicate: another owner, another type, an episode, or dedup off
     assert post(server, cell("Prefers the window seat", owner="dd-other")).status_code == 201
@@ -57,7 +57,7 @@ def test_near_duplicates_by_policy(server):
     body = merged.json()
     assert body["id"] == first["id"] and body["scoring"]["importance"] == 0.9
     assert body["content"] == {"text": first["content"]["text"], "metadata": {"source": "chat"}}
-    history = httpx.get(f"{server.base_url}/memories/{first['id']}/history", headers=H).json()["results"]
+    history = httpx.get(f"{server.base_url}/memories/{first['id']}/history", headers=H, verify=TLS).json()["results"]
     assert history[-1]["changes"]["merged_text"] == near  # nothing said is lost
     # the default (exact) stores a near-duplicate; an unrelated text is never a duplicate
     assert post(server, cell(near, owner="dd-near")).status_code == 201
@@ -72,7 +72,7 @@ def test_dedup_never_reveals_a_cell_the_writer_cannot_read(server):
         answer = post(server, cell("Lives at 12 Hidden Lane", owner="dd-ni", dedup=policy), agent=f"bob-{policy}")
         assert answer.status_code == 201 and "X-AMP-Dedup" not in answer.headers
         assert answer.json()["id"] != hidden["id"] and answer.json()["scoring"]["access_count"] == 0
-    after = httpx.get(f"{server.base_url}/memories/{hidden['id']}/history", headers={"X-AMP-Agent-ID": "alice"})
+    after = httpx.get(f"{server.base_url}/memories/{hidden['id']}/history", headers={"X-AMP-Agent-ID": "alice"}, verify=TLS)
     assert [h["action"] for h in after.json()["results"]] == ["create"]  # untouched
 
 
@@ -171,7 +171,7 @@ def test_batch_dedups_within_itself_and_against_the_store(server):
     existing = post(server, cell("Drinks oat milk", owner="dd-batch")).json()
     answer = httpx.post(f"{server.base_url}/memories/batch", headers=H, json={"cells": [
         cell("Drinks oat milk", owner="dd-batch"), cell("Runs on Sundays", owner="dd-batch"),
-        cell("runs on sundays", owner="dd-batch")]})
+        cell("runs on sundays", owner="dd-batch")]}, verify=TLS)
     body = answer.json()
     assert answer.status_code == 201 and body["deduplicated"] == [0, 2]
     assert body["results"][0]["id"] == existing["id"] and body["results"][2]["id"] == body["results"][1]["id"]

@@ -11,7 +11,7 @@ from typing import Callable, Sized
 import httpx
 import pytest
 
-from support import AppServer, ServerProcess
+from support import TLS, AppServer, ServerProcess
 
 
 def kill_mid_stream(server: ServerProcess, write_stream: Callable[[int], None], *, clients: int, acked: Sized,
@@ -40,7 +40,7 @@ def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path):
     headers = {"X-AMP-Agent-ID": "writer"}
 
     def write_stream(n: int) -> None:
-        with httpx.Client(base_url=server.base_url, headers=headers, timeout=5) as http:
+        with httpx.Client(base_url=server.base_url, headers=headers, timeout=5, verify=TLS) as http:
             i = 0
             while not stop.is_set() and i < 5000:
                 body = {"content": {"text": f"writer {n} fact {i}"}, "identity": {"owner_id": "user_d"}}
@@ -54,7 +54,7 @@ def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path):
 
     kill_mid_stream(server, write_stream, clients=4, acked=acked, enough=150, within=20, stop=stop)
 
-    with AppServer(store) as restarted, httpx.Client(base_url=restarted.base_url, headers=headers, timeout=10) as http:
+    with AppServer(store) as restarted, httpx.Client(base_url=restarted.base_url, headers=headers, timeout=10, verify=TLS) as http:
         missing = [cid for cid in acked if http.get(f"/memories/{cid}").status_code != 200]
         listed = http.get("/memories", params={"owner_id": "user_d", "limit": 1}).json()["total"]
     assert missing == []
@@ -74,7 +74,7 @@ def test_sigkill_during_grouped_writes_keeps_every_acknowledged_write(tmp_path):
     headers = {"X-AMP-Agent-ID": "writer"}
 
     def write_stream(n: int) -> None:
-        with httpx.Client(base_url=server.base_url, headers=headers, timeout=5) as http:
+        with httpx.Client(base_url=server.base_url, headers=headers, timeout=5, verify=TLS) as http:
             i = 0
             while not stop.is_set() and i < 5000:
                 cells = [{"content": {"text": f"grouped writer {n} fact {i} part {k}"},
@@ -95,7 +95,7 @@ def test_sigkill_during_grouped_writes_keeps_every_acknowledged_write(tmp_path):
 
     kill_mid_stream(server, write_stream, clients=8, acked=acked, enough=300, within=30, stop=stop)
 
-    with AppServer(store) as restarted, httpx.Client(base_url=restarted.base_url, headers=headers, timeout=10) as http:
+    with AppServer(store) as restarted, httpx.Client(base_url=restarted.base_url, headers=headers, timeout=10, verify=TLS) as http:
         found = {c["id"]: c["content"]["text"] for c in http.get("/export", params={"owner_id": "user_g"}).json()["cells"]}
     assert [cid for cid, text in acked.items() if found.get(cid) != text] == []
 

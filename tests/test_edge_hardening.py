@@ -25,7 +25,7 @@ from starlette.testclient import TestClient
 from ampkit.auth import create_key
 from ampkit.config import Settings
 from ampkit.server.app import create_app
-from support import AppServer, run_cli
+from support import TLS, AppServer, run_cli
 
 CELL = {"type": "semantic", "content": {"text": "the vault code is 4812"},
         "identity": {"owner_id": "ada", "owner_type": "user", "session_id": "chat-42"}}
@@ -49,7 +49,7 @@ def srv(store_url, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def http(srv):
-    with httpx.Client(base_url=srv.base_url, timeout=30) as client:
+    with httpx.Client(base_url=srv.base_url, timeout=30, verify=TLS) as client:
         yield client
 
 

@@ -21,6 +21,7 @@ from ampkit.retrieval import Retriever
 from ampkit.service import MemoryService
 from ampkit.store import store_from_url
 from ampkit.store.base import CellFilter
+from support import TLS
 
 
 class GatedEmbedder:
@@ -202,7 +203,7 @@ def test_health_shows_the_queue_as_one_count_the_same_for_every_caller(tmp_path)
     server.service.store.close()  # the app opens it
     embedder.gate.clear()
     with server:
-        with httpx.Client(base_url=server.base_url, timeout=30) as http:
+        with httpx.Client(base_url=server.base_url, timeout=30, verify=TLS) as http:
             created = http.post("/memories/batch", headers={"X-AMP-Agent-ID": "kim"}, json={"cells": [
                 {"content": {"text": f"private note {i}"}, "identity": {"owner_id": "kim"}} for i in range(3)]})
             assert created.status_code == 201, created.text

@@ -101,7 +101,7 @@ def ext4_image(tmp: Path) -> Iterator[tuple[Path, str]]:
 def test_full_disk_answers_503_and_recovers_when_space_returns(tmp_path):
     with tmpfs(tmp_path / "small", "1m") as disk, \
             ServerProcess(f"sqlite:///{disk}/memory.db", log_path=tmp_path / "server.log") as srv, \
-            httpx.Client(base_url=srv.base_url, timeout=30) as http:
+            httpx.Client(base_url=srv.base_url, timeout=30, verify=TLS) as http:
         acked: list[str] = []
         for i in range(100):  # 1 MB fills after a dozen or so 60 KB cells
             r = http.post("/memories", json=cell(f"filler {i} " + "x" * 60000), headers=AGENT)
@@ -133,7 +133,7 @@ def test_read_only_disk_answers_503_and_recovers_after_repair(tmp_path):
     with ext4_image(tmp_path) as (disk, dev):
         url = f"sqlite:///{disk}/memory.db"
         with ServerProcess(url, log_path=tmp_path / "server.log") as srv, \
-                httpx.Client(base_url=srv.base_url, timeout=30) as http:
+                httpx.Client(base_url=srv.base_url, timeout=30, verify=TLS) as http:
             acked = [http.post("/memories", json=cell(f"before {i}"), headers=AGENT).json()["id"] for i in range(5)]
             os.sync()
             # What the kernel does on a disk error: the file system turns read-only under
@@ -170,7 +170,7 @@ def test_read_only_store_at_startup_fails_fast_with_the_reason(tmp_path):
 
 # ---------------------------------------------------------------- malformed requests and limits
 def test_malformed_bodies_and_content_types_answer_in_the_envelope(server):
-    with httpx.Client(base_url=server.base_url, timeout=10) as http:
+    with httpx.Client(base_url=server.base_url, timeout=10, verify=TLS) as http:
         json_headers = {**AGENT, "Content-Type": "application/json"}
         assert_envelope(http.post("/memories", content=b'{"type": "semantic", ', headers=json_headers), 400, "MALFORMED_JSON")
         assert_envelope(http.post("/memories", content=b"\xff\xfe\x00garbage", headers=json_headers), 400, "MALFORMED_JSON")
@@ -197,7 +197,7 @@ def test_malformed_bodies_and_content_types_answer_in_the_envelope(server):
 
 
 def test_limits_are_advertised_and_enforced_with_the_envelope(server):
-    with httpx.Client(base_url=server.base_url, timeout=30) as http:
+    with httpx.Client(base_url=server.base_url, timeout=30, verify=TLS) as http:
         caps = http.get("/spec").json()["capabilities"]
         max_cell, max_request = caps["max_cell_size_bytes"], caps["max_request_bytes"]
         max_search, max_page, max_batch = caps["max_search_limit"], caps["max_page_size"], caps["max_batch_cells"]
@@ -248,7 +248,7 @@ def test_huge_headers_are_refused_without_harm(server):
     port = int(server.base_url.split(":")[2].split("/")[0])
     head = b"GET /amp/v1/memories HTTP/1.1\r\nHost: x\r\nX-AMP-Agent-ID: fault-tester\r\n"
     # One big header that arrives whole: the app answers 431 in the envelope.
-    r = httpx.get(f"{server.base_url}/memories", headers={**AGENT, "X-Pad": "a" * 100_000})
+    r = httpx.get(f"{server.base_url}/memories", headers={**AGENT, "X-Pad": "a" * 100_000}, verify=TLS)
     assert_envelope(r, 431, "HEADERS_TOO_LARGE")
     # Megabytes of header, and thousands of headers: refused (400 or reset), never buffered.
     for data in (head + b"X-Big: " + b"a" * 8_000_000 + b"\r\n\r\n",
@@ -256,7 +256,7 @@ def test_huge_headers_are_refused_without_harm(server):
         answer = _raw(port, data)
         assert answer == b"" or answer.startswith(b"HTTP/1.1 4"), answer[:100]
     # A huge agent id is a validation error, not a crash.
-    r = httpx.get(f"{server.base_url}/memories", headers={"X-AMP-Agent-ID": "a" * 5000})
+    r = httpx.get(f"{server.base_url}/memories", headers={"X-AMP-Agent-ID": "a" * 5000}, verify=TLS)
     assert_envelope(r, 422, "VALIDATION_ERROR")
     assert_alive(server.base_url)
 

@@ -18,7 +18,7 @@ from ampkit.models import AccessPolicy, CellCreate, CellPatch
 from ampkit.service import MemoryService
 from ampkit.store import store_from_url
 from ampkit.store.sqlite import SQLiteStore
-from support import ManualClock
+from support import TLS, ManualClock
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 GOOD_SKILL = "---\nname: release-notes\ndescription: Write release notes from merged pull requests.\n---\n# Steps\n1. List PRs\n"
@@ -260,9 +260,9 @@ def test_http_routes_keys_and_the_approve_scope(tmp_path, server_factory):
             a.write_file("tools.json", BAD_TOOLS, owner_id="agent-42")
         assert len(bad.value.details["errors"]) == 5
         raw = httpx.post(f"{url}/files/write", headers={"Authorization": f"Bearer {agent}"},
-                         json={"owner_id": "agent-42", "path": "../etc/passwd", "content": "x"})
+                         json={"owner_id": "agent-42", "path": "../etc/passwd", "content": "x"}, verify=TLS)
         assert raw.status_code == 422 and raw.json()["error"]["code"] == "VALIDATION_ERROR"
-        missing = httpx.get(f"{url}/files", headers={"Authorization": f"Bearer {agent}"})
+        missing = httpx.get(f"{url}/files", headers={"Authorization": f"Bearer {agent}"}, verify=TLS)
         assert missing.status_code == 422 and "owner_id" in missing.json()["error"]["message"]
         assert [m.line for m in a.grep_files("bullet", owner_id="agent-42").matches] == [2]
 

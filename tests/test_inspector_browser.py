@@ -24,7 +24,7 @@ import pytest
 
 from ampkit.auth import create_key
 from ampkit.store import store_from_url
-from support import ROOT, AppServer
+from support import TLS, ROOT, AppServer
 
 SCREENSHOTS = ROOT / ".tmp" / "inspector-screenshots"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -72,7 +72,7 @@ def served(tmp_path_factory) -> Iterator[dict[str, Any]]:
         cells: dict[str, str] = {}
 
         def write(agent: str, name: str, body: dict[str, Any]) -> None:
-            r = httpx.post(f"{api}/memories", json=body, headers={"Authorization": f"Bearer {keys[agent]}"})
+            r = httpx.post(f"{api}/memories", json=body, headers={"Authorization": f"Bearer {keys[agent]}"}, verify=TLS)
             r.raise_for_status()
             cells[name] = r.json()["id"]
 
@@ -88,12 +88,12 @@ def served(tmp_path_factory) -> Iterator[dict[str, Any]]:
         write("bob", "bobs", {"content": {"text": "Bob's favourite tea is oolong"}, "identity": {"owner_id": "bob"}})
         r = httpx.patch(f"{api}/memories/{cells['passport']}",
                         json={"content": {"text": "Alice's passport number is P-90113, renewed in March"}},
-                        headers={"Authorization": f"Bearer {keys['alice']}"})
+                        headers={"Authorization": f"Bearer {keys['alice']}"}, verify=TLS)
         r.raise_for_status()
         # A memory file: the helper agent proposes AGENTS.md, alice approves it (over the API),
         # then the helper proposes an edit, which waits for a person: the browser approves it.
         def as_(agent: str, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
-            r = httpx.request(method, f"{api}{path}", json=body, headers={"Authorization": f"Bearer {keys[agent]}"})
+            r = httpx.request(method, f"{api}{path}", json=body, headers={"Authorization": f"Bearer {keys[agent]}"}, verify=TLS)
             r.raise_for_status()
             return r.json()
 
@@ -194,7 +194,7 @@ def test_a_person_finds_reads_and_archives_a_memory(chromium, served, shots):
         page.wait_for_url(re.compile(r".*\?done=archived$"))
         assert page.get_by_role("status").filter(has_text="Archived").count() == 1
         r = httpx.get(f"{served['api']}/memories/{cells['passport']}",
-                      headers={"Authorization": f"Bearer {served['keys']['alice']}"})
+                      headers={"Authorization": f"Bearer {served['keys']['alice']}"}, verify=TLS)
         assert r.json()["lifecycle"]["status"] == "archived"
         page.screenshot(path=str(shots / "06-archived.png"), full_page=True)
 
@@ -215,7 +215,7 @@ def test_a_person_finds_reads_and_archives_a_memory(chromium, served, shots):
         page.wait_for_url(re.compile(r".*\?done=approved$"))
         assert page.get_by_text("approved by alice", exact=False).count() >= 1
         r = httpx.get(f"{served['api']}/files/read", params={"owner_id": "alice", "path": "AGENTS.md"},
-                      headers={"Authorization": f"Bearer {served['keys']['alice']}"})
+                      headers={"Authorization": f"Bearer {served['keys']['alice']}"}, verify=TLS)
         assert "a red notebook" in r.json()["content"] and r.json()["version"] == 2
         page.get_by_role("link", name="alice: AGENTS.md").click()
         versions = page.locator("section", has=page.get_by_role("heading", name="Versions"))

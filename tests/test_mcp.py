@@ -33,6 +33,7 @@ from ampkit.models import HistoryResponse, ListResponse, MemoryCell, SearchRespo
 from ampkit.server.app import create_app
 from ampkit.server.identity import Caller
 from ampkit.store import store_from_url
+from support import TLS
 
 NO_SUCH_ID = "mem_01J9Z3K8Q4V7X2N5B6C8D0E1F2"
 DENIED = '{"error":{"code":"ACCESS_DENIED","message":"memory not found or access denied","details":{}}}'
@@ -117,7 +118,7 @@ async def in_process(service, agent: str, scopes: tuple[str, ...] = ("read", "wr
 
 @asynccontextmanager
 async def over_http(url: str, headers: dict[str, str]) -> AsyncIterator[Tools]:
-    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+    async with httpx.AsyncClient(headers=headers, timeout=30, verify=TLS) as http:
         async with streamable_http_client(url, http_client=http) as (read, write, _):
             async with ClientSession(read, write) as session:
                 await session.initialize()
@@ -492,7 +493,7 @@ async def test_http_identity_is_checked_before_mcp_like_rest(auth_server):
     url = mcp_url(srv)
     message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     accept = {"Accept": "application/json, text/event-stream"}
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, verify=TLS) as http:
         for headers in ({}, bearer("ampk_0000000000000000_" + "x" * 43), {"X-AMP-Agent-ID": "alice"}):
             answer = await http.post(url, json=message, headers={**accept, **headers})
             assert answer.status_code == 401 and answer.json()["error"]["code"] == "UNAUTHORIZED"
@@ -509,7 +510,7 @@ async def test_http_with_auth_off_takes_the_agent_header(server):
     async with over_http(url, {"X-AMP-Agent-ID": agent}) as mcp:
         cell = await mcp.remembered("remember", text="header identity works")
         assert cell["identity"]["created_by"] == agent
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, verify=TLS) as http:
         answer = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                                  headers={"Accept": "application/json, text/event-stream"})
         assert answer.status_code == 401 and answer.json()["error"]["code"] == "MISSING_AGENT_ID"

@@ -13,6 +13,8 @@ import threading
 import httpx
 import pytest
 
+from support import TLS
+
 pytestmark = pytest.mark.postgres
 
 WORKERS = 4
@@ -30,7 +32,7 @@ def test_two_servers_on_one_database_lose_no_acknowledged_write(pg_url, server_f
     # The second also shows that --no-access-log turns the per-request log lines off.
     servers = [server_factory(pg_url, args=["--lifecycle-interval", "0", *more], process=True)
                for more in ([], ["--no-access-log"])]
-    clients = [httpx.Client(base_url=s.base_url, timeout=30) for s in servers]
+    clients = [httpx.Client(base_url=s.base_url, timeout=30, verify=TLS) for s in servers]
     try:
         shared = []
         for i in range(2):

@@ -10,6 +10,7 @@ import pytest
 
 from ampkit.store.base import CellFilter
 from ampkit.textindex import cjk_terms, fts_match, index_text, korean_stem, query_terms
+from support import TLS
 
 KOREAN = [
     "저는 작년에 서울에서 살았어요",        # I lived in Seoul last year
@@ -28,7 +29,7 @@ def korean_server(tmp_path_factory):
     proc = AppServer(f"sqlite:///{tmp}/ko.db", env={"AMPKIT_EMBEDDER": "default"}, log_path=tmp / "server.log")
     proc.service = build_service(proc.settings)
     proc.start()
-    with httpx.Client(base_url=proc.base_url, headers={"X-AMP-Agent-ID": "minji"}, timeout=30) as http:
+    with httpx.Client(base_url=proc.base_url, headers={"X-AMP-Agent-ID": "minji"}, timeout=30, verify=TLS) as http:
         cells = [{"content": {"text": t}, "identity": {"owner_id": "minji"}} for t in KOREAN]
         cells.append({"content": {"text": "東京で寿司を食べました"}, "identity": {"owner_id": "minji"}})
         cells.append({"content": {"text": "I lived in Seoul last year"}, "identity": {"owner_id": "minji"}})

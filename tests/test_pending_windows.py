@@ -17,7 +17,7 @@ from ampkit.models import CellCreate, CellPatch
 from ampkit.service import MemoryService
 from ampkit.store.base import CellFilter
 from ampkit.store.sqlite import SQLiteStore
-from support import AppServer
+from support import TLS, AppServer
 
 WORDS = "tea coffee piano garden budget oslo lena quokka deploy runbook travel chess".split()
 
@@ -43,7 +43,7 @@ def test_a_search_right_after_a_write_finds_it_over_http(tmp_path):
     by the keyword leg: without the indexing before a read, its window is not indexed yet."""
     store = f"sqlite:///{tmp_path}/rw.db"
     headers = {"X-AMP-Agent-ID": "ada"}
-    with AppServer(store) as server, httpx.Client(base_url=server.base_url, headers=headers, timeout=10) as http:
+    with AppServer(store) as server, httpx.Client(base_url=server.base_url, headers=headers, timeout=10, verify=TLS) as http:
         for i in range(40):
             text = f"{WORDS[i % len(WORDS)]} note zq{i}x in session {i // 10}"
             body = {"content": {"text": text}, "identity": {"owner_id": "ada", "session_id": f"s{i // 10}"}}

@@ -16,7 +16,7 @@ from ampkit.portable import ImportConflict, ImportInvalid, export_lines, import_
 from ampkit.service import MemoryService
 from ampkit.store import store_from_url
 from ampkit.store.transfer import everything
-from support import run_cli
+from support import TLS, run_cli
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 
@@ -261,31 +261,31 @@ def test_admin_export_and_import_over_http(server_factory, tmp_path):
     source.close()
     server = server_factory(src)
     admin = {"X-AMP-Agent-ID": "admin"}
-    with httpx.stream("GET", f"{server.base_url}/admin/export", headers=admin) as answer:
+    with httpx.stream("GET", f"{server.base_url}/admin/export", headers=admin, verify=TLS) as answer:
         assert answer.headers["content-type"].startswith("application/x-ndjson")
         streamed = [line + "\n" for line in answer.iter_lines() if line]
     assert streamed == full
     cursor = json.loads(full[5])["cursor"]
-    rest = httpx.get(f"{server.base_url}/admin/export", params={"cursor": cursor}, headers=admin)
+    rest = httpx.get(f"{server.base_url}/admin/export", params={"cursor": cursor}, headers=admin, verify=TLS)
     assert rest.text == "".join(full[6:])
-    bad = httpx.get(f"{server.base_url}/admin/export", params={"cursor": "nope"}, headers=admin)
+    bad = httpx.get(f"{server.base_url}/admin/export", params={"cursor": "nope"}, headers=admin, verify=TLS)
     assert bad.status_code == 422 and bad.json()["error"]["code"] == "VALIDATION_ERROR"
 
     other = server_factory(f"sqlite:///{tmp_path}/b.db")
     body = "".join(full).encode()
-    wrong_type = httpx.post(f"{other.base_url}/admin/import", content=body, headers=admin)
+    wrong_type = httpx.post(f"{other.base_url}/admin/import", content=body, headers=admin, verify=TLS)
     assert wrong_type.status_code == 415
     imported = httpx.post(f"{other.base_url}/admin/import", content=body,
-                          headers={**admin, "Content-Type": "application/x-ndjson"})
+                          headers={**admin, "Content-Type": "application/x-ndjson"}, verify=TLS)
     assert imported.status_code == 200, imported.text
     assert imported.json()["cells_written"] == sum('"kind":"cell"' in line for line in full)
     again = httpx.post(f"{other.base_url}/admin/import", content=body,
-                       headers={**admin, "Content-Type": "application/x-ndjson"})
+                       headers={**admin, "Content-Type": "application/x-ndjson"}, verify=TLS)
     assert again.json()["cells_written"] == 0
     invalid = httpx.post(f"{other.base_url}/admin/import", content=b'{"kind":"end"}\n',
-                         headers={**admin, "Content-Type": "application/x-ndjson"})
+                         headers={**admin, "Content-Type": "application/x-ndjson"}, verify=TLS)
     assert invalid.status_code == 422 and invalid.json()["error"]["details"]["errors"][0]["line"] == 1
-    assert httpx.get(f"{other.base_url}/admin/export", headers=admin).text == "".join(full)
+    assert httpx.get(f"{other.base_url}/admin/export", headers=admin, verify=TLS).text == "".join(full)
 
 
 def test_cell_keys_are_kept_and_a_taken_key_is_a_conflict(tmp_path):

@@ -25,7 +25,7 @@ from ampkit.service import MemoryService  # noqa: E402
 from ampkit.store import CellFilter, StoredVector, store_from_url  # noqa: E402
 from ampkit.store.postgres import MIGRATIONS, PostgresStore, split_url  # noqa: E402
 from pg import EmbeddedPostgres, prune_pristines, scratch_dir  # noqa: E402
-from support import run_cli  # noqa: E402
+from support import TLS, run_cli  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
@@ -908,15 +908,15 @@ def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
         url = pg.url() + "&pool_timeout=0.3"  # each request below waits this long for a connection
         server = server_factory(url, args=["--lifecycle-interval", "0"])
         created = httpx.post(f"{server.base_url}/memories", headers=AGENT,
-                             json={"content": {"text": "survives the outage"}, "identity": {"owner_id": "agent_a"}})
+                             json={"content": {"text": "survives the outage"}, "identity": {"owner_id": "agent_a"}}, verify=TLS)
         assert created.status_code == 201
         cell_id = created.json()["id"]
 
         pg.stop()
-        for request in (lambda: httpx.get(f"{server.base_url}/health", timeout=30),
-                        lambda: httpx.get(f"{server.base_url}/memories/{cell_id}", headers=AGENT, timeout=30),
+        for request in (lambda: httpx.get(f"{server.base_url}/health", timeout=30, verify=TLS),
+                        lambda: httpx.get(f"{server.base_url}/memories/{cell_id}", headers=AGENT, timeout=30, verify=TLS),
                         lambda: httpx.post(f"{server.base_url}/memories", headers=AGENT, timeout=30,
-                                           json={"content": {"text": "x"}, "identity": {"owner_id": "agent_a"}})):
+                                           json={"content": {"text": "x"}, "identity": {"owner_id": "agent_a"}}, verify=TLS)):
             answer = request()
             assert answer.status_code == 503
             assert answer.json()["error"]["code"] == "UNAVAILABLE"
@@ -924,13 +924,13 @@ def test_database_lost_while_serving_answers_503_then_recovers(server_factory):
         pg.start()
         deadline = time.monotonic() + 20
         while True:
-            answer = httpx.get(f"{server.base_url}/memories/{cell_id}", headers=AGENT, timeout=30)
+            answer = httpx.get(f"{server.base_url}/memories/{cell_id}", headers=AGENT, timeout=30, verify=TLS)
             if answer.status_code == 200 or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert answer.status_code == 200
         assert answer.json()["content"]["text"] == "survives the outage"
-        health = httpx.get(f"{server.base_url}/health", timeout=30).json()
+        health = httpx.get(f"{server.base_url}/health", timeout=30, verify=TLS).json()
         assert health["status"] == "ok" and health["amp_version"] == "0.1.0"
     finally:
         pg.stop()

@@ -23,7 +23,7 @@ from ampkit.service import MemoryService
 from ampkit.store.base import CellFilter, StoredVector
 from ampkit.store.sqlite import SQLiteStore
 from ampkit.textindex import index_text
-from support import run_cli
+from support import TLS, run_cli
 
 CONCEPTS = {"pet": {"pet", "cat", "kitten"}, "money": {"invoice", "money"}, "travel": {"travel", "trip"}}
 
@@ -108,7 +108,7 @@ def test_filters_inside_legs_over_http(server):
     base = server.base_url
     other = {"X-AMP-Agent-ID": "eve"}
     me = {"X-AMP-Agent-ID": "dan"}
-    with httpx.Client(timeout=30) as http:
+    with httpx.Client(timeout=30, verify=TLS) as http:
         r = http.post(f"{base}/memories/batch", headers=other, json={"cells": [
             {"content": {"text": "zebra zebra zebra zebra"}, "identity": {"owner_id": "eve"}} for _ in range(60)
         ]})
@@ -132,7 +132,7 @@ def test_dense_leg_finds_a_paraphrase_keyword_search_misses(server_factory):
     """With the shipped default model, over HTTP: no word in common, found by meaning."""
     srv = server_factory(env={"AMPKIT_EMBEDDER": "default"})
     me = {"X-AMP-Agent-ID": "ana"}
-    with httpx.Client(base_url=srv.base_url, headers=me, timeout=30) as http:
+    with httpx.Client(base_url=srv.base_url, headers=me, timeout=30, verify=TLS) as http:
         r = http.post("/memories/batch", json={"cells": [
             {"content": {"text": text}, "identity": {"owner_id": "ana"}} for text in (
                 "My daughter adopted a puppy last week",
@@ -151,7 +151,7 @@ def test_reindex_after_a_model_change(tmp_path, server_factory):
     srv = server_factory(store_url=url, env={"AMPKIT_EMBEDDER": "none"})  # keyword only: no vectors stored
     me = {"X-AMP-Agent-ID": "ana"}
     texts = ["My daughter adopted a puppy last week", "The quarterly invoice is due on Friday"]
-    with httpx.Client(base_url=srv.base_url, headers=me, timeout=30) as http:
+    with httpx.Client(base_url=srv.base_url, headers=me, timeout=30, verify=TLS) as http:
         assert http.post("/memories/batch", json={"cells": [
             {"content": {"text": t}, "identity": {"owner_id": "ana"}} for t in texts]}).status_code == 201
         assert http.post("/memories/search", json={"query": "canine companion"}).json()["results"] == []
@@ -164,7 +164,7 @@ def test_reindex_after_a_model_change(tmp_path, server_factory):
     assert "re-embedded 0 cells" in again.stdout  # already current: skipped
 
     srv = server_factory(store_url=url, env={"AMPKIT_EMBEDDER": "default"})
-    with httpx.Client(base_url=srv.base_url, headers=me, timeout=30) as http:
+    with httpx.Client(base_url=srv.base_url, headers=me, timeout=30, verify=TLS) as http:
         hits = http.post("/memories/search", json={"query": "canine companion"}).json()["results"]
         assert hits and hits[0]["content"]["text"] == texts[0]
 
@@ -388,7 +388,7 @@ def test_openai_compatible_embedder_through_a_real_server(server_factory, fake_o
     url, calls = fake_openai_endpoint
     srv = server_factory(env={"AMPKIT_EMBEDDER": f"openai:{url}?model=fake-embed", "AMPKIT_EMBEDDER_API_KEY": "k1"},
                          process=True)  # the key is read from the server process's environment
-    with httpx.Client(base_url=srv.base_url, headers={"X-AMP-Agent-ID": "ana"}, timeout=30) as http:
+    with httpx.Client(base_url=srv.base_url, headers={"X-AMP-Agent-ID": "ana"}, timeout=30, verify=TLS) as http:
         assert http.post("/memories/batch", json={"cells": [
             {"content": {"text": t}, "identity": {"owner_id": "ana"}} for t in ("the kitten sleeps", "invoice paid")
         ]}).status_code == 201

@@ -6,11 +6,13 @@ import time
 
 import httpx
 
+from support import TLS
+
 
 def test_server_runs_lifecycle_on_its_interval(server_factory):
     srv = server_factory(args=["--lifecycle-interval", "0.3"])
     headers = {"X-AMP-Agent-ID": "sched"}
-    with httpx.Client(base_url=srv.base_url, headers=headers, timeout=5) as http:
+    with httpx.Client(base_url=srv.base_url, headers=headers, timeout=5, verify=TLS) as http:
         spec = http.get("/spec").json()["capabilities"]["lifecycle_scheduler"]
         assert spec["interval_seconds"] == 0.3
         body = {"content": {"text": "faint memory"}, "identity": {"owner_id": "u"}, "scoring": {"importance": 0.1}}

@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from ampkit.spec_tools import cell_schema_document, spec_dir, stale_artifacts
+from support import TLS
 
 
 def test_checked_in_artifacts_match_the_code():
@@ -17,7 +18,7 @@ def test_checked_in_artifacts_match_the_code():
 
 
 def test_served_openapi_is_the_checked_in_one(server):
-    served = httpx.get(f"{server.base_url}/openapi.json").json()
+    served = httpx.get(f"{server.base_url}/openapi.json", verify=TLS).json()
     checked_in = json.loads((spec_dir() / "openapi.json").read_text())
     assert served == checked_in, "the running server's OpenAPI differs from spec/openapi.json; run `make openapi`"
     assert {"/amp/v1/memories", "/amp/v1/memories/query", "/amp/v1/memories/{memory_id}"} <= set(served["paths"])
@@ -33,12 +34,12 @@ def test_cells_from_the_server_validate_against_the_schema(server):
     body = {"content": {"text": "schema check", "metadata": {"k": [1, 2]}}, "identity": {"owner_id": "schema-owner"},
             "scoring": {"importance": 0.7}, "access_policy": {"readable_by": ["a_*"]}}
     validator("CellCreate").validate(body)
-    created = httpx.post(f"{server.base_url}/memories", json=body, headers={"X-AMP-Agent-ID": "schema-agent"})
+    created = httpx.post(f"{server.base_url}/memories", json=body, headers={"X-AMP-Agent-ID": "schema-agent"}, verify=TLS)
     assert created.status_code == 201
     validator("MemoryCell").validate(created.json())
-    listed = httpx.get(f"{server.base_url}/memories", params={"owner_id": "schema-owner"}, headers={"X-AMP-Agent-ID": "schema-agent"})
+    listed = httpx.get(f"{server.base_url}/memories", params={"owner_id": "schema-owner"}, headers={"X-AMP-Agent-ID": "schema-agent"}, verify=TLS)
     validator("ListResponse").validate(listed.json())
-    denied = httpx.get(f"{server.base_url}/memories/mem_00000000000000000000000000", headers={"X-AMP-Agent-ID": "schema-agent"})
+    denied = httpx.get(f"{server.base_url}/memories/mem_00000000000000000000000000", headers={"X-AMP-Agent-ID": "schema-agent"}, verify=TLS)
     validator("ErrorEnvelope").validate(denied.json())
 
 
@@ -51,5 +52,5 @@ def test_cells_from_the_server_validate_against_the_schema(server):
 ])
 def test_schema_refuses_what_the_server_refuses(server, body):
     assert not validator("CellCreate").is_valid(body)
-    answer = httpx.post(f"{server.base_url}/memories", json=body, headers={"X-AMP-Agent-ID": "schema-agent"})
+    answer = httpx.post(f"{server.base_url}/memories", json=body, headers={"X-AMP-Agent-ID": "schema-agent"}, verify=TLS)
     assert answer.status_code == 422

@@ -15,6 +15,7 @@ from ampkit.errors import AccessDenied, ValidationFailed
 from ampkit.server.app import create_app
 from ampkit.service import MemoryService
 from ampkit.store import store_from_url
+from support import TLS
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 
@@ -185,7 +186,7 @@ def test_as_of_over_a_real_server_process(server):
         times = [h.at for h in alice.history(cell.id)]
         assert [alice.get(cell.id, as_of=t).content.text for t in times] == ["first words", "second words", "third words"]
         raw = httpx.get(f"{server.base_url}/memories/{cell.id}", params={"as_of": "not a time"},
-                        headers={"X-AMP-Agent-ID": "tt-alice"})
+                        headers={"X-AMP-Agent-ID": "tt-alice"}, verify=TLS)
         assert raw.status_code == 422 and raw.json()["error"]["code"] == "VALIDATION_ERROR"
         assert alice.rollback(cell.id, 1).content.text == "first words"
 

@@ -17,7 +17,7 @@ import pytest
 
 from ampkit.bootstrap import build_service, load_settings
 from ampkit.models import CellCreate, CellPatch
-from support import AppServer
+from support import TLS, AppServer
 
 TEXTS = [
     "Lena moved to Oslo in March and took her piano with her",
@@ -49,7 +49,7 @@ def test_a_search_right_after_a_write_finds_it_by_its_vector_over_http(tmp_path)
     vector is there for the dense leg (the read runs the pass first)."""
     headers = {"X-AMP-Agent-ID": "ada"}
     with AppServer(f"sqlite:///{tmp_path}/rw.db") as server, \
-            httpx.Client(base_url=server.base_url, headers=headers, timeout=10) as http:
+            httpx.Client(base_url=server.base_url, headers=headers, timeout=10, verify=TLS) as http:
         assert server.service is None or server.service.store.embed_new is not None
         for i, text in enumerate(TEXTS * 4):
             body = {"content": {"text": f"{text} ({i})"}, "identity": {"owner_id": "ada", "session_id": f"s{i // 5}"}}
