@@ -1,5 +1,6 @@
-"""The shape of the code, checked: `core/` has no import cycle, and the adapters use only
-ampkit's public names and the frameworks' public APIs.
+"""The shape of the code, checked: `core/` has no import cycle, the adapters use only
+ampkit's public names and the frameworks' public APIs, and every httpx client the project
+makes shares the process's one TLS context.
 
 Every import counts, wherever it is written (module level, inside a function, under
 TYPE_CHECKING): a lazy import hides a cycle from the interpreter, not from the reader."""
@@ -134,3 +135,36 @@ def adapter_violations() -> list[str]:
 
 def test_adapters_use_only_public_names():
     assert adapter_violations() == []
+
+
+# httpx functions and classes that make a client (and with it a TLS context) when called.
+HTTPX_CLIENT_MAKERS = {"get", "post", "patch", "put", "delete", "head", "options", "request", "stream", "Client", "AsyncClient"}
+
+
+def clients_without_shared_tls(source: str) -> list[int]:
+    """Lines of `httpx.<maker>(...)` calls given neither `verify=` (the shared context) nor a
+    `transport=` of their own (nor `**options` that may carry one): httpx builds a TLS context
+    for each such client, ~30 ms of CPU reading the CA bundle, even for plain HTTP, which a
+    server starting beside a readiness poll, or a test making hundreds of requests, pays."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "httpx"
+                and node.func.attr in HTTPX_CLIENT_MAKERS
+                and not {k.arg for k in node.keywords} & {"verify", "transport", None}):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_every_httpx_client_shares_one_tls_context():
+    # (spec/'s conformance runner imports nothing of ampkit's and makes one client a run.)
+    found = [f"{path.relative_to(ROOT)}:{line}" for folder in ("core", "adapters", "tests", "bench", "examples")
+             for path in sorted((ROOT / folder).rglob("*.py"))
+             for line in clients_without_shared_tls(path.read_text())]
+    assert found == [], "pass verify=ampkit.tls.tls_context() (tests: support.TLS): " + ", ".join(found)
+
+
+def test_the_tls_check_finds_a_client_without_the_shared_context():
+    assert clients_without_shared_tls("httpx.get(url)\nhttpx.Client(\n    timeout=5)\n") == [1, 2]
+    assert clients_without_shared_tls("httpx.get(url, verify=TLS)\nhttpx.Client(transport=t)\n"
+                                      "httpx.Client(**options)\nhttpx.URL(url)\n") == []
