@@ -2002,13 +2002,15 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 self._build_ann(model, index)
 
     def _build_ann(self, model: str, index: VectorIndex) -> None:
-        """Build or load the model's HNSW graph (in a background thread), then save it next to
-        the database with the vector sequence it covers, so a restart loads instead of
-        rebuilding (minutes at a million vectors)."""
+        """Load the model's saved HNSW graph, or build one and save it next to the database
+        with the vector sequence it covers, so a restart loads instead of rebuilding (minutes
+        at a million vectors); in a background thread."""
         path = self._ann_path(model)
         try:
-            meta = json.loads(open(path + ".json").read()) if os.path.exists(path + ".json") else None
-            if meta and meta.get("dim") == index.dim and os.path.exists(path):
+            meta = _saved_graph_meta(path)
+            if meta is not None and meta["dim"] != index.dim:
+                meta = None  # (another size of vector: built anew)
+            if meta is not None:
                 prepared = index.prepare_ann(saved=path)
                 if prepared is None:
                     return
@@ -2023,7 +2025,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
             else:
                 index.build_ann()
             self._start_drain(index)  # rows changed since the saved graph, or while it was built
-            self._save_ann(model, index)
+            # A built graph is saved now. A loaded one waits for close(): it lacks only the rows
+            # changed since its file, which a start adds again from `vec_seq`, and hnswlib holds
+            # the interpreter lock while it saves (~4 s at 1M: every request would wait).
+            if meta is None:
+                self._save_ann(model, index)
         except Exception:  # noqa: BLE001  (a closed store or a bad file: the exact scan answers)
             if index.ann_state == "building":
                 index.ann_state = "none"
@@ -2285,3 +2291,15 @@ def _rewrite_hangul_windows(conn: sqlite3.Connection) -> None:
 # Python steps that run inside a migration's transaction, after its SQL.
 MIGRATION_STEPS = {5: _rebuild_access_and_windows, 7: _rewrite_hangul_windows}
 SQLiteStore.MIGRATION_STEPS = MIGRATION_STEPS
+
+
+def _saved_graph_meta(path: str) -> Optional[dict[str, Any]]:
+    """What `_save_ann` wrote beside a saved graph (the vector sequence it covers, its
+    dimension, its model), when both files are there."""
+    try:
+        with open(path + ".json") as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(meta, dict) and isinstance(meta.get("dim"), int) and isinstance(meta.get("vec_seq"), int)
+    return meta if ok and os.path.exists(path) else None
