@@ -23,6 +23,13 @@ search never misses a row because the graph does not hold it yet.
 The vectors sit in blocks of `block_rows` rows: the index grows by a block, never by a copy of
 what it holds (doubling one matrix from 1M to 2M rows took 2.1 s inside the first search after
 an import, with the index's lock held).
+
+Only a vector's leading `width` dimensions are kept, the rest being zero in every vector held:
+the default model's vectors of Latin text end in a 128-dimension block for Korean, Japanese and
+Chinese character pairs that is all zero (that text gets another model's vector), a third of
+each vector. A dot product over the kept dimensions equals the whole one (every product left
+out is 0). A vector that uses more widens every row (a copy) and drops the graph, which is
+built again (`_widen`).
 """
 
 from __future__ import annotations
@@ -43,13 +50,14 @@ class VectorIndex:
                  block_rows: int = BLOCK_ROWS):
         if block_rows <= 0 or block_rows & (block_rows - 1):
             raise ValueError("block_rows must be a power of two")
-        self.dim = dim
+        self.dim = dim  # the model's vector size
+        self.width = 0  # leading dimensions kept: past them every vector held is zero
         self.ann_threshold = ann_threshold  # None: exact search only, at any size
         # slot -> self._blocks[slot >> self._shift][slot & self._mask]. The first block doubles
         # from 1,024 rows up to block_rows (a small index stays small); then one more block
         # at a time.
         self._shift, self._mask = block_rows.bit_length() - 1, block_rows - 1
-        self._blocks = [np.zeros((min(1024, block_rows), dim), dtype=np.float32)]
+        self._blocks = [np.zeros((min(1024, block_rows), 0), dtype=np.float32)]
         self._rowids = np.zeros(1024, dtype=np.int64)  # slot -> rowid
         self._slot_of = np.full(1024, -1, dtype=np.int64)  # rowid -> slot (rowids are dense ints)
         self._count = 0
@@ -81,6 +89,10 @@ class VectorIndex:
         added_rowids = rowids
         with self._lock:
             self._version += 1
+            used = np.flatnonzero(vectors[:, self.width :].any(axis=0))
+            if used.size:
+                self._widen(self.width + int(used[-1]) + 1)
+            vectors = vectors[:, : self.width]
             top = int(rowids.max())
             if top >= len(self._slot_of):
                 grown = np.full(max(top + 1, 2 * len(self._slot_of)), -1, dtype=np.int64)
@@ -124,11 +136,11 @@ class VectorIndex:
         size, then a new block (its memory taken as rows fill it). Slot arrays double."""
         first = self._blocks[0]
         if len(self._blocks) == 1 and len(first) <= self._mask:
-            grown = np.zeros((2 * len(first), self.dim), dtype=np.float32)
+            grown = np.zeros((2 * len(first), self.width), dtype=np.float32)
             grown[: len(first)] = first
             self._blocks[0] = grown
         else:
-            self._blocks.append(np.zeros((self._mask + 1, self.dim), dtype=np.float32))
+            self._blocks.append(np.zeros((self._mask + 1, self.width), dtype=np.float32))
         capacity = self._capacity
         if capacity > len(self._rowids):
             size = max(capacity, 2 * len(self._rowids))
@@ -137,6 +149,19 @@ class VectorIndex:
             backlog = np.zeros(size, dtype=bool)
             backlog[: len(self._backlog)] = self._backlog
             self._rowids, self._backlog = rowids, backlog
+
+    def _widen(self, width: int) -> None:
+        """(The lock held.) Keep `width` leading dimensions from now on: every block copied
+        wider (its new columns zero, as the vectors held are there), and the graph, whose
+        vectors are narrower, dropped: the next search builds one anew (exact meanwhile)."""
+        self._blocks = [np.pad(block, ((0, 0), (0, width - self.width))) for block in self._blocks]
+        self.width = width
+        if self._ann is not None or self.ann_state == "building":
+            self._ann = None  # (a graph being built is refused at install: `install_ann`)
+            self.ann_state = "none"
+            self.ann_dirty = False
+            self._backlog[:] = False
+            self._backlog_n = 0
 
     @property
     def _capacity(self) -> int:
@@ -176,24 +201,26 @@ class VectorIndex:
         parts = self._by_block(slots)
         if len(parts) == 1:
             return parts[0][1]
-        rows = np.empty((slots.size, self.dim), dtype=np.float32)
+        rows = np.empty((slots.size, self.width), dtype=np.float32)
         for at, part in parts:
             rows[at] = part
         return rows
 
     # ------------------------------------------------------------ approximate index
     def wants_ann(self) -> bool:
-        return self.ann_state == "none" and self.ann_threshold is not None and self._count >= self.ann_threshold
+        return (self.ann_state == "none" and self.ann_threshold is not None and self._count >= self.ann_threshold
+                and self.width > 0)  # (vectors all zero: nothing to build a graph of)
 
-    def build_ann(self, saved: Optional[str] = None) -> None:
-        """Build the HNSW graph (or load the one saved at `saved`), outside the lock: searches
-        keep using the exact scan meanwhile; then install it (`install_ann`)."""
-        prepared = self.prepare_ann(saved)
+    def build_ann(self) -> None:
+        """Build the HNSW graph, outside the lock: searches keep using the exact scan
+        meanwhile; then install it (`install_ann`)."""
+        prepared = self.prepare_ann()
         if prepared is not None:
             self.install_ann(prepared)
 
-    def prepare_ann(self, saved: Optional[str] = None) -> Optional[tuple[Any, bool]]:
-        """The graph of the vectors held now, built or loaded from `saved` (outside the lock),
+    def prepare_ann(self, saved: Optional[str] = None, saved_width: int = 0) -> Optional[tuple[Any, bool, int]]:
+        """The graph of the vectors held now (of their kept dimensions: `width`), built, or
+        loaded from `saved` when it has `saved_width` dimensions as they do (outside the lock),
         to install (`install_ann`); None without hnswlib."""
         try:
             import hnswlib
@@ -202,28 +229,32 @@ class VectorIndex:
             return None
         self.ann_state = "building"
         with self._lock:
-            n = self._count
+            n, width = self._count, self.width
+            if saved_width != width:
+                saved = None
             if saved is None:  # (a copy: rows may change while the graph is built)
                 pieces = self._pieces(0, n)
-                matrix = np.concatenate(pieces) if pieces else np.zeros((0, self.dim), dtype=np.float32)
+                matrix = np.concatenate(pieces) if pieces else np.zeros((0, width), dtype=np.float32)
                 rowids = self._rowids[:n].copy()
-        index = hnswlib.Index(space="ip", dim=self.dim)  # vectors are L2-normalised
+        index = hnswlib.Index(space="ip", dim=width)  # vectors are L2-normalised
         if saved is not None:
             index.load_index(saved, max_elements=max(2 * n, 1024))
         else:
             index.init_index(max_elements=max(2 * n, 1024), ef_construction=100, M=16)
             index.add_items(matrix, rowids)
         index.set_ef(128)
-        return index, saved is not None
+        return index, saved is not None, width
 
-    def install_ann(self, prepared: tuple[Any, bool], changed: Optional[np.ndarray] = None) -> None:
+    def install_ann(self, prepared: tuple[Any, bool, int], changed: Optional[np.ndarray] = None) -> None:
         """Serve wide searches from a prepared graph. The `changed` row ids (changed since a
         loaded graph was saved) join it through `_into_graph`: a few at once, more through the
         backlog, so /health's `approximate: ready` and the backlog it must still take in are
         set together. (Rows placed or changed while it was prepared are in the backlog
-        already: `upsert`.)"""
-        index, loaded = prepared
+        already: `upsert`; a graph of fewer dimensions than are kept now is refused: `_widen`.)"""
+        index, loaded, width = prepared
         with self._lock:
+            if width != self.width:
+                return
             self._ann = index
             self.ann_dirty = not loaded
             if changed is not None and changed.size:
@@ -312,6 +343,7 @@ class VectorIndex:
         """Top-k (rowid, cosine) among the `allowed` row ids, best first."""
         query = np.asarray(query, dtype=np.float32).reshape(self.dim)
         with self._lock:
+            query = np.ascontiguousarray(query[: self.width])  # (past it every product is 0)
             slots, marks = self._slots(allowed)
             if len(slots) == 0 or k <= 0:
                 return []

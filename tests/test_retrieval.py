@@ -537,6 +537,73 @@ def test_a_vector_changed_while_the_graph_is_built_joins_it_once_installed():
     assert index.search(vectors[300], rows, 10)[0][0] == 7 and index.search(vectors[6], rows, 10)[0][0] != 7
 
 
+def test_the_index_keeps_only_the_dimensions_its_vectors_use_and_widens_when_one_uses_more():
+    """Vectors whose last dimensions are zero in every row (the default model's block for
+    Korean, Japanese and Chinese character pairs, on Latin text) are kept without them: the
+    same scores (every product left out is 0), a third less memory. A vector that uses more
+    widens every row and drops the graph (narrower), which a graph prepared before the widening
+    cannot replace; the exact scan answers until a graph of the new width is built."""
+    pytest.importorskip("hnswlib")
+    from ampkit.vector_index import VectorIndex
+
+    rng = np.random.default_rng(8)
+
+    def unit(n: int, used: int) -> np.ndarray:
+        v = np.zeros((n, 16), dtype=np.float32)
+        v[:, :used] = rng.normal(size=(n, used))
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    def exact(query: np.ndarray, k: int = 10) -> list[tuple[int, float]]:
+        scores = held @ query
+        top = np.argsort(-scores, kind="stable")[:k]
+        return [(int(i) + 1, float(scores[i])) for i in top]
+
+    index = VectorIndex(16, ann_threshold=100, block_rows=128)
+    held = unit(300, 10)
+    index.upsert(np.arange(1, 301), held)
+    assert index.width == 10 and all(block.shape[1] == 10 for block in index._blocks)
+    rows = np.arange(1, 1000)
+    query = unit(1, 16)[0]  # (a query may use every dimension: its products past 10 are 0)
+    hits = index.search(query, rows[:50], 5)  # few rows: the exact scan
+    assert [h[0] for h in hits] == [i for i, _ in sorted(((i + 1, float(held[i] @ query)) for i in range(50)),
+                                                         key=lambda x: -x[1])[:5]]
+    assert np.allclose([h[1] for h in hits], [float(held[h[0] - 1] @ query) for h in hits], atol=1e-6)
+    index.build_ann()
+    assert index.uses_ann and index._ann.dim == 10
+    assert [h[0] for h in index.search(held[41], rows, 10)][0] == 42  # through the graph
+
+    stale = index.prepare_ann()  # a graph of 10 dimensions, prepared before the widening
+    wide = unit(1, 16)
+    index.upsert(np.array([301]), wide)
+    held = np.vstack([held, wide])
+    assert index.width == 16 and all(block.shape[1] == 16 for block in index._blocks)
+    assert not index.uses_ann and index.ann_state == "none" and index.wants_ann()
+    index.install_ann(stale)
+    assert not index.uses_ann  # refused
+    for q in (wide[0], held[41], query):  # the exact scan meanwhile: the same as over every dimension
+        assert [h[0] for h in index.search(q, rows, 10)] == [h[0] for h in exact(q)]
+    index.build_ann()
+    assert index.uses_ann and index._ann.dim == 16
+    assert index.search(wide[0], rows, 10)[0][0] == 301 and index.search(held[41], rows, 10)[0][0] == 42
+
+
+def test_the_default_model_keeps_two_thirds_of_its_vectors_for_latin_text(tmp_path):
+    """The shipped default's vector for Latin text is the static model's 256 dimensions and a
+    128-dimension block for CJK character pairs that is zero: the index keeps the 256."""
+    from ampkit.bootstrap import build_service, load_settings
+
+    service = build_service(load_settings(store=f"sqlite:///{tmp_path}/latin.db", embedder="default"))
+    service.store.open()
+    try:
+        service.create_many("ann", [cell(f"Alice likes window seats on trip {i}", owner="ann") for i in range(20)])
+        hits = service.search("ann", SearchRequest(query="aisle or window seat", explain=True)).results
+        assert hits and all(h.explain.get("dense_rank") for h in hits[:3])
+        (index,) = service.store._vectors.values()
+        assert (index.dim, index.width) == (384, 256)
+    finally:
+        service.store.close()
+
+
 def test_an_import_caught_up_by_a_search_drains_into_the_graph_in_the_background(tmp_path, monkeypatch):
     """The store side: a search that catches up an import's vectors leaves them in the graph's
     backlog (`/health` approximate_backlog) and answers exactly as a full scan would; a

@@ -2008,10 +2008,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
         path = self._ann_path(model)
         try:
             meta = _saved_graph_meta(path)
-            if meta is not None and meta["dim"] != index.dim:
-                meta = None  # (another size of vector: built anew)
+            if meta is not None and meta["dim"] != index.width:
+                meta = None  # (saved with other dimensions kept: built anew)
             if meta is not None:
-                prepared = index.prepare_ann(saved=path)
+                prepared = index.prepare_ann(saved=path, saved_width=meta["dim"])
                 if prepared is None:
                     return
                 # Under the lock catch-ups take: no vector changes between the query and the
@@ -2054,11 +2054,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def _save_ann(self, model: str, index: VectorIndex) -> None:
         path = self._ann_path(model)
         with self._vectors_lock:  # the graph then covers exactly the vectors up to this sequence
-            seq = self._vectors_seq
+            seq, width = self._vectors_seq, index.width  # (its graph's dimensions)
             if not index.ann_dirty or not index.save_ann(path + ".tmp"):
                 return
         with open(path + ".json.tmp", "w") as f:
-            json.dump({"vec_seq": seq, "dim": index.dim, "model": model}, f)
+            json.dump({"vec_seq": seq, "dim": width, "model": model}, f)
         os.replace(path + ".tmp", path)
         os.replace(path + ".json.tmp", path + ".json")
 
