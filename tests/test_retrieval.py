@@ -694,20 +694,27 @@ def test_a_large_commit_is_taken_into_the_caches_in_the_background(tmp_path):
         store.close()
 
 
+def _store_with_a_graph(path: str) -> SQLiteStore:
+    """An open store of 200 random "rand16" vectors of owner "ann", past its graph threshold
+    (100), whose graph a search has had built."""
+    store = SQLiteStore(path, ann_threshold=100)
+    store.open()
+    _random_unit_vectors(store, "rand16", [f"kept cell {i}" for i in range(200)])
+    store.wait_for_vector_index()
+    store.vector_candidates(np.ones(16, dtype=np.float32) / 4.0, "rand16", CellFilter(reader="ann", owner_id="ann"), 10)
+    store.wait_for_vector_index()
+    return store
+
+
 def test_restart_loads_the_saved_graph_and_answers_while_the_index_loads(tmp_path):
     """Cold start: the HNSW graph is saved next to the database and loaded on the next open
     (not rebuilt); while vectors load, the dense leg ranks the admitted rows from the table
     (exactly) and `explain` says so."""
     pytest.importorskip("hnswlib")
     path = str(tmp_path / "cold.db")
-    store = SQLiteStore(path, ann_threshold=100)
-    store.open()
-    _random_unit_vectors(store, "rand16", [f"cold cell {i}" for i in range(200)])
-    store.wait_for_vector_index()
+    store = _store_with_a_graph(path)
     flt = CellFilter(reader="ann", owner_id="ann")
     query = np.ones(16, dtype=np.float32) / 4.0
-    store.vector_candidates(query, "rand16", flt, 10)
-    store.wait_for_vector_index()
     assert store.wait_for_term_warmup(60)  # a small store: nothing read ahead, ready at once
     assert store.vector_index_state() == {"state": "ready", "vectors": 200, "approximate": "ready", "keyword_warmup": "ready",
                                          "access_snapshot": "none", "approximate_backlog": 0}  # (no reader-wide search yet)
@@ -725,7 +732,7 @@ def test_restart_loads_the_saved_graph_and_answers_while_the_index_loads(tmp_pat
     assert again.vector_index_state()["state"] == "loading"
     assert [c.cell_id for c in again.vector_candidates(query, "rand16", flt, 10)] == exact
     service = MemoryService(store=again, retriever=Retriever(embedder=ConceptEmbedder()))
-    hits = service.search("ann", SearchRequest(query="cold cell", explain=True)).results
+    hits = service.search("ann", SearchRequest(query="kept cell", explain=True)).results
     assert hits and all(h.explain["dense_warming"] == 1.0 for h in hits)
     again._vectors_ready.set()
     again.close()
@@ -737,12 +744,7 @@ def test_a_loaded_graph_takes_the_rows_changed_since_it_was_saved_and_is_saved_a
     hold the interpreter lock for seconds at 1M while requests wait) but at close."""
     pytest.importorskip("hnswlib")
     path = str(tmp_path / "crash.db")
-    store = SQLiteStore(path, ann_threshold=100)
-    store.open()
-    _random_unit_vectors(store, "rand16", [f"kept cell {i}" for i in range(200)])
-    store.wait_for_vector_index()
-    store.vector_candidates(np.ones(16, dtype=np.float32) / 4.0, "rand16", CellFilter(reader="ann"), 10)
-    store.wait_for_vector_index()
+    store = _store_with_a_graph(path)
     store.close()
     saved = store._ann_path("rand16")
     with open(saved + ".json") as f:
