@@ -401,7 +401,7 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
             # ahead (open() does that past 100,000 cells): beside
             # the grown server's figures above, on the same file and machine minutes apart.
             # Asked every 20 ms meanwhile, /health says how long a request waits while the
-            # warm-ups run: hnswlib loads a saved graph holding the interpreter lock (~2.4 s at 1M).
+            # warm-ups run: hnswlib loads a saved graph holding the interpreter lock (~1.3 s at 1M).
             t0, longest = time.perf_counter(), (0.0, 0.0)
             while time.perf_counter() - t0 < 3600:
                 t = time.perf_counter()

@@ -706,6 +706,15 @@ def _store_with_a_graph(path: str) -> SQLiteStore:
     return store
 
 
+def _saved_graph(path: str) -> tuple[str, dict]:
+    """`_store_with_a_graph` closed: its saved graph's path, and what was saved beside it."""
+    store = _store_with_a_graph(path)
+    store.close()
+    saved = store._ann_path("rand16")
+    with open(saved + ".json") as f:
+        return saved, json.load(f)
+
+
 def test_restart_loads_the_saved_graph_and_answers_while_the_index_loads(tmp_path):
     """Cold start: the HNSW graph is saved next to the database and loaded on the next open
     (not rebuilt); while vectors load, the dense leg ranks the admitted rows from the table
@@ -744,11 +753,8 @@ def test_a_loaded_graph_takes_the_rows_changed_since_it_was_saved_and_is_saved_a
     hold the interpreter lock for seconds at 1M while requests wait) but at close."""
     pytest.importorskip("hnswlib")
     path = str(tmp_path / "crash.db")
-    store = _store_with_a_graph(path)
-    store.close()
-    saved = store._ann_path("rand16")
-    with open(saved + ".json") as f:
-        covered = json.load(f)["vec_seq"]
+    saved, meta = _saved_graph(path)
+    covered = meta["vec_seq"]
     graph_written = os.stat(saved).st_mtime_ns
 
     other = SQLiteStore(path, ann_threshold=None)  # writes beside it: no graph of its own
@@ -775,6 +781,25 @@ def test_a_loaded_graph_takes_the_rows_changed_since_it_was_saved_and_is_saved_a
     with open(saved + ".json") as f:
         assert json.load(f)["vec_seq"] > covered  # saved at close, with the five
     assert os.stat(saved).st_mtime_ns != graph_written
+
+
+def test_a_graph_saved_with_other_dimensions_is_built_anew_and_saved(tmp_path):
+    """A saved graph whose dimensions are not the ones the index keeps (one saved before the
+    index dropped unused dimensions: 384 for the default model's 256) is not loaded: a graph
+    is built from the vectors and saved at once, with the kept width."""
+    pytest.importorskip("hnswlib")
+    path = str(tmp_path / "upgrade.db")
+    saved, meta = _saved_graph(path)
+    with open(saved + ".json", "w") as f:
+        json.dump({**meta, "dim": 24}, f)
+
+    again = SQLiteStore(path, ann_threshold=100)
+    again.open()
+    again.wait_for_vector_index()
+    assert again.vector_index_state()["approximate"] == "ready" and again._vectors["rand16"]._ann.dim == 16
+    with open(saved + ".json") as f:
+        assert json.load(f)["dim"] == 16  # built and saved before close
+    again.close()
 
 
 def test_speaker_boost_puts_what_the_named_person_said_above_what_was_said_to_them(store):

@@ -2008,12 +2008,13 @@ class SQLiteStore(SQLFileReads, SQLStore):
         path = self._ann_path(model)
         try:
             meta = _saved_graph_meta(path)
-            if meta is not None and meta["dim"] != index.width:
-                meta = None  # (saved with other dimensions kept: built anew)
-            if meta is not None:
-                prepared = index.prepare_ann(saved=path, saved_width=meta["dim"])
-                if prepared is None:
-                    return
+            # Loaded when the saved graph has the dimensions the index keeps (`prepare_ann`
+            # decides, under the index's lock), else built from the vectors held.
+            prepared = index.prepare_ann(saved=path, saved_width=meta["dim"]) if meta else index.prepare_ann()
+            if prepared is None:
+                return
+            loaded = prepared[1]
+            if meta and loaded:
                 # Under the lock catch-ups take: no vector changes between the query and the
                 # graph serving with the changed rows in its backlog.
                 with self._vectors_lock:
@@ -2023,12 +2024,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
                                           (int(meta["vec_seq"]), model))
                     index.install_ann(prepared, np.asarray([r for (r,) in changed], dtype=np.int64))
             else:
-                index.build_ann()
+                index.install_ann(prepared)
             self._start_drain(index)  # rows changed since the saved graph, or while it was built
             # A built graph is saved now. A loaded one waits for close(): it lacks only the rows
             # changed since its file, which a start adds again from `vec_seq`, and hnswlib holds
             # the interpreter lock while it saves (~4 s at 1M: every request would wait).
-            if meta is None:
+            if not loaded:
                 self._save_ann(model, index)
         except Exception:  # noqa: BLE001  (a closed store or a bad file: the exact scan answers)
             if index.ann_state == "building":
