@@ -290,6 +290,135 @@ def test_identical_vectors_share_one_graph_row_and_every_copy_is_found(pg_store,
     assert "cell_vectors_hnsw_" in plan and "cell_vectors_twins" in plan, plan
 
 
+def _latin_and_cjk_vectors(pg_store: PostgresStore, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """40 cells whose 384-dimension vectors end in 128 zeros (as the default model's Latin
+    text), 3 of them one vector (one text in three cells), and 12 that use every component
+    (its CJK text under `static`), for agent_x, agent_y or both; {cell id: vector}."""
+    service = MemoryService(store=pg_store)
+    vectors = {}
+    twin = np.concatenate([unit(rng, 256), np.zeros(128, np.float32)])
+    for i in range(52):
+        vec = twin if i < 3 else np.concatenate([unit(rng, 256), np.zeros(128, np.float32)]) if i < 40 else unit(rng, 384)
+        owner = "agent_x" if i % 2 else "agent_y"
+        cell = service._build(CellCreate.model_validate(
+            {"content": {"text": f"fact {i}"}, "identity": {"owner_id": owner},
+             "access_policy": {"readable_by": ["agent_x"] if i % 3 == 0 else []}}), owner, service.clock())
+        with pg_store.write() as tx:
+            tx.insert(cell, StoredVector("fake-384", (vec / np.linalg.norm(vec)).astype(np.float32)))
+        vectors[cell.id] = vec / np.linalg.norm(vec)
+    return vectors
+
+
+def _check_dense_rankings(pg_store: PostgresStore, vectors: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+    """Every path of the dense leg (the walk of both widths' graphs, the exact scan, the few
+    rows of a reader-wide filter) ranks the cells a reader may read as the whole vectors'
+    cosines do, for a query with its last block zero and for one without."""
+    from ampkit.store import postgres
+
+    readable = {cid for cid, cell in ((c, pg_store.get(c)) for c in vectors)
+                if cell.identity.owner_id == "agent_x" or "agent_x" in cell.access_policy.readable_by}
+    latin_query = np.concatenate([unit(rng, 256), np.zeros(128, np.float32)])
+    for query in (latin_query, unit(rng, 384)):
+        expected = sorted(readable, key=lambda cid: (-round(float(vectors[cid] @ query), 5), cid))[:12]
+        for exact_max in (postgres.EXACT_ADMITTED_MAX, 0):  # the few-rows path, then the walks
+            postgres.EXACT_ADMITTED_MAX = exact_max
+            hits = pg_store.vector_candidates(query, "fake-384", CellFilter(reader="agent_x"), 12)
+            assert [h.cell_id for h in hits] == expected
+            assert all(abs(h.score - float(vectors[h.cell_id] @ query)) < 1e-4 for h in hits)
+        with pg_store._connection() as conn, conn.transaction():
+            by_table = [cid for cid, _ in conn.execute(*pg_store.vector_query(query, "fake-384", CellFilter(reader="agent_x"), 12, exact=True))]
+        assert by_table == expected
+
+
+def test_vectors_are_stored_without_their_last_block_of_zeros_and_ranked_whole(pg_store, monkeypatch):
+    """A vector whose last 128 components are zero (the default model's, for Latin text) is
+    stored without them; one model's vectors then have two widths, and every dense path ranks
+    both by the whole vectors' cosine. Each width has its graph, and a walk goes through both."""
+    from ampkit.store import postgres
+
+    monkeypatch.setattr(postgres, "EXACT_ADMITTED_MAX", postgres.EXACT_ADMITTED_MAX)  # (restored after)
+    rng = np.random.default_rng(17)
+    vectors = _latin_and_cjk_vectors(pg_store, rng)
+    assert dict(pg_store._query("SELECT dim, count(*) FROM cell_vectors GROUP BY dim")) == {256: 40, 384: 12}
+    assert pg_store._query("SELECT count(*) FROM cell_vectors WHERE canonical") == [(50,)]  # the twins: one row
+    _check_dense_rankings(pg_store, vectors, rng)
+    sql, params = pg_store.vector_query(unit(rng, 384), "fake-384", CellFilter(reader="agent_x"), 8)
+    with pg_store._connection() as conn, conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")
+        pg_store.set_search_options(conn, 8)
+        plan = "\n".join(r[0] for r in conn.execute(b"EXPLAIN " + sql.as_bytes(conn), params))
+    assert {postgres.vector_index_name("fake-384", w) for w in (256, 384)} <= set(plan.replace('"', " ").split()), plan
+
+
+def test_migration_17_takes_the_block_of_zeros_off_stored_vectors(pg_store, monkeypatch):
+    """A version-16 database (every vector whole, one graph per model) is narrowed: the
+    vectors ending in 128 zeros lose them, the rest stay, each width gets its graph, copies of
+    one vector keep one canonical row, and every ranking is the same."""
+    from psycopg import sql
+
+    from ampkit.store import postgres
+
+    monkeypatch.setattr(postgres, "EXACT_ADMITTED_MAX", postgres.EXACT_ADMITTED_MAX)
+    rng = np.random.default_rng(23)
+    vectors = _latin_and_cjk_vectors(pg_store, rng)
+    pg_store.close()
+    with psycopg.connect(pg_store.conninfo, autocommit=True) as conn:  # back to version 16
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(postgres.vector_index_name("fake-384", 256))))
+        conn.execute("UPDATE cell_vectors SET embedding = (embedding::real[] || array_fill(0::real, ARRAY[128]))::vector, "
+                     "dim = 384 WHERE dim = 256")
+        conn.execute("DELETE FROM schema_migrations WHERE version = 17")
+        assert dict(conn.execute("SELECT dim, count(*) FROM cell_vectors GROUP BY dim").fetchall()) == {384: 52}
+    store = PostgresStore(pg_store.conninfo)
+    store.open()
+    try:
+        assert store.schema_version() == MIGRATIONS[-1][0]
+        assert dict(store._query("SELECT dim, count(*) FROM cell_vectors GROUP BY dim")) == {256: 40, 384: 12}
+        assert set(_canonical_rows_per_vector(store).values()) == {1} and len(_canonical_rows_per_vector(store)) == 50
+        graphs = {name for (name,) in store._query("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'cell_vectors_hnsw_%%'")}
+        assert graphs == {postgres.vector_index_name("fake-384", w) for w in (256, 384)}
+        _check_dense_rankings(store, vectors, rng)
+    finally:
+        store.close()
+
+
+def test_a_server_walks_the_graph_of_a_width_another_server_made(pg_store, monkeypatch):
+    """A width's graph is made with its first vector; a server that has not seen it yet looks
+    for it again at most every GRAPH_LOOK_SECONDS and then walks it too. Until then its walks
+    miss that width's rows (its exact rankings never do)."""
+    from ampkit.store import postgres
+
+    monkeypatch.setattr(postgres, "EXACT_ADMITTED_MAX", 0)  # walk, whatever the filter's size
+    monkeypatch.setattr(postgres, "GRAPH_LOOK_SECONDS", 3600.0)
+    service = MemoryService(store=pg_store)
+    rng = np.random.default_rng(29)
+    query = np.concatenate([unit(rng, 256), np.zeros(128, np.float32)])
+
+    def add(store: PostgresStore, vec: np.ndarray) -> str:
+        cell = service._build(CellCreate.model_validate({"content": {"text": f"n {rng.integers(1 << 30)}"},
+                                                         "identity": {"owner_id": "agent_x"}}), "agent_x", service.clock())
+        with store.write() as tx:
+            tx.insert(cell, StoredVector("fake-384", (vec / np.linalg.norm(vec)).astype(np.float32)))
+        return cell.id
+
+    for _ in range(10):
+        add(pg_store, np.concatenate([unit(rng, 256) - query[:256], np.zeros(128, np.float32)]))
+    flt = CellFilter(reader="agent_x")
+    assert len(pg_store.vector_candidates(query, "fake-384", flt, 3)) == 3
+    with pg_store._connection() as conn:
+        assert pg_store._graph_widths(conn, "fake-384", 384) == [256]
+    other = PostgresStore(pg_store.conninfo)  # another server writes the first whole vector
+    other.open()
+    try:
+        nearest = add(other, np.concatenate([query[:256], 0.2 * unit(rng, 128)]))
+    finally:
+        other.close()
+    assert nearest not in [h.cell_id for h in pg_store.vector_candidates(query, "fake-384", flt, 3)]
+    monkeypatch.setattr(postgres, "GRAPH_LOOK_SECONDS", 0.0)
+    assert pg_store.vector_candidates(query, "fake-384", flt, 3)[0].cell_id == nearest
+    with pg_store._connection() as conn:
+        assert pg_store._graph_widths(conn, "fake-384", 384) == [256, 384]
+
+
 def test_writers_of_one_new_vector_at_once_leave_it_exactly_one_canonical_row(pg_store):
     """Four writers (four stores, as four servers) create and purge copies of the same new
     vectors at the same moment: every vector ends with exactly one canonical row, none with

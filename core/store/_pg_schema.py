@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Iterable
 
+import numpy as np
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Json
@@ -328,7 +329,34 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             INCLUDE (status, owner_id, created_by, public, reader_literals, reader_globs, superseded_by, expires_at, type);
         """,
     ),
+    (
+        17,
+        "vectors stored without a last block of zeros",
+        # (ZERO_BLOCK, below: the default model's Latin vectors end in 128 zeros.)
+        "-- the work is narrow_vectors': it needs the models and widths the table holds",
+    ),
 ]
+
+
+# The default model's vector of Latin text ends in its 128-dimension block for Korean, Japanese
+# and Chinese character pairs, all zero: a third of the vector, of its row and of its graph
+# entry. A vector whose last ZERO_BLOCK components are zero is stored without them (migration
+# 17), so one model's vectors have up to two widths, each with its own index, and a search
+# walks each (`PostgresStore.vector_query`): a dot product over the kept components is the
+# whole one (docs/performance.md, "The zero block on PostgreSQL").
+ZERO_BLOCK = 128
+
+
+def stored_widths(dim: int) -> tuple[int, ...]:
+    """The widths a model's `dim`-dimension vectors are stored at (narrowest first)."""
+    return (dim - ZERO_BLOCK, dim) if dim >= 2 * ZERO_BLOCK else (dim,)
+
+
+def stored_vector(vector: np.ndarray) -> np.ndarray:
+    """The vector as stored: without its last ZERO_BLOCK components when they are all zero."""
+    if len(stored_widths(vector.size)) > 1 and not vector[-ZERO_BLOCK:].any():
+        return vector[:-ZERO_BLOCK]
+    return vector
 
 
 def vector_index_name(model: str, dim: int) -> str:
@@ -378,6 +406,20 @@ def settle_canonical_vectors(conn: psycopg.Connection, keys: set[tuple[str, int,
     arrays = ([m for m, _, _ in ordered], [d for _, d, _ in ordered], [v for _, _, v in ordered])
     conn.execute(_LOCK_KEYS, arrays)
     conn.execute(_SETTLE, arrays)
+
+
+def narrow_vectors(conn: psycopg.Connection) -> None:
+    """Migration 17: vectors whose last ZERO_BLOCK components are zero lose them, and each
+    width a model's vectors then have gets its index. The graphs go first and are built again over
+    the rows as they end (one build each is far cheaper than a graph update per row). A
+    vector's copies share its components, so they move together and keep one canonical row."""
+    for (name,) in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+                                "AND tablename = 'cell_vectors' AND indexname LIKE 'cell_vectors_hnsw_%%'").fetchall():
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+    conn.execute(f"UPDATE cell_vectors SET embedding = subvector(embedding, 1, dim - {ZERO_BLOCK}), dim = dim - {ZERO_BLOCK} "
+                 f"WHERE dim >= {2 * ZERO_BLOCK} AND vector_norm(subvector(embedding, dim - {ZERO_BLOCK - 1}, {ZERO_BLOCK})) = 0")
+    for model, dim in conn.execute("SELECT DISTINCT model, dim FROM cell_vectors").fetchall():
+        conn.execute(vector_index_sql(model, dim))
 
 
 def canonical_vectors(conn: psycopg.Connection) -> None:
@@ -517,4 +559,4 @@ def digest_texts(conn: psycopg.Connection, batch_size: int = 1000) -> None:
 
 # Python steps that run inside a migration's transaction, after its SQL.
 MIGRATION_STEPS = {3: rebuild_keyword_index, 6: rebuild_access_and_windows, 8: rewrite_hangul_windows,
-                   11: digest_texts, 15: canonical_vectors}
+                   11: digest_texts, 15: canonical_vectors, 17: narrow_vectors}

@@ -25,7 +25,9 @@ Several stateless `ampkit serve` processes can share one database. Layout (see M
 - `cell_vectors`: one untyped `vector` per cell plus its model name and dimension. Each
   (model, dimension) gets its own partial HNSW cosine index over `embedding::vector(dim)`,
   created the first time a vector of that model is written, so any embedder works and
-  switching models never needs a migration;
+  switching models never needs a migration. A vector ending in a block of 128 zeros (the
+  default model's, for Latin text) is stored without it (`stored_vector`), so a model's
+  vectors have up to two widths, and a search walks the graph of each;
 - `history` (append-only) and `api_keys`.
 
 Concurrency: `write()` is one transaction at READ COMMITTED; `tx.get` takes `SELECT ... FOR
@@ -48,6 +50,7 @@ import builtins
 import json
 import select
 import threading
+import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any, Iterator, Optional, Sequence
@@ -66,7 +69,7 @@ from ._pg_keyword import PRUNE, WideKeywordIndex
 from ._pg_url import redact, split_url
 from ._pg_schema import (
     CLASS_NEIGHBOURS, MIGRATION_STEPS, MIGRATIONS, SESSION_NEIGHBOURS, TEXT_CONFIG, refresh_windows,
-    settle_canonical_vectors, vector_index_name, vector_index_sql, vector_key_lock,
+    settle_canonical_vectors, stored_vector, stored_widths, vector_index_name, vector_index_sql, vector_key_lock,
 )
 from .sql import POSTGRES, compile_filter
 from .sql.store import SQLStore, SQLWriteTx
@@ -91,6 +94,7 @@ EXACT_ADMITTED_MAX = 5_000
 # reads those rows by their ids instead of scanning the table under the filter, up to this
 # many (at 1M, a team of 100,000: 442-488 ms against 557-699 ms).
 FALLBACK_ADMITTED_MAX = 200_000
+GRAPH_LOOK_SECONDS = 2.0  # how often a search looks again for a graph of a width it has not seen
 BM25_K1, BM25_B = 1.2, 0.75  # FTS5's defaults
 
 # The query's words go through the same parser as the indexed text (stemming, stop words);
@@ -219,6 +223,7 @@ class _PostgresWriteTx(PostgresFileTx, SQLWriteTx):
         # canonical row again. (A new cell's row chooses its own, in the insert's trigger.)
         self._vectors_written: set[str] = set()
         self._vector_keys: set[tuple[str, int, Any]] = set()
+        self.graphs_made: set[str] = set()  # HNSW indexes made here: known to exist once committed
 
     def _lock_key(self, owner_id: str, key: str) -> None:
         # Concurrent writers of one (owner, key) take turns on a transaction-scoped lock, so
@@ -228,15 +233,17 @@ class _PostgresWriteTx(PostgresFileTx, SQLWriteTx):
     def _write_vector(self, cell_id: str, vector: Optional[StoredVector], new_cell: bool = False) -> None:
         if vector is None:
             return
-        dim = int(np.asarray(vector.vector).size)
-        self.store._ensure_vector_index(self.conn, vector.model, dim)
+        whole = as_vector(vector.vector)
+        stored = stored_vector(whole)
+        dim = stored.size
+        self.store._ensure_vector_index(self.conn, vector.model, dim, self.graphs_made)
         if not new_cell:
             self._note_vector_key(cell_id)
             self._vectors_written.add(cell_id)
         self.conn.execute(
             "INSERT INTO cell_vectors (cell_id, model, dim, embedding) VALUES (%s, %s, %s, %s::vector) "
             "ON CONFLICT (cell_id) DO UPDATE SET model = EXCLUDED.model, dim = EXCLUDED.dim, embedding = EXCLUDED.embedding",
-            (cell_id, vector.model, dim, as_vector(vector.vector)),
+            (cell_id, vector.model, dim, stored),
         )
 
     def _touch(self, cell_id: str) -> None:
@@ -351,7 +358,8 @@ class PostgresStore(SQLFileReads, SQLStore):
                               if self.keyword_cache_mb > 0 else None)
         self._writes = 0  # write transactions of this process: every PRUNE_EVERY-th prunes search_changes
         self._pool: Optional[ConnectionPool] = None
-        self._vector_indexes: set[str] = set()
+        self._vector_indexes: set[str] = set()  # the graphs known to exist (committed; `_graph_widths`)
+        self._graphs_looked: dict[str, float] = {}  # model -> when its unseen graphs were last looked for
         # (snapshot, {filter: (valid-from time, N, mean length)}, [sorted expiry times]): `_keyword_scope`
         self._scope_lock = threading.Lock()
         self._scope_cache: tuple[str, dict[tuple[str, str, bool], tuple[float, float, float]], builtins.list[builtins.list[float]]] = ("", {}, [])
@@ -447,15 +455,16 @@ class PostgresStore(SQLFileReads, SQLStore):
                 "and the right to CREATE EXTENSION vector once (or an administrator runs it first)"
             ) from exc
 
-    def _ensure_vector_index(self, conn: psycopg.Connection, model: str, dim: int) -> None:
-        """A partial HNSW cosine index per (model, dimension), made on the first such vector."""
+    def _ensure_vector_index(self, conn: psycopg.Connection, model: str, dim: int, made: set[str]) -> None:
+        """A partial HNSW cosine index per (model, dimension), made on the first such vector
+        (its name goes into `made`, and into `_vector_indexes` when the transaction commits)."""
         name = vector_index_name(model, dim)
-        if name in self._vector_indexes:
+        if name in self._vector_indexes or name in made:
             return
         # Transaction-scoped lock: two servers creating the same index take turns.
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (VECTOR_INDEX_LOCK,))
         conn.execute(vector_index_sql(model, dim))
-        self._vector_indexes.add(name)
+        made.add(name)
 
     # ------------------------------------------------------------ writes
     @contextmanager
@@ -466,7 +475,9 @@ class PostgresStore(SQLFileReads, SQLStore):
             # (It needs libpq >= 14, which psycopg[binary] bundles; older ones go one by one.)
             pipeline = conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
             with pipeline, conn.transaction():
-                yield _PostgresWriteTx(conn, self)
+                tx = _PostgresWriteTx(conn, self)
+                yield tx
+            self._vector_indexes |= tx.graphs_made
             self._writes += 1
             if self._writes % PRUNE_EVERY == 0:  # after COMMIT: its own short transaction
                 with conn.transaction():
@@ -530,46 +541,79 @@ class PostgresStore(SQLFileReads, SQLStore):
         return hit[1], hit[2]
 
     def vector_query(self, vector: Any, model: str, flt: CellFilter, k: int, exact: bool = False,
-                     among: Optional[Sequence[int]] = None) -> tuple[sql.Composed, builtins.list[Any]]:
+                     among: Optional[Sequence[int]] = None,
+                     graphs: Optional[Sequence[int]] = None) -> tuple[sql.Composed, builtins.list[Any]]:
         """The dense leg's SQL (public so tests and operators can EXPLAIN it). `among`: only
-        these rows (seqs; the filter still applies), ranked exactly."""
-        dim = int(np.asarray(vector).size)
+        these rows (seqs; the filter still applies), ranked exactly. `graphs`: the widths whose
+        graphs a walk goes through (`_graph_widths`; default: every width the model has)."""
+        query_vector = as_vector(vector)
         where, params = filter_sql(flt)
         if among is not None:
             exact = True
             where = sql.SQL("{} AND c.seq = ANY(%s)").format(where)
             params = [*params, list(among)]
-        typed = sql.SQL("vector({})").format(sql.Literal(dim))
-        # The model and dimension are literals so the planner can match the partial HNSW index.
-        # Iterative scans keep walking the graph until k rows pass the filters (access, owner,
+        # A model's rows have up to two widths (`stored_widths`: the last block of zeros is not
+        # stored). A row of width w is compared with the query's first w components: the dot
+        # product is the whole one, and the cosine is put right for the part of the query's
+        # length those components hold (`scale`: 1 when the query's own block is zero, as for
+        # any Latin text with the default model). Model and widths are literals so the planner
+        # can match each width's partial HNSW index.
+        norm = float(np.linalg.norm(query_vector))
+        widths = []
+        for width in stored_widths(query_vector.size):
+            part = query_vector[:width]
+            scale = float(np.linalg.norm(part)) / norm if norm > 0 else 1.0
+            typed = sql.SQL("vector({})").format(sql.Literal(width))
+            distance = (sql.SQL("((v.embedding::{typed}) <=> %s::{typed})").format(typed=typed) if scale > 0
+                        else sql.SQL("1.0::float8"))  # (none of the query in these components: a cosine of 0)
+            if 0 < scale < 1 - 1e-7:
+                distance = sql.SQL("(1 - {s} + {s} * {d})").format(s=sql.Literal(scale), d=distance)
+            widths.append((width, part, scale, distance))
+        if exact:
+            # One scan of the cells the filter admits, each compared at its own width; ordered
+            # by an expression no index has: the filters pick the rows first, then every
+            # distance is computed. Ties break by id before the LIMIT (identical texts have
+            # equal distances): which of them make the top k must not depend on the plan or on
+            # where rows lie in the table.
+            cases, case_params = [], []
+            for width, part, scale, distance in widths:
+                cases.append(sql.SQL("WHEN {w} THEN {d}").format(w=sql.Literal(width), d=distance))
+                case_params += [part] if scale > 0 else []
+            query = sql.SQL(
+                "WITH hits AS MATERIALIZED ("
+                " SELECT v.cell_id, CASE v.dim {cases} END AS distance"
+                " FROM cell_vectors v JOIN cells c ON c.id = v.cell_id"
+                " WHERE v.model = {model} AND v.dim IN ({dims}) AND {where}"
+                " ORDER BY 2, v.cell_id LIMIT %s)"
+                " SELECT cell_id, distance FROM hits ORDER BY distance, cell_id"
+            ).format(cases=sql.SQL(" ").join(cases), model=sql.Literal(model),
+                     dims=sql.SQL(", ").join(sql.Literal(w) for w, *_ in widths), where=where)
+            return query, [*case_params, *params, k]
+        # The graph holds one canonical row per distinct vector (migration 15): a walk joins
+        # each row it reaches to every cell with that vector (`t`, itself included) and filters
+        # those. Iterative scans keep walking until k rows pass the filters (access, owner,
         # status...), so a selective filter does not starve the result; relaxed order is then
-        # put right by the outer ORDER BY. `exact` orders by an expression no index has
-        # (distance + 0): the filters pick the rows first, then every distance is computed.
-        # An exact ranking also breaks ties by id before its LIMIT (identical texts have equal
-        # distances): which of them make the top k must not depend on the plan or on where
-        # rows lie in the table.
-        order = sql.SQL("((v.embedding::{typed}) <=> %s::{typed}){plus}").format(
-            typed=typed, plus=sql.SQL(" + 0, v.cell_id" if exact else ""))
-        if exact:  # the cells' own rows
-            rows, cell, canonical = "cell_vectors v JOIN cells c ON c.id = v.cell_id", "v.cell_id", ""
-        else:
-            # The graph holds one canonical row per distinct vector (migration 15): a walk joins
-            # each row it reaches to every cell with that vector (`t`, itself included) and
-            # filters those.
-            rows = ("cell_vectors v JOIN cell_vectors t ON t.vec_key = v.vec_key AND t.model = v.model AND t.dim = v.dim"
-                    " JOIN cells c ON c.id = t.cell_id")
-            cell, canonical = "t.cell_id", " AND v.canonical"
+        # put right by the outer ORDER BY. Each width's index is walked for k rows.
+        walks, walk_params = [], []
+        for width, part, scale, distance in widths:
+            if scale == 0 or (graphs is not None and width not in graphs):
+                continue  # (no graph, or every such row at a cosine of 0: the exact fallback's)
+            typed = sql.SQL("vector({})").format(sql.Literal(width))
+            walks.append(sql.SQL(
+                "(SELECT t.cell_id, {distance} AS distance"
+                " FROM cell_vectors v JOIN cell_vectors t ON t.vec_key = v.vec_key AND t.model = v.model AND t.dim = v.dim"
+                " JOIN cells c ON c.id = t.cell_id"
+                " WHERE v.model = {model} AND v.dim = {width} AND v.canonical AND {where}"
+                " ORDER BY (v.embedding::{typed}) <=> %s::{typed} LIMIT %s)"
+            ).format(distance=distance, model=sql.Literal(model), width=sql.Literal(width), where=where, typed=typed))
+            walk_params += [part, *params, part, k]
+        if not walks:  # nothing to walk: a query that answers nothing (the exact fallback follows)
+            return sql.Composed([sql.SQL("SELECT NULL::text, NULL::float8 WHERE false")]), []
         query = sql.SQL(
-            "WITH hits AS MATERIALIZED ("
-            " SELECT {cell}, (v.embedding::{typed}) <=> %s::{typed} AS distance"
-            " FROM {rows}"
-            " WHERE v.model = {model} AND v.dim = {dim}{canonical} AND {where}"
-            " ORDER BY {order} LIMIT %s)"
-            " SELECT cell_id, distance FROM hits ORDER BY distance, cell_id"
-        ).format(cell=sql.SQL(cell), typed=typed, rows=sql.SQL(rows), model=sql.Literal(model), dim=sql.Literal(dim),
-                 canonical=sql.SQL(canonical), where=where, order=order)
-        query_vector = as_vector(vector)
-        return query, [query_vector, *params, query_vector, k]
+            "WITH hits AS MATERIALIZED ({walks})"
+            " SELECT cell_id, distance FROM hits ORDER BY distance, cell_id LIMIT %s"
+        ).format(walks=sql.SQL(" UNION ALL ").join(walks))
+        return query, [*walk_params, k]
 
     def vector_candidates(self, vector: Any, model: str, flt: CellFilter, k: int) -> builtins.list[Candidate]:
         with self._connection() as conn:
@@ -579,9 +623,10 @@ class PostgresStore(SQLFileReads, SQLStore):
                 if admitted is not None and admitted.size <= EXACT_ADMITTED_MAX:
                     return [Candidate(cid, 1.0 - float(distance)) for cid, distance
                             in conn.execute(*self.vector_query(vector, model, flt, k, among=admitted.tolist()))]
-                if self.approximate:  # off: never walk the graph (it holds every cell's vector)
+                graphs = self._graph_widths(conn, model, int(np.asarray(vector).size))
+                if self.approximate and graphs:  # off: never walk a graph (it holds every cell's vector)
                     self.set_search_options(conn, k)
-                    rows = conn.execute(*self.vector_query(vector, model, flt, k)).fetchall()
+                    rows = conn.execute(*self.vector_query(vector, model, flt, k, graphs=graphs)).fetchall()
                 if len(rows) < k:
                     # Off, or short: fewer than k admissible vectors exist, or the walk gave up
                     # (hnsw.max_scan_tuples) or ran out of vectors it can reach before k passed
@@ -589,6 +634,23 @@ class PostgresStore(SQLFileReads, SQLStore):
                     among = admitted.tolist() if admitted is not None and admitted.size <= FALLBACK_ADMITTED_MAX else None
                     rows = conn.execute(*self.vector_query(vector, model, flt, k, exact=True, among=among)).fetchall()
         return [Candidate(cid, 1.0 - float(distance)) for cid, distance in rows]
+
+    def _graph_widths(self, conn: psycopg.Connection, model: str, dim: int) -> builtins.list[int]:
+        """The widths of `model`'s vectors that have a graph (an index: made with the first
+        vector of that width, `_ensure_vector_index`), so a walk never plans one that has none
+        (a second walk cost ~0.26 ms of planning a search). A graph, once seen, stays; one not
+        seen is looked for again at most every GRAPH_LOOK_SECONDS: another server may have
+        made it (with the first vector of its width: `AMPKIT_EMBEDDER=static` meeting CJK
+        text), and until this one looks, its walks miss those rows (its exact rankings do
+        not)."""
+        names = {width: vector_index_name(model, width) for width in stored_widths(dim)}
+        unseen = [name for name in names.values() if name not in self._vector_indexes]
+        now = time.monotonic()
+        if unseen and now - self._graphs_looked.get(model, -GRAPH_LOOK_SECONDS) >= GRAPH_LOOK_SECONDS:
+            self._vector_indexes.update(name for (name,) in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ANY(%s)", (unseen,)))
+            self._graphs_looked[model] = now
+        return [width for width, name in names.items() if name in self._vector_indexes]
 
     def _wide_admitted(self, conn: psycopg.Connection, flt: CellFilter) -> Optional[np.ndarray]:
         """For a reader-wide filter, the rows (seqs) it admits, as the wide keyword leg holds
