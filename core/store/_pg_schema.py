@@ -410,16 +410,22 @@ def settle_canonical_vectors(conn: psycopg.Connection, keys: set[tuple[str, int,
 
 def narrow_vectors(conn: psycopg.Connection) -> None:
     """Migration 17: vectors whose last ZERO_BLOCK components are zero lose them, and each
-    width a model's vectors then have gets its index. The graphs go first and are built again over
-    the rows as they end (one build each is far cheaper than a graph update per row). A
-    vector's copies share its components, so they move together and keep one canonical row."""
+    width a model's vectors then have gets its graph. One rewrite of the table (an UPDATE
+    would leave every old row behind as dead space): the graphs go first, and `vec_key`,
+    derived from the vector, is dropped and derived again in the same statement (its
+    indexes with it). A vector's copies share its components, so they move together and
+    keep their one canonical row."""
     for (name,) in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
                                 "AND tablename = 'cell_vectors' AND indexname LIKE 'cell_vectors_hnsw_%%'").fetchall():
         conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
-    conn.execute(f"UPDATE cell_vectors SET embedding = subvector(embedding, 1, dim - {ZERO_BLOCK}), dim = dim - {ZERO_BLOCK} "
-                 f"WHERE dim >= {2 * ZERO_BLOCK} AND vector_norm(subvector(embedding, dim - {ZERO_BLOCK - 1}, {ZERO_BLOCK})) = 0")
-    for model, dim in conn.execute("SELECT DISTINCT model, dim FROM cell_vectors").fetchall():
-        conn.execute(vector_index_sql(model, dim))
+    narrow = f"dim >= {2 * ZERO_BLOCK} AND vector_norm(subvector(embedding, dim - {ZERO_BLOCK - 1}, {ZERO_BLOCK})) = 0"
+    conn.execute(
+        f"ALTER TABLE cell_vectors DROP COLUMN vec_key,"
+        f" ALTER COLUMN embedding TYPE vector USING"
+        f" (CASE WHEN {narrow} THEN subvector(embedding, 1, dim - {ZERO_BLOCK}) ELSE embedding END),"
+        f" ALTER COLUMN dim TYPE INTEGER USING (CASE WHEN {narrow} THEN dim - {ZERO_BLOCK} ELSE dim END),"
+        f" {VEC_KEY_COLUMN}")
+    vector_key_indexes(conn)
 
 
 def canonical_vectors(conn: psycopg.Connection) -> None:
@@ -430,18 +436,25 @@ def canonical_vectors(conn: psycopg.Connection) -> None:
     for (name,) in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
                                 "AND tablename = 'cell_vectors' AND indexname LIKE 'cell_vectors_hnsw_%%'").fetchall():
         conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
-    conn.execute("ALTER TABLE cell_vectors"
-                 " ADD COLUMN vec_key UUID NOT NULL GENERATED ALWAYS AS (md5(embedding::text)::uuid) STORED,"
-                 " ADD COLUMN canonical BOOLEAN NOT NULL DEFAULT false")
+    conn.execute(f"ALTER TABLE cell_vectors {VEC_KEY_COLUMN}, ADD COLUMN canonical BOOLEAN NOT NULL DEFAULT false")
     conn.execute("UPDATE cell_vectors SET canonical = true WHERE cell_id IN ("
                  "SELECT DISTINCT ON (model, dim, vec_key) cell_id FROM cell_vectors ORDER BY model, dim, vec_key, cell_id)")
+    vector_key_indexes(conn)
+    conn.execute("CREATE TRIGGER cell_vectors_inserted BEFORE INSERT ON cell_vectors"
+                 " FOR EACH ROW EXECUTE FUNCTION ampkit_vector_inserted()")
+
+
+VEC_KEY_COLUMN = "ADD COLUMN vec_key UUID NOT NULL GENERATED ALWAYS AS (md5(embedding::text)::uuid) STORED"
+
+
+def vector_key_indexes(conn: psycopg.Connection) -> None:
+    """The indexes copies of a vector and its canonical row are found by, and each (model,
+    width)'s graph (migrations 15 and 17)."""
     conn.execute("CREATE INDEX cell_vectors_twins ON cell_vectors (vec_key, model, dim) INCLUDE (cell_id)")
     # A vector's canonical row, found from any copy: an owner's search ranks its own cells
     # through their canonical rows (the graph's, for a walk): without this index, a scan of
     # every copy (at 1M of bench/scale.py's data, 16.6 ms p50 for the dense leg, 1.7 with it).
     conn.execute("CREATE INDEX cell_vectors_canonical ON cell_vectors (vec_key, model, dim) WHERE canonical")
-    conn.execute("CREATE TRIGGER cell_vectors_inserted BEFORE INSERT ON cell_vectors"
-                 " FOR EACH ROW EXECUTE FUNCTION ampkit_vector_inserted()")
     for model, dim in conn.execute("SELECT DISTINCT model, dim FROM cell_vectors").fetchall():
         conn.execute(vector_index_sql(model, dim))
 
