@@ -444,6 +444,7 @@ def canonical_vectors(conn: psycopg.Connection) -> None:
                  " FOR EACH ROW EXECUTE FUNCTION ampkit_vector_inserted()")
 
 
+GRAPH_BUILD_MEMORY_MB = 1024  # maintenance_work_mem while a migration builds the graphs
 VEC_KEY_COLUMN = "ADD COLUMN vec_key UUID NOT NULL GENERATED ALWAYS AS (md5(embedding::text)::uuid) STORED"
 
 
@@ -455,6 +456,11 @@ def vector_key_indexes(conn: psycopg.Connection) -> None:
     # through their canonical rows (the graph's, for a walk): without this index, a scan of
     # every copy (at 1M of bench/scale.py's data, 16.6 ms p50 for the dense leg, 1.7 with it).
     conn.execute("CREATE INDEX cell_vectors_canonical ON cell_vectors (vec_key, model, dim) WHERE canonical")
+    # An HNSW build whose graph outgrows maintenance_work_mem goes on far slower (PostgreSQL's
+    # default is 64MB): at 200,000 distinct vectors 287 s against 55 s at 1GB. Raised for
+    # this transaction only, never lowered.
+    conn.execute("SELECT set_config('maintenance_work_mem', %s, true) FROM pg_settings "
+                 "WHERE name = 'maintenance_work_mem' AND setting::bigint < %s", (f"{GRAPH_BUILD_MEMORY_MB}MB", GRAPH_BUILD_MEMORY_MB * 1024))
     for model, dim in conn.execute("SELECT DISTINCT model, dim FROM cell_vectors").fetchall():
         conn.execute(vector_index_sql(model, dim))
 
