@@ -617,6 +617,45 @@ def test_postgres_wide_keyword_arrays_follow_every_servers_writes(pg_url):
         writer.close()
 
 
+def test_postgres_wide_keyword_arrays_catch_up_with_the_servers_own_import_in_the_background(pg_url, monkeypatch):
+    """A server's own import is patched into its wide keyword arrays in the background as its
+    batches commit (here every batch: CATCH_UP_ROWS lowered), even when the import changes
+    more rows in all than PATCH_ROWS (past which a search would read the arrays afresh: ~20 s
+    of slow wide searches after a 100,000-cell import at 1M); the search after it neither
+    patches nor starts afresh, and equals the statement."""
+    import time
+
+    from ampkit.store import _pg_keyword, postgres, store_from_url
+
+    monkeypatch.setattr(postgres, "CATCH_UP_ROWS", 20)
+    monkeypatch.setattr(_pg_keyword, "PATCH_ROWS", 60)
+    store = store_from_url(pg_url)
+    store.open()
+    try:
+        service = MemoryService(store=store)
+        _pg_world(service, random.Random(5), 60)
+        flt = CellFilter(reader="team-lead")
+        store.keyword_candidates("quokka piano lena", flt, 80)  # the arrays load
+        assert store.wide_keywords.wait_until_warm()
+        generations = store.wide_keywords.generations
+        for batch in range(4):  # 4 x 25 cells: more changed rows than PATCH_ROWS in all
+            patches = store.wide_keywords.patches
+            service.create_many("ada", [CellCreate(content={"text": f"quokka lena piano lesson {batch} {i}"},
+                                                   identity={"owner_id": "ada", "session_id": f"import-{batch}"},
+                                                   access_policy={"readable_by": ["team-*"]}) for i in range(25)])
+            deadline = time.monotonic() + 20
+            while store.wide_keywords.patches == patches and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert store.wide_keywords.patches > patches  # patched in the background, no search asking
+        patches = store.wide_keywords.patches
+        expected = pg_reference(store, "quokka piano lena", flt, 80)
+        assert [(c.cell_id, c.score) for c in store.keyword_candidates("quokka piano lena", flt, 80)] == expected
+        assert any((store.get(cid).identity.session_id or "").startswith("import-") for cid, _ in expected)
+        assert (store.wide_keywords.generations, store.wide_keywords.patches) == (generations, patches)
+    finally:
+        store.close()
+
+
 def test_postgres_patched_keyword_arrays_equal_the_statement_after_every_kind_of_write(pg_url, monkeypatch):
     """Random writes of every kind by another server (creates into old and new sessions,
     text rewrites, policy, status and metadata changes, expiries, supersessions,

@@ -319,6 +319,7 @@ class WideKeywordIndex:
         self._worker: Optional[threading.Thread] = None
         self._not_before = 0.0  # after an abandoned warm-up, the next waits as long as it took
         self._warming = False
+        self._catch_up = False  # `request_catch_up`: patch the arrays up to the database in the background
 
     # ------------------------------------------------------------ searches
     def candidates(self, conn: psycopg.Connection, words: list[str], flt: CellFilter, k: int) -> list[Candidate]:
@@ -491,6 +492,16 @@ class WideKeywordIndex:
                 self._worker.start()
         self._wake.set()
 
+    def request_catch_up(self) -> None:
+        """This server committed a large write (an import's batch): the arrays are patched up
+        to it in the background, so the wide search after an import neither reads them afresh
+        (more than PATCH_ROWS changed rows) nor patches them itself."""
+        with self._lock:
+            if self._anchor is None or self._stopped:  # nothing held yet: nothing to patch
+                return
+        self._catch_up = True
+        self._request_warmup()
+
     def wait_until_warm(self, timeout: float = 60.0) -> bool:
         """Until the current generation is warm (tests, benchmarks)."""
         deadline = time.monotonic() + timeout
@@ -524,6 +535,14 @@ class WideKeywordIndex:
             with self._lock:
                 if self._stopped or self._worker is not threading.current_thread():
                     return
+            if self._catch_up:
+                self._catch_up = False
+                try:
+                    with self._connection() as conn, conn.transaction():
+                        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                        self._begin(conn, "")  # patched, as a search would (or afresh: warmed below)
+                except Exception:  # noqa: BLE001  (closed, or the database went away: the next search catches up)
+                    pass
             delay = self._not_before - time.monotonic()
             if delay > 0:
                 time.sleep(min(delay, 5.0))
