@@ -415,9 +415,7 @@ def narrow_vectors(conn: psycopg.Connection) -> None:
     derived from the vector, is dropped and derived again in the same statement (its
     indexes with it). A vector's copies share its components, so they move together and
     keep their one canonical row."""
-    for (name,) in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
-                                "AND tablename = 'cell_vectors' AND indexname LIKE 'cell_vectors_hnsw_%%'").fetchall():
-        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+    drop_vector_graphs(conn)
     narrow = f"dim >= {2 * ZERO_BLOCK} AND vector_norm(subvector(embedding, dim - {ZERO_BLOCK - 1}, {ZERO_BLOCK})) = 0"
     conn.execute(
         f"ALTER TABLE cell_vectors DROP COLUMN vec_key,"
@@ -428,14 +426,20 @@ def narrow_vectors(conn: psycopg.Connection) -> None:
     vector_key_indexes(conn)
 
 
+def drop_vector_graphs(conn: psycopg.Connection) -> None:
+    """Every model's HNSW index, before a migration rewrites `cell_vectors` (the rewrite would
+    otherwise rebuild them, only for `vector_key_indexes` to build them again)."""
+    for (name,) in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+                                "AND tablename = 'cell_vectors' AND indexname LIKE 'cell_vectors_hnsw_%%'").fetchall():
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+
+
 def canonical_vectors(conn: psycopg.Connection) -> None:
     """Migration 15: each row's vector key, a canonical row per distinct vector, the indexes
     copies and canonical rows are found by, and each model's HNSW index again over the
     canonical rows only. The old graphs go first: the table's rewrite would otherwise rebuild
     them, only to drop them."""
-    for (name,) in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
-                                "AND tablename = 'cell_vectors' AND indexname LIKE 'cell_vectors_hnsw_%%'").fetchall():
-        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+    drop_vector_graphs(conn)
     conn.execute(f"ALTER TABLE cell_vectors {VEC_KEY_COLUMN}, ADD COLUMN canonical BOOLEAN NOT NULL DEFAULT false")
     conn.execute("UPDATE cell_vectors SET canonical = true WHERE cell_id IN ("
                  "SELECT DISTINCT ON (model, dim, vec_key) cell_id FROM cell_vectors ORDER BY model, dim, vec_key, cell_id)")

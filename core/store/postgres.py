@@ -581,7 +581,7 @@ class PostgresStore(SQLFileReads, SQLStore):
                         else sql.SQL("1.0::float8"))  # (none of the query in these components: a cosine of 0)
             if 0 < scale < 1 - 1e-7:
                 distance = sql.SQL("(1 - {s} + {s} * {d})").format(s=sql.Literal(scale), d=distance)
-            widths.append((width, part, scale, distance))
+            widths.append((width, typed, part, scale, distance))
         if exact:
             # One scan of the cells the filter admits, each compared at its own width; ordered
             # by an expression no index has: the filters pick the rows first, then every
@@ -589,7 +589,7 @@ class PostgresStore(SQLFileReads, SQLStore):
             # equal distances): which of them make the top k must not depend on the plan or on
             # where rows lie in the table.
             cases, case_params = [], []
-            for width, part, scale, distance in widths:
+            for width, _, part, scale, distance in widths:
                 cases.append(sql.SQL("WHEN {w} THEN {d}").format(w=sql.Literal(width), d=distance))
                 case_params += [part] if scale > 0 else []
             query = sql.SQL(
@@ -608,10 +608,9 @@ class PostgresStore(SQLFileReads, SQLStore):
         # status...), so a selective filter does not starve the result; relaxed order is then
         # put right by the outer ORDER BY. Each width's index is walked for k rows.
         walks, walk_params = [], []
-        for width, part, scale, distance in widths:
+        for width, typed, part, scale, distance in widths:
             if scale == 0 or (graphs is not None and width not in graphs):
                 continue  # (no graph, or every such row at a cosine of 0: the exact fallback's)
-            typed = sql.SQL("vector({})").format(sql.Literal(width))
             walks.append(sql.SQL(
                 "(SELECT t.cell_id, {distance} AS distance"
                 " FROM cell_vectors v JOIN cell_vectors t ON t.vec_key = v.vec_key AND t.model = v.model AND t.dim = v.dim"
