@@ -42,6 +42,7 @@ import bisect
 import math
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -65,6 +66,15 @@ ADMITTED_SETS = 64  # filters kept per generation (least recently used out)
 # Past this many changed rows since the anchor, the arrays are read afresh rather than patched
 # (a bulk import): patching costs a few small queries and a copy of each touched array.
 PATCH_ROWS = 20_000
+# Once this many keyword rows have changed since the anchor, the arrays are patched up to the
+# database in the background (`WideKeywordIndex.rows_written`, `_others_wrote`), so the wide
+# search after an import (through this server or another) neither reads them afresh nor
+# patches them itself. (A patch per batch of 500 halved the import's rate at 1M: each patch
+# copies the touched lexemes' arrays.)
+CATCH_UP_ROWS = 5_000
+# How often the keyword thread of a server that holds arrays counts the rows changed since
+# their anchor (another server's writes reach this one only through the database).
+CATCH_UP_LOOK_SECONDS = 1.0
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -78,10 +88,17 @@ SELECT pg_current_snapshot()::text,
                WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot)),
        ARRAY(SELECT DISTINCT l FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS l ORDER BY l)
 """
-# The rows those changes touched (migration 12; NULL: every row, a TRUNCATE), at most `%s`.
+# The rows those changes touched (migration 12; -1: every row, a TRUNCATE), at most `%s`, as one text.
 _CHANGED_ROWS = """
-SELECT seq FROM search_change_rows
-WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot) LIMIT %s
+SELECT string_agg(COALESCE(seq, -1)::text, ',') FROM (
+    SELECT seq FROM search_change_rows
+    WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot) LIMIT %s) AS changed
+"""
+# How many rows changed since the anchor, counted up to `%s` (the background look).
+_CHANGED_COUNT = """
+SELECT count(*) FROM (SELECT 1 FROM search_change_rows
+                      WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot)
+                      LIMIT %s) AS changed
 """
 # The admitted rows of a filter whose time bound is left out (an expiring row carries its expiry);
 # joined by seq, so both sides can be read from indexes (migration 13).
@@ -91,15 +108,21 @@ SELECT string_agg(s.seq::text, ','), string_agg(s.len::text, ','),
        string_agg((extract(epoch FROM c.expires_at) * 1000000)::int8::text, ',') FILTER (WHERE c.expires_at IS NOT NULL)
 FROM cells c JOIN cell_search s ON s.seq = c.seq WHERE {where}
 """
-# The same, one row each, among some rows (those a change touched).
+# The same among some rows (those a change touched: `%s`, an int8[] literal, which psycopg
+# sends as one string rather than dumping thousands of numbers one by one).
 _ADMITTED_AMONG = """
-SELECT s.seq, s.len, (extract(epoch FROM c.expires_at) * 1000000)::int8
-FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE s.seq = ANY(%s) AND {where}
+SELECT string_agg(s.seq::text, ','), string_agg(s.len::text, ','),
+       string_agg(s.seq::text, ',') FILTER (WHERE c.expires_at IS NOT NULL),
+       string_agg((extract(epoch FROM c.expires_at) * 1000000)::int8::text, ',') FILTER (WHERE c.expires_at IS NOT NULL)
+FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE s.seq = ANY(%s::int8[]) AND {where}
 """
-# The lexemes of some rows with their term frequencies (as `_POSTINGS` counts them).
+# Of some rows, those holding each of some lexemes (the arrays the generation holds), with
+# their term frequencies, as `_FREQUENT_POSTINGS` reads them: one row a lexeme.
 _TERMS_AMONG = """
-SELECT s.seq, u.lexeme, cardinality(u.positions) FROM cell_search s CROSS JOIN LATERAL unnest(s.tsv) u
-WHERE s.seq = ANY(%s)
+SELECT u.lexeme, string_agg(s.seq::text, ','), string_agg(cardinality(u.positions)::text, ',')
+FROM cell_search s CROSS JOIN LATERAL unnest(s.tsv) u
+WHERE s.seq = ANY(%s::int8[]) AND u.lexeme = ANY(%s::text[]) AND u.positions IS NOT NULL
+GROUP BY u.lexeme
 """
 # What AVG(len) of `_BM25_SCOPE` gives (int8 sums divided as numeric), from the sum and count.
 _MEAN_LENGTH = "SELECT GREATEST(COALESCE(%s::int8::numeric / NULLIF(%s::int8, 0)::numeric, 1), 1)::float8"
@@ -227,7 +250,7 @@ class _Generation:
         self.anchor = anchor
         self.lock = threading.Lock()
         self.admitted: OrderedDict[tuple[str, str], _Admitted] = OrderedDict()
-        self.postings: BytesLRU[str] = BytesLRU(term_bytes)
+        self.postings: BytesLRU[str] = BytesLRU(term_bytes, _held_arrays)
         self.warm = False
 
 
@@ -260,31 +283,82 @@ GROUP BY u.lexeme
 """
 
 
-def _patched_admitted(admitted: _Admitted, changed: np.ndarray, rows: list[tuple[int, int, Optional[int]]]) -> _Admitted:
-    """A filter's admitted set after the `changed` rows, given those it admits now (`rows`:
-    seq, window length, expiry). Untouched (no changed row was or is admitted), the same set,
-    with its views and term scores."""
-    if not rows and not members(admitted.seqs, changed).size:
+def _patched_admitted(admitted: _Admitted, changed: np.ndarray, now: _Admitted) -> _Admitted:
+    """A filter's admitted set after the `changed` rows, given those of them it admits now
+    (`now`, read as `_ADMITTED_AMONG`). Untouched (no changed row was or is admitted), the
+    same set, with its views and term scores."""
+    if not now.seqs.size and not members(admitted.seqs, changed).size:
         return admitted
-    rows = sorted(rows)
-    new_seqs = np.array([r[0] for r in rows], dtype=np.int64)
-    seqs, lengths = replace_rows(admitted.seqs, admitted.lengths, changed, new_seqs,
-                                  np.array([r[1] for r in rows], dtype=np.int64), lambda _: np.int32)
+    seqs, lengths = replace_rows(admitted.seqs, admitted.lengths, changed, now.seqs, now.lengths, lambda _: np.int32)
     keep = ~np.isin(admitted.expiring, changed)
-    expires = [(r[0], r[2]) for r in rows if r[2] is not None]
-    ex_rows = np.concatenate([admitted.expiring[keep], np.array([r for r, _ in expires], dtype=np.int64)])
-    ex_at = np.concatenate([admitted.expiry[keep], np.array([t for _, t in expires], dtype=np.int64)])
-    return _Admitted.of(seqs, lengths, ex_rows, ex_at, admitted.params)
+    return _Admitted.of(seqs, lengths, np.concatenate([admitted.expiring[keep], now.expiring]),
+                        np.concatenate([admitted.expiry[keep], now.expiry]), admitted.params)
 
 
 def _patched_postings(postings: tuple[np.ndarray, np.ndarray], changed: np.ndarray,
-                      now: Optional[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
-    """A lexeme's rows and term frequencies after the `changed` rows, given those of them that
-    hold it now (`now`: seq, frequency). Untouched, the same arrays (`replace_rows`)."""
+                      now: Optional[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """A lexeme's rows and term frequencies after the `changed` rows (sorted), given those of
+    them that hold it now (`now`, sorted rows and their frequencies). Untouched, the same
+    arrays (`replace_rows`); when every changed row is newer than the lexeme's last (an
+    import's new rows), the new ones appended in the room after the arrays (`_appended`)."""
     seqs, tf = postings
-    now = sorted(now or [])
-    return replace_rows(seqs, tf, changed, np.array([r[0] for r in now], dtype=np.int64),
-                         np.array([r[1] for r in now], dtype=np.int64), count_dtype)
+    now_seqs, now_tf = now if now is not None else (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+    if (now_seqs.size and seqs.size and changed[0] > seqs[-1]
+            and np.can_cast(row_dtype(int(now_seqs[-1])), seqs.dtype)
+            and np.can_cast(count_dtype(int(now_tf.max())), tf.dtype)):
+        return _appended(seqs, now_seqs), _appended(tf, now_tf)
+    return replace_rows(seqs, tf, changed, now_seqs, now_tf, count_dtype)
+
+
+# An array grown by a patch gets this much room for the next patches' rows (a copy of every
+# touched lexeme's rows, ~170 MB at 1M cells, cost each 5,000-row patch of an import ~60-160 ms).
+GROWTH_ROOM = 0.25
+
+
+def _appended(values: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """`values` followed by `more`: written into the room after `values` when its buffer has
+    some (the result is a longer view of the same buffer), else copied into a new buffer with
+    GROWTH_ROOM to spare. Safe because a generation's arrays are never written below their
+    end, and only the newest generation is ever patched (`_begin`, under the index's lock), so
+    no published array reaches into the room being written: an older generation's searches
+    read only up to their own arrays' end. (A patch that failed wrote into room no one reads.)"""
+    n, k = values.size, more.size
+    buffer = _buffer_of(values)
+    if buffer is None or buffer.size < n + k:
+        buffer = np.empty(n + k + int((n + k) * GROWTH_ROOM) + 16, dtype=values.dtype)
+        buffer[:n] = values
+        _BUFFERS[id(buffer)] = buffer
+    buffer[n:n + k] = more
+    return buffer[:n + k]
+
+
+# The buffers `_appended` made (by id; gone with them), so that only those are ever written past an array's end.
+_BUFFERS: "weakref.WeakValueDictionary[int, np.ndarray]" = weakref.WeakValueDictionary()
+
+
+def _buffer_of(values: np.ndarray) -> Optional[np.ndarray]:
+    """The buffer `_appended` made that `values` is the start of, or None."""
+    buffer = values.base
+    if buffer is None or _BUFFERS.get(id(buffer)) is not buffer:
+        return None
+    return buffer if np.shares_memory(buffer[:1], values[:1]) else None
+
+
+def _held_arrays(postings: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """What a lexeme's arrays hold in memory, for the cache's budget: a grown one's whole buffer."""
+    held = []
+    for values in postings:
+        buffer = _buffer_of(values)
+        held.append(values if buffer is None else buffer)
+    return tuple(held)
+
+
+def _admitted_arrays(row: tuple[Any, ...], params: list[Any]) -> _Admitted:
+    """A filter's admitted rows from the row `_ADMITTED` (or `_ADMITTED_AMONG`) returns, sorted."""
+    seqs, lengths, expiring, expiry = row
+    rows, lens = _rows(seqs), int_list(lengths).astype(np.int32)
+    order = np.argsort(rows, kind="stable")
+    return _Admitted.of(rows[order], lens[order], _rows(expiring), int_list(expiry), params)
 
 
 def _postings_arrays(seqs: Optional[str], tf: Optional[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -319,7 +393,9 @@ class WideKeywordIndex:
         self._worker: Optional[threading.Thread] = None
         self._not_before = 0.0  # after an abandoned warm-up, the next waits as long as it took
         self._warming = False
-        self._catch_up = False  # `request_catch_up`: patch the arrays up to the database in the background
+        self._catch_up = False  # patch the arrays up to the database in the background (`rows_written`)
+        self._uncaught_rows = 0  # keyword rows this server wrote since it last asked for a catch-up
+        self.looks = 0  # background counts of the rows other servers changed (tests)
 
     # ------------------------------------------------------------ searches
     def candidates(self, conn: psycopg.Connection, words: list[str], flt: CellFilter, k: int) -> list[Candidate]:
@@ -441,11 +517,11 @@ class WideKeywordIndex:
         each kept filter's admitted rows among them, their lexemes' term frequencies (warm or
         not: what the warm-up has not loaded, the searches read). None (read afresh) when the
         changes are too many or a TRUNCATE."""
-        rows = [seq for (seq,) in conn.execute(_CHANGED_ROWS, (anchor, anchor, PATCH_ROWS + 1))]
-        if len(rows) > PATCH_ROWS or None in rows:
+        rows = int_list(_one(conn.execute(_CHANGED_ROWS, (anchor, anchor, PATCH_ROWS + 1)))[0])
+        if rows.size > PATCH_ROWS or (rows < 0).any():
             return None
-        changed = np.unique(np.array(rows, dtype=np.int64))
-        ids = changed.tolist()
+        changed = np.unique(rows)
+        ids = "{" + ",".join(map(str, changed.tolist())) + "}"
         with old.lock:
             admitted, postings = list(old.admitted.items()), list(old.postings.items())
         new = _Generation(snapshot, self.term_bytes)
@@ -454,12 +530,11 @@ class WideKeywordIndex:
         with conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext():
             among = [conn.execute(sql.SQL(_ADMITTED_AMONG).format(where=sql.SQL(key[0])), [ids, *kept.params])
                      for key, kept in admitted]
-            among_terms = conn.execute(_TERMS_AMONG, (ids,)) if postings else None
+            among_terms = conn.execute(_TERMS_AMONG, (ids, [lexeme for lexeme, _ in postings])) if postings else None
             for (key, kept), cursor in zip(admitted, among):
-                new.admitted[key] = _patched_admitted(kept, changed, cursor.fetchall())
-            terms: dict[str, list[tuple[int, int]]] = {}
-            for seq, lexeme, tf in among_terms.fetchall() if among_terms is not None else ():
-                terms.setdefault(lexeme, []).append((seq, tf))
+                new.admitted[key] = _patched_admitted(kept, changed, _admitted_arrays(_one(cursor), kept.params))
+            terms = {lexeme: _postings_arrays(seqs, tf) for lexeme, seqs, tf in
+                     (among_terms.fetchall() if among_terms is not None else ())}
         for lexeme, held in postings:  # least recently used first, as they were kept
             new.postings.keep(lexeme, _patched_postings(held, changed, terms.get(lexeme)))
         self.patches += 1
@@ -492,15 +567,34 @@ class WideKeywordIndex:
                 self._worker.start()
         self._wake.set()
 
-    def request_catch_up(self) -> None:
-        """This server committed a large write (an import's batch): the arrays are patched up
-        to it in the background, so the wide search after an import neither reads them afresh
-        (more than PATCH_ROWS changed rows) nor patches them itself."""
+    def rows_written(self, rows: int) -> None:
+        """This server committed a write that rewrote `rows` keyword rows: once they add up to
+        CATCH_UP_ROWS (an import's batches), the arrays are patched up to the database in the
+        background, without waiting for the next look (`_others_wrote`)."""
         with self._lock:
+            self._uncaught_rows += rows
+            if self._uncaught_rows < CATCH_UP_ROWS:
+                return
+            self._uncaught_rows = 0
             if self._anchor is None or self._stopped:  # nothing held yet: nothing to patch
                 return
-        self._catch_up = True
+            self._catch_up = True
         self._request_warmup()
+
+    def _others_wrote(self) -> bool:
+        """Whether CATCH_UP_ROWS keyword rows have changed since the anchor (whoever wrote
+        them): the keyword thread's look every CATCH_UP_LOOK_SECONDS while it holds arrays, so
+        an import through another server is patched in here as it goes."""
+        with self._lock:
+            anchor = None if self._stopped else self._anchor
+        if anchor is None:
+            return False
+        self.looks += 1
+        try:
+            with self._connection() as conn:
+                return bool(_one(conn.execute(_CHANGED_COUNT, (anchor, anchor, CATCH_UP_ROWS)))[0] >= CATCH_UP_ROWS)
+        except Exception:  # noqa: BLE001  (closed, or the database went away: the next search catches up)
+            return False
 
     def wait_until_warm(self, timeout: float = 60.0) -> bool:
         """Until the current generation is warm (tests, benchmarks)."""
@@ -530,11 +624,15 @@ class WideKeywordIndex:
 
     def _warm_loop(self) -> None:
         while True:
-            self._wake.wait()
+            asked = self._wake.wait(CATCH_UP_LOOK_SECONDS)
             self._wake.clear()
             with self._lock:
                 if self._stopped or self._worker is not threading.current_thread():
                     return
+            if not asked:  # nobody asked: has the database moved far from the arrays?
+                if not self._others_wrote():
+                    continue
+                self._catch_up = True
             if self._catch_up:
                 self._catch_up = False
                 try:
@@ -642,8 +740,4 @@ class WideKeywordIndex:
 
     @staticmethod
     def _load_admitted(conn: psycopg.Connection, where_text: str, params: list[Any]) -> _Admitted:
-        seqs, lengths, expiring, expiry = _one(conn.execute(sql.SQL(_ADMITTED).format(where=sql.SQL(where_text)), params))
-        rows, lens = _rows(seqs), int_list(lengths).astype(np.int32)
-        order = np.argsort(rows, kind="stable")
-        ex_rows, ex_at = _rows(expiring), int_list(expiry)
-        return _Admitted.of(rows[order], lens[order], ex_rows, ex_at, params)
+        return _admitted_arrays(_one(conn.execute(sql.SQL(_ADMITTED).format(where=sql.SQL(where_text)), params)), params)

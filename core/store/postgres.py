@@ -94,11 +94,6 @@ EXACT_ADMITTED_MAX = 5_000
 # reads those rows by their ids instead of scanning the table under the filter, up to this
 # many (at 1M, a team of 100,000: 442-488 ms against 557-699 ms).
 FALLBACK_ADMITTED_MAX = 200_000
-# Once this server's committed writes have rewritten this many keyword rows (an import), the
-# wide keyword arrays are patched up to them in the background (`WideKeywordIndex.request_catch_up`),
-# so a search after an import neither reads them afresh nor patches them itself. (A patch per
-# batch of 500 halved the import's rate at 1M: each patch copies the touched lexemes' arrays.)
-CATCH_UP_ROWS = 5_000
 GRAPH_LOOK_SECONDS = 2.0  # how often a search looks again for a graph of a width it has not seen
 BM25_K1, BM25_B = 1.2, 0.75  # FTS5's defaults
 
@@ -229,7 +224,7 @@ class _PostgresWriteTx(PostgresFileTx, SQLWriteTx):
         self._vectors_written: set[str] = set()
         self._vector_keys: set[tuple[str, int, Any]] = set()
         self.graphs_made: set[str] = set()  # HNSW indexes made here: known to exist once committed
-        self.windows_rewritten = 0  # keyword rows this transaction rewrote (CATCH_UP_ROWS)
+        self.windows_rewritten = 0  # keyword rows this transaction rewrote (`WideKeywordIndex.rows_written`)
 
     def _lock_key(self, owner_id: str, key: str) -> None:
         # Concurrent writers of one (owner, key) take turns on a transaction-scoped lock, so
@@ -365,7 +360,6 @@ class PostgresStore(SQLFileReads, SQLStore):
                                                warm_inline=keyword_warm_inline)
                               if self.keyword_cache_mb > 0 else None)
         self._writes = 0  # write transactions of this process: every PRUNE_EVERY-th prunes search_changes
-        self._uncaught_rows = 0  # keyword rows written here since the last background catch-up
         self._pool: Optional[ConnectionPool] = None
         self._vector_indexes: set[str] = set()  # the graphs known to exist (committed; `_graph_widths`)
         self._graphs_looked: dict[str, float] = {}  # model -> when its unseen graphs were last looked for
@@ -487,10 +481,8 @@ class PostgresStore(SQLFileReads, SQLStore):
                 tx = _PostgresWriteTx(conn, self)
                 yield tx
             self._vector_indexes |= tx.graphs_made
-            self._uncaught_rows += tx.windows_rewritten  # (a lost update between threads only delays one)
-            if self.wide_keywords is not None and self._uncaught_rows >= CATCH_UP_ROWS:
-                self._uncaught_rows = 0
-                self.wide_keywords.request_catch_up()
+            if self.wide_keywords is not None:
+                self.wide_keywords.rows_written(tx.windows_rewritten)
             self._writes += 1
             if self._writes % PRUNE_EVERY == 0:  # after COMMIT: its own short transaction
                 with conn.transaction():
