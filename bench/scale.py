@@ -12,7 +12,9 @@ analyst's search across every owner (broad_words, broad_paraphrase: past 200,000
 approximate index serves these), broad_words once more (broad_words_again: the first pass is
 each word's first use by the analyst's admitted set), and the analyst's again right after an import of a tenth as
 many cells into the served store (broad_words_after_an_import; its first search, which takes
-in what the import changed, timed alone). Then single-cell writes from one client and from 8
+in what the import changed, timed alone), and the same through a second server on the store
+while the import goes through the first (broad_words_after_an_import_through_another_server:
+replicas, which learn of each other's writes only from the store). Then single-cell writes from one client and from 8
 concurrent clients (bench/writes.py's: each client a process), batch writes, bytes per cell
 on disk, the server's resident memory, and after a restart the time from process start to
 the first answered search (then the first broad one's, from its request and from process
@@ -107,6 +109,24 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 def search(http: httpx.Client, item: dict, **fields: Any) -> httpx.Response:
     """One search of a workload item: its agent's, its body with `fields` set."""
     return http.post("/memories/search", json={**item["body"], **fields}, headers={"X-AMP-Agent-ID": item["agent"]})
+
+
+def wait_until_warm(http: httpx.Client, started: float, limit_s: float = 3600) -> tuple[float, float]:
+    """Until the server's /health (asked every 20 ms) says its warm-ups are done (the vector
+    index built and drained, the wide keyword arrays not warming); the longest a /health
+    answer took meanwhile (how long a request waits while the warm-ups run) and when it was
+    asked, in seconds from `started`."""
+    t0, longest = time.perf_counter(), (0.0, 0.0)
+    while time.perf_counter() - t0 < limit_s:
+        t = time.perf_counter()
+        index = http.get("/health").json().get("vector_index", {})
+        longest = max(longest, (time.perf_counter() - t, t - started))
+        # ("none" on PostgreSQL, whose vectors stay in the database: nothing to load)
+        if index.get("state") in ("ready", "none") and index.get("approximate") != "building" \
+                and not index.get("approximate_backlog") and index.get("keyword_warmup") != "warming":
+            break
+        time.sleep(0.02)
+    return longest
 
 
 def first_searches(server: "Server", http: httpx.Client, workloads: dict,
@@ -224,20 +244,23 @@ def searches_after_writes(http: httpx.Client, workload: list[dict], owners: list
     return percentiles(ms), round(hits / len(workload), 3)
 
 
-def searches_after_an_import(http: httpx.Client, workload: list[dict], cells: int, rng: random.Random) -> dict:
+def searches_after_an_import(http: httpx.Client, workload: list[dict], cells: int, rng: random.Random,
+                              searcher: Optional[httpx.Client] = None, prefix: str = "import") -> dict:
     """`cells` more memories imported into the served store (new owners, in batches of 500 as
     the load), then the reader-wide searches of `workload` (its readers' first searches done):
     the first one timed alone from the import's end (it takes in what the import changed: the
-    new vectors and the cached words' rows), then all of them as `timed_searches` does."""
-    owners = [f"import-{i:05d}" for i in range(max(1, cells // 100))]
+    new vectors and the cached words' rows), then all of them as `timed_searches` does.
+    `searcher`: the searches through another server on the same store (the import through `http`)."""
+    owners = [f"{prefix}-{i:05d}" for i in range(max(1, cells // 100))]
+    searcher = searcher or http
     t0 = time.perf_counter()
     for _, by_owner in plan_batches(fact_plan(cells, owners, rng), owners):
         post_batches(http, by_owner)
     import_s = time.perf_counter() - t0
     t = time.perf_counter()
-    search(http, workload[0], limit=10).raise_for_status()
+    search(searcher, workload[0], limit=10).raise_for_status()
     first_ms = (time.perf_counter() - t) * 1000
-    lat, hit, _ = timed_searches(http, workload, {item["agent"] for item in workload})
+    lat, hit, _ = timed_searches(searcher, workload, {item["agent"] for item in workload})
     return {"cells": cells, "cells_per_s": round(cells / import_s, 1), "first_search_ms": round(first_ms, 1),
             **lat, "hit@10": hit, "queries": len(workload)}
 
@@ -371,6 +394,21 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
         result["search_http"]["broad_words_after_an_import"] = imported
         print(f"  broad_words_after_an_import: {imported}", file=sys.stderr, flush=True)
 
+        # ---- the same with two servers on the store (replicas; on SQLite, two processes on
+        # one file): the import through this one, the searches through a second one, which
+        # learns of the import only from the store
+        replica = Server(store_url, embedder, workdir / "replica.log")
+        try:
+            with httpx.Client(base_url=replica.base, timeout=300, verify=tls_context()) as other:
+                timed_searches(other, workloads["broad_words"], set())  # its readers' first searches
+                wait_until_warm(other, replica.started)
+                imported = searches_after_an_import(http, workloads["broad_words"], max(500, n // 10), rng,
+                                                    searcher=other, prefix="replica-import")
+        finally:
+            replica.stop()
+        result["search_http"]["broad_words_after_an_import_through_another_server"] = imported
+        print(f"  broad_words_after_an_import_through_another_server: {imported}", file=sys.stderr, flush=True)
+
         # ---- single-cell writes: one client, then 8 concurrent clients, each client a process
         # of its own and the clock started once all have connected (bench/writes.py: eight
         # client threads in one process are held back by their own GIL)
@@ -402,16 +440,7 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
             # the grown server's figures above, on the same file and machine minutes apart.
             # Asked every 20 ms meanwhile, /health says how long a request waits while the
             # warm-ups run: hnswlib loads a saved graph holding the interpreter lock (~1.3 s at 1M).
-            t0, longest = time.perf_counter(), (0.0, 0.0)
-            while time.perf_counter() - t0 < 3600:
-                t = time.perf_counter()
-                index = http.get("/health").json().get("vector_index", {})
-                longest = max(longest, (time.perf_counter() - t, t - restarted.started))
-                # ("none" on PostgreSQL, whose vectors stay in the database: nothing to load)
-                if index.get("state") in ("ready", "none") and index.get("approximate") != "building" \
-                        and not index.get("approximate_backlog") and index.get("keyword_warmup") != "warming":
-                    break
-                time.sleep(0.02)
+            longest = wait_until_warm(http, restarted.started)
             result["restarted_ready_s"] = round(time.perf_counter() - restarted.started, 1)
             result["restart_warmup_longest_wait_s"] = {"waited": round(longest[0], 3), "at": round(longest[1], 1)}
             result["search_http_restarted"] = {}
@@ -461,8 +490,9 @@ def run(n: int, store_url: str, embedder: str, queries: int, workdir: Path) -> d
         stats = service.store.stats()
     finally:
         service.store.close()
-    imported = result["search_http"]["broad_words_after_an_import"]["cells"]
-    written = n + len(workloads["team_words"]) + imported + 500 + 800  # bulk load + writes between searches + import + single writes
+    imported = sum(result["search_http"][name]["cells"] for name in (
+        "broad_words_after_an_import", "broad_words_after_an_import_through_another_server"))
+    written = n + len(workloads["team_words"]) + imported + 500 + 800  # bulk load + writes between searches + imports + single writes
     result.update({
         "store": stats.get("backend", store_url.split(":")[0]),
         "search_inproc_ms": percentiles(inproc_ms),
@@ -481,10 +511,12 @@ def print_table(res: dict) -> None:
         print(f"| {name}, restarted server | {p['queries']} | {p['p50']} | {p['p95']} | {p['p99']} | {p['hit@10']} |")
     p = res["search_inproc_ms"]
     print(f"| owner_words in process | - | {p['p50']} | {p['p95']} | {p['p99']} | - |")
-    imported = res["search_http"].get("broad_words_after_an_import")
-    if imported:
-        print(f"\nafter importing {imported['cells']} more cells ({imported['cells_per_s']} cells/s): "
-              f"the first reader-wide search {imported['first_search_ms']} ms")
+    for name, through in (("broad_words_after_an_import", "the same server"),
+                          ("broad_words_after_an_import_through_another_server", "another server")):
+        imported = res["search_http"].get(name)
+        if imported:
+            print(f"\nafter importing {imported['cells']} more cells ({imported['cells_per_s']} cells/s): "
+                  f"the first reader-wide search through {through} {imported['first_search_ms']} ms")
     print("\n| each reader's first search on the server, before the timed ones | readers | p50 ms | p95 ms | max ms |"
           "\n|---|---|---|---|---|")
     for label, rows in (("", res["search_http"]), (", restarted server", res.get("search_http_restarted", {}))):

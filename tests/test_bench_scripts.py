@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -337,3 +338,15 @@ def test_scale_times_each_readers_first_search_apart_from_the_timed_ones(tmp_pat
         assert imported["cells"] == 300 and imported["cells_per_s"] > 0 and imported["first_search_ms"] > 0
         assert imported["queries"] == 12 and imported["hit@10"] == 1.0 and imported["p99"] >= imported["p50"] > 0
         assert http.get("/memories", params={"limit": 200}, headers={"X-AMP-Agent-ID": "import-00001"}).json()["total"] == 100
+        # The replicas' row: the import through this server, the searches through a second
+        # one on the same file, which finds the new cells.
+        replica = create_app(Settings(store=f"sqlite:///{tmp_path}/t.db", embedder="none", lifecycle_interval_seconds=0))
+        with TestClient(replica, base_url="http://testserver/amp/v1") as other:
+            assert scale.wait_until_warm(other, time.perf_counter())[0] > 0
+            new_only = [{**item, "agent": "replica-import-00001", "target": None, "text": "",
+                         "body": {"query": "window seats"}} for item in work[:2]]
+            imported = scale.searches_after_an_import(http, new_only, 300, random.Random(3), searcher=other,
+                                                      prefix="replica-import")
+            assert imported["cells"] == 300 and imported["first_search_ms"] > 0 and imported["queries"] == 2
+            assert other.get("/memories", params={"limit": 200},
+                             headers={"X-AMP-Agent-ID": "replica-import-00001"}).json()["total"] == 100
