@@ -286,6 +286,58 @@ def test_caches_follow_writes_from_another_connection(corpus, tmp_path):
         writer.close()
 
 
+def test_an_idle_store_takes_in_another_connections_import_in_the_background(corpus, tmp_path, monkeypatch):
+    """An import through another store on the file (another process: a replica, a sibling
+    worker, an in-process client) is taken into an idle searcher's caches by its windows
+    thread's look (FOREIGN_LOOK_SECONDS, here shortened), not by its next search: the change
+    log read up to the writer's last entry by a look, with no search asking; the search after
+    it then loads nothing afresh and equals the statement."""
+    import shutil
+    import time
+
+    from ampkit.store import sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "FOREIGN_LOOK_SECONDS", 0.05)
+    path = str(tmp_path / "copy.db")
+    shutil.copy(corpus, path)
+    searcher, writer = SQLiteStore(path, keyword_scan_max=0), SQLiteStore(path)
+    searcher.open()
+    looks: list[tuple[int, int]] = []  # (the log position before a look, after it)
+    look = searcher._take_in_foreign
+
+    def counted_look() -> None:
+        before = searcher._log_seq
+        look()
+        looks.append((before, searcher._log_seq))
+
+    monkeypatch.setattr(searcher, "_take_in_foreign", counted_look)
+    writer.open()
+    try:
+        flt = CellFilter(reader="team-lead")
+        searcher.keyword_candidates("quokka piano", flt, 80)  # its caches load
+        deadline = time.monotonic() + 20
+        while not looks and time.monotonic() < deadline:  # past its first pass: idle, looking
+            time.sleep(0.01)
+        foreign = searcher._foreign
+        MemoryService(store=writer).create_many("ada", [
+            CellCreate(content={"text": f"a quokka plays piano, lesson {i}"}, identity={"owner_id": "ada", "session_id": "import"},
+                       access_policy={"readable_by": ["team-*"]}) for i in range(200)])
+        writer.index_pending_windows()
+        top = writer._writer.execute("SELECT MAX(seq) FROM change_log").fetchone()[0]
+        deadline = time.monotonic() + 20
+        while searcher._log_seq < top and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert any(before < top == after for before, after in looks)  # taken in by a look, no search asking
+        assert searcher._foreign == foreign  # patched, not loaded afresh
+        got = [(c.cell_id, c.score) for c in searcher.keyword_candidates("quokka piano", flt, 80)]
+        assert got == reference(path, "quokka piano", flt, 80)
+        assert sum("lesson" in (searcher.get(cid).content.text or "") for cid, _ in got) >= 10
+        assert searcher._foreign == foreign
+    finally:
+        searcher.close()
+        writer.close()
+
+
 def test_a_replaced_admitted_sets_arrays_leave_the_shared_budget(corpus, tmp_path):
     """The per-term arrays of an admitted set that is gone (a write replaced it) are dropped
     from the store's one budget at its next use, not kept until newer arrays push them out:
