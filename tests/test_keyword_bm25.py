@@ -670,44 +670,59 @@ def test_postgres_wide_keyword_arrays_follow_every_servers_writes(pg_url):
         writer.close()
 
 
-def test_postgres_wide_keyword_arrays_catch_up_with_the_servers_own_import_in_the_background(pg_url, monkeypatch):
-    """A server's own import is patched into its wide keyword arrays in the background as its
-    batches commit (here every batch: CATCH_UP_ROWS lowered), even when the import changes
-    more rows in all than PATCH_ROWS (past which a search would read the arrays afresh: ~20 s
-    of slow wide searches after a 100,000-cell import at 1M); the search after it neither
-    patches nor starts afresh, and equals the statement."""
+@pytest.mark.parametrize("through", ["the same server", "another server"])
+def test_postgres_wide_keyword_arrays_catch_up_with_an_import_in_the_background(pg_url, monkeypatch, through):
+    """An import is patched into a server's wide keyword arrays in the background as its
+    batches commit (here each batch: CATCH_UP_ROWS lowered), even when it changes more rows
+    in all than PATCH_ROWS (past which a search would read the arrays afresh: ~20 s of slow
+    wide searches after a 100,000-cell import at 1M): through the same server by its own
+    commits' count (the look switched off), through another (stateless replicas) by the
+    searcher's look at the database every CATCH_UP_LOOK_SECONDS (here shortened), which
+    costs no patch while nothing changes. The search after the import neither patches nor
+    starts afresh, and equals the statement."""
     import time
 
     from ampkit.store import _pg_keyword, store_from_url
 
+    own = through == "the same server"
     monkeypatch.setattr(_pg_keyword, "CATCH_UP_ROWS", 20)
-    monkeypatch.setattr(_pg_keyword, "CATCH_UP_LOOK_SECONDS", 3600.0)  # the writes' own count, not a look
+    monkeypatch.setattr(_pg_keyword, "CATCH_UP_LOOK_SECONDS", 3600.0 if own else 0.05)
     monkeypatch.setattr(_pg_keyword, "PATCH_ROWS", 60)
-    store = store_from_url(pg_url)
-    store.open()
+    searcher = store_from_url(pg_url)
+    writer = searcher if own else store_from_url(pg_url)
+    searcher.open()
+    if not own:
+        writer.open()
     try:
-        service = MemoryService(store=store)
+        service = MemoryService(store=writer)
         _pg_world(service, random.Random(5), 60)
         flt = CellFilter(reader="team-lead")
-        store.keyword_candidates("quokka piano lena", flt, 80)  # the arrays load
-        assert store.wide_keywords.wait_until_warm()
-        generations = store.wide_keywords.generations
+        searcher.keyword_candidates("quokka piano lena", flt, 80)  # the arrays load
+        assert searcher.wide_keywords.wait_until_warm()
+        generations = searcher.wide_keywords.generations
+        if not own:
+            deadline = time.monotonic() + 20
+            while searcher.wide_keywords.looks < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert searcher.wide_keywords.patches == 0  # looking costs no patch while nothing changes
         for batch in range(4):  # 4 x 25 cells: more changed rows than PATCH_ROWS in all
-            patches = store.wide_keywords.patches
+            patches = searcher.wide_keywords.patches
             service.create_many("ada", [CellCreate(content={"text": f"quokka lena piano lesson {batch} {i}"},
                                                    identity={"owner_id": "ada", "session_id": f"import-{batch}"},
                                                    access_policy={"readable_by": ["team-*"]}) for i in range(25)])
             deadline = time.monotonic() + 20
-            while store.wide_keywords.patches == patches and time.monotonic() < deadline:
+            while searcher.wide_keywords.patches == patches and time.monotonic() < deadline:
                 time.sleep(0.01)
-            assert store.wide_keywords.patches > patches  # patched in the background, no search asking
-        patches = store.wide_keywords.patches
-        expected = pg_reference(store, "quokka piano lena", flt, 80)
-        assert [(c.cell_id, c.score) for c in store.keyword_candidates("quokka piano lena", flt, 80)] == expected
-        assert any((store.get(cid).identity.session_id or "").startswith("import-") for cid, _ in expected)
-        assert (store.wide_keywords.generations, store.wide_keywords.patches) == (generations, patches)
+            assert searcher.wide_keywords.patches > patches  # patched in the background, no search asking
+        patches = searcher.wide_keywords.patches
+        expected = pg_reference(searcher, "quokka piano lena", flt, 80)
+        assert [(c.cell_id, c.score) for c in searcher.keyword_candidates("quokka piano lena", flt, 80)] == expected
+        assert any((writer.get(cid).identity.session_id or "").startswith("import-") for cid, _ in expected)
+        assert (searcher.wide_keywords.generations, searcher.wide_keywords.patches) == (generations, patches)
     finally:
-        store.close()
+        searcher.close()
+        if not own:
+            writer.close()
 
 
 def test_patched_postings_take_an_imports_new_rows_into_the_room_after_the_arrays():
@@ -736,52 +751,6 @@ def test_patched_postings_take_an_imports_new_rows_into_the_room_after_the_array
     assert not np.shares_memory(rewritten[0], second[0])
     wide = _patched_postings(second, rows(2**31 + 1), (rows(2**31 + 1), rows(300)))  # past int32 / uint8: widened
     assert (wide[0][-1], wide[1][-1]) == (2**31 + 1, 300) and second[0].tolist() == [1, 5, 9, 10, 12, 14]
-
-
-def test_postgres_wide_keyword_arrays_catch_up_with_another_servers_import_in_the_background(pg_url, monkeypatch):
-    """Stateless replicas: an import through one server is patched into another's wide keyword
-    arrays as it goes, found by that server's keyword thread counting the changed rows
-    (every CATCH_UP_LOOK_SECONDS, here shortened; CATCH_UP_ROWS lowered), so the searcher's
-    first wide search after an import larger than PATCH_ROWS neither reads the arrays afresh
-    nor patches them, and equals the statement. Before, it read them afresh (~2.3 s at 1M)."""
-    import time
-
-    from ampkit.store import _pg_keyword, store_from_url
-
-    monkeypatch.setattr(_pg_keyword, "CATCH_UP_ROWS", 20)
-    monkeypatch.setattr(_pg_keyword, "CATCH_UP_LOOK_SECONDS", 0.05)
-    monkeypatch.setattr(_pg_keyword, "PATCH_ROWS", 60)
-    searcher, writer = store_from_url(pg_url), store_from_url(pg_url)
-    searcher.open()
-    writer.open()
-    try:
-        service = MemoryService(store=writer)
-        _pg_world(service, random.Random(7), 60)
-        flt = CellFilter(reader="team-lead")
-        searcher.keyword_candidates("quokka piano lena", flt, 80)  # the arrays load
-        assert searcher.wide_keywords.wait_until_warm()
-        generations = searcher.wide_keywords.generations
-        deadline = time.monotonic() + 20
-        while searcher.wide_keywords.looks < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert searcher.wide_keywords.patches == 0  # looking costs no patch while nothing changes
-        for batch in range(4):  # 4 x 25 cells through the writer: more changed rows than PATCH_ROWS in all
-            patches = searcher.wide_keywords.patches
-            service.create_many("ada", [CellCreate(content={"text": f"quokka lena piano import {batch} {i}"},
-                                                   identity={"owner_id": "ada", "session_id": f"import-{batch}"},
-                                                   access_policy={"readable_by": ["team-*"]}) for i in range(25)])
-            deadline = time.monotonic() + 20
-            while searcher.wide_keywords.patches == patches and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert searcher.wide_keywords.patches > patches  # patched by the searcher's own look, no search asking
-        patches = searcher.wide_keywords.patches
-        expected = pg_reference(searcher, "quokka piano lena", flt, 80)
-        assert [(c.cell_id, c.score) for c in searcher.keyword_candidates("quokka piano lena", flt, 80)] == expected
-        assert any((writer.get(cid).identity.session_id or "").startswith("import-") for cid, _ in expected)
-        assert (searcher.wide_keywords.generations, searcher.wide_keywords.patches) == (generations, patches)
-    finally:
-        searcher.close()
-        writer.close()
 
 
 def test_postgres_patched_keyword_arrays_equal_the_statement_after_every_kind_of_write(pg_url, monkeypatch):
