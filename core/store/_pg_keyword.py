@@ -88,34 +88,26 @@ SELECT pg_current_snapshot()::text,
                WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot)),
        ARRAY(SELECT DISTINCT l FROM unnest(tsvector_to_array(to_tsvector(%s::regconfig, %s))) AS l ORDER BY l)
 """
-# The rows those changes touched (migration 12; -1: every row, a TRUNCATE), at most `%s`, as one text.
-_CHANGED_ROWS = """
-SELECT string_agg(COALESCE(seq, -1)::text, ',') FROM (
-    SELECT seq FROM search_change_rows
-    WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot) LIMIT %s) AS changed
+# The rows those changes touched (migration 12; NULL: every row, a TRUNCATE), at most `%s`.
+_CHANGED_SINCE = """
+SELECT seq FROM search_change_rows
+WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot) LIMIT %s
 """
-# How many rows changed since the anchor, counted up to `%s` (the background look).
-_CHANGED_COUNT = """
-SELECT count(*) FROM (SELECT 1 FROM search_change_rows
-                      WHERE xid >= pg_snapshot_xmin(%s::pg_snapshot) AND NOT pg_visible_in_snapshot(xid, %s::pg_snapshot)
-                      LIMIT %s) AS changed
-"""
-# The admitted rows of a filter whose time bound is left out (an expiring row carries its expiry);
-# joined by seq, so both sides can be read from indexes (migration 13).
-_ADMITTED = """
+# Those rows as one text (-1: a TRUNCATE); how many of them there are (the background look).
+_CHANGED_ROWS = f"SELECT string_agg(COALESCE(seq, -1)::text, ',') FROM ({_CHANGED_SINCE}) AS changed"
+_CHANGED_COUNT = f"SELECT count(*) FROM ({_CHANGED_SINCE}) AS changed"
+# The admitted rows of a filter whose time bound is left out (an expiring row carries its
+# expiry), as `_admitted_arrays` reads them; joined by seq, so both sides can be read from
+# indexes (migration 13).
+_ADMITTED_COLUMNS = """
 SELECT string_agg(s.seq::text, ','), string_agg(s.len::text, ','),
        string_agg(s.seq::text, ',') FILTER (WHERE c.expires_at IS NOT NULL),
        string_agg((extract(epoch FROM c.expires_at) * 1000000)::int8::text, ',') FILTER (WHERE c.expires_at IS NOT NULL)
-FROM cells c JOIN cell_search s ON s.seq = c.seq WHERE {where}
 """
+_ADMITTED = _ADMITTED_COLUMNS + "FROM cells c JOIN cell_search s ON s.seq = c.seq WHERE {where}"
 # The same among some rows (those a change touched: `%s`, an int8[] literal, which psycopg
-# sends as one string rather than dumping thousands of numbers one by one).
-_ADMITTED_AMONG = """
-SELECT string_agg(s.seq::text, ','), string_agg(s.len::text, ','),
-       string_agg(s.seq::text, ',') FILTER (WHERE c.expires_at IS NOT NULL),
-       string_agg((extract(epoch FROM c.expires_at) * 1000000)::int8::text, ',') FILTER (WHERE c.expires_at IS NOT NULL)
-FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE s.seq = ANY(%s::int8[]) AND {where}
-"""
+# sends as one string rather than dumping thousands of numbers one by one), found by seq.
+_ADMITTED_AMONG = _ADMITTED_COLUMNS + "FROM cell_search s JOIN cells c ON c.id = s.cell_id WHERE s.seq = ANY(%s::int8[]) AND {where}"
 # Of some rows, those holding each of some lexemes (the arrays the generation holds), with
 # their term frequencies, as `_FREQUENT_POSTINGS` reads them: one row a lexeme.
 _TERMS_AMONG = """

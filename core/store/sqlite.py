@@ -1044,17 +1044,20 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 continue
             if not (indexed or behind):
                 continue
-            # New vectors (the pass's, a batch's) into the index, and new windows into the
-            # term cache's log, now rather than in the next search (an import's 100,000 had
-            # the first wide search after it take both: 1.7 of its 1.8 s at a million cells).
-            if self._vectors_ready.is_set():
-                try:
-                    self._catch_up_vectors()
-                except (Unavailable, sqlite3.Error):  # (closed meanwhile: the next search catches up)
-                    pass
-            postings = self._postings
-            if postings is not None:
-                postings[1].convert_closed()
+            self._catch_up_caches()
+
+    def _catch_up_caches(self) -> None:
+        """New vectors (a pass's, a batch's, another process's) into the index, and new windows
+        into the term cache's log, now rather than in the next search (an import's 100,000 had
+        the first wide search after it take both: 1.7 of its 1.8 s at a million cells)."""
+        if self._vectors_ready.is_set():
+            try:
+                self._catch_up_vectors()
+            except (Unavailable, sqlite3.Error):  # (closed meanwhile: the next search catches up)
+                pass
+        postings = self._postings
+        if postings is not None:
+            postings[1].convert_closed()
 
     def _take_in_foreign(self) -> None:
         """What other connections committed since the caches last looked (an import through
@@ -1066,13 +1069,9 @@ class SQLiteStore(SQLFileReads, SQLStore):
             return  # nothing committed anywhere since the last look
         try:
             self._foreign_generation()
-            if self._vectors_ready.is_set():
-                self._catch_up_vectors()
-            postings = self._postings
-            if postings is not None:
-                postings[1].convert_closed()
         except (Unavailable, sqlite3.Error):  # (closed meanwhile, or the disk: the next search catches up)
-            pass
+            return
+        self._catch_up_caches()
 
     def _stop_windows_thread(self) -> None:
         thread, self._windows_thread = self._windows_thread, None
