@@ -725,12 +725,14 @@ def test_postgres_wide_keyword_arrays_catch_up_with_an_import_in_the_background(
             writer.close()
 
 
-def test_patched_postings_take_an_imports_new_rows_into_the_room_after_the_arrays():
+def test_patches_take_an_imports_new_rows_into_the_room_after_the_arrays():
     """A patch whose changed rows all come after a lexeme's last row (an import's new
     windows) appends them in room kept after the arrays rather than copying every touched
     lexeme's rows (~170 MB at 1M); the older generation's arrays, views of the same buffer,
-    stay as they were; the cache counts the whole buffer; any other change copies."""
-    from ampkit.store._pg_keyword import _held_arrays, _patched_postings
+    stay as they were; the cache counts the whole buffer; any other change copies. A filter's
+    admitted rows likewise (2.5M rows for a reader of everything, copied by every wide search
+    during an import)."""
+    from ampkit.store._pg_keyword import _Admitted, _held_arrays, _patched_admitted, _patched_postings
 
     def rows(*values: int) -> np.ndarray:
         return np.array(values, dtype=np.int64)
@@ -751,6 +753,23 @@ def test_patched_postings_take_an_imports_new_rows_into_the_room_after_the_array
     assert not np.shares_memory(rewritten[0], second[0])
     wide = _patched_postings(second, rows(2**31 + 1), (rows(2**31 + 1), rows(300)))  # past int32 / uint8: widened
     assert (wide[0][-1], wide[1][-1]) == (2**31 + 1, 300) and second[0].tolist() == [1, 5, 9, 10, 12, 14]
+
+    def admitted(seqs: list[int], lengths: list[int], expiring: list[int], expiry: list[int]) -> _Admitted:
+        return _Admitted.of(np.array(seqs, dtype=np.int32), np.array(lengths, dtype=np.int32),
+                            np.array(expiring, dtype=np.int32), rows(*expiry), ["reader"])
+
+    held = admitted([1, 5, 9], [7, 8, 9], [5], [500])
+    grown = _patched_admitted(held, rows(10, 11, 12), admitted([10, 12], [3, 4], [12], [100]))
+    again = _patched_admitted(grown, rows(13), admitted([13], [6], [], []))
+    assert (again.seqs.tolist(), again.lengths.tolist()) == ([1, 5, 9, 10, 12, 13], [7, 8, 9, 3, 4, 6])
+    assert (again.expiring.tolist(), again.expiry.tolist(), again.times) == ([12, 5], [100, 500], [100, 500])
+    assert np.shares_memory(again.seqs, grown.seqs) and np.shares_memory(again.lengths, grown.lengths)
+    assert (grown.seqs.tolist(), grown.lengths.tolist()) == ([1, 5, 9, 10, 12], [7, 8, 9, 3, 4])
+    assert held.seqs.tolist() == [1, 5, 9]
+    assert _patched_admitted(again, rows(14), admitted([], [], [], [])) is again  # admits none of them
+    dropped = _patched_admitted(again, rows(5, 14), admitted([14], [2], [], []))  # an old row left: copied
+    assert (dropped.seqs.tolist(), dropped.expiring.tolist()) == ([1, 9, 10, 12, 13, 14], [12])
+    assert not np.shares_memory(dropped.seqs, again.seqs) and again.seqs.tolist() == [1, 5, 9, 10, 12, 13]
 
 
 def test_postgres_patched_keyword_arrays_equal_the_statement_after_every_kind_of_write(pg_url, monkeypatch):
