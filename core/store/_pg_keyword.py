@@ -125,6 +125,10 @@ SELECT string_agg(s.seq::text, ','),
 FROM cell_search s WHERE s.tsv @@ quote_literal(%s)::tsquery
 """
 _IDS = "SELECT seq, cell_id FROM cell_search WHERE seq = ANY(%s)"
+# For a search that reads lexemes' rows itself: the bitmap of a common word's rows stays exact
+# (at the default 4 MB it turns lossy and every row of its pages is checked again: a word in
+# 360,000-470,000 of 2.5M windows read in 1.08-1.34 s, 0.88-1.12 s with this; 11 words, 2 rounds).
+_READ_MEMORY = "SET LOCAL work_mem = '64MB'"
 
 PRUNE = f"""
 UPDATE search_changes_pruned SET deleted_below = horizon, horizon = pg_snapshot_xmin(pg_current_snapshot()), at = now()
@@ -434,6 +438,8 @@ class WideKeywordIndex:
 
             with generation.lock:
                 missing = [lexeme for lexeme in lexemes if lexeme not in generation.postings]
+            if missing:
+                conn.execute(_READ_MEMORY)
             # Not among the frequent ones the warm-up loaded (a rare one, or it has not yet):
             # read in one pass when there are several (a cold server's query: all of them).
             fetched = self._bulk_postings(conn, missing) if len(missing) > 1 else {}
