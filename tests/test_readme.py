@@ -279,3 +279,12 @@ def test_every_link_points_at_a_file_and_heading_that_exist():
             assert fragment in {anchor(h) for h in headings}, f"README links to missing heading {target}"
     for path in re.findall(r"`((?:examples|bench|spec|docs|tests)/[\w./-]+)`", text):
         assert (ROOT / path).exists(), f"README names missing {path}"
+
+
+def test_the_whole_tools_json_in_docs_files_is_valid():
+    from ampkit.files.validate import problems_for
+
+    text = (ROOT / "docs" / "files.md").read_text()
+    body = next(body for lang, body, _ in blocks(text.replace("\n  ", "\n")) if lang == "json" and "mcpServers" in body)
+    assert set(json.loads(body)) == {"mcpServers"}
+    assert problems_for("tools.json", body) == []
