@@ -20,12 +20,10 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any, Iterator
 
 import click
 import httpx
-import pytest
 
 import ampkit
 from ampkit.cli import main as ampkit_cli
