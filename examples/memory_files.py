@@ -5,7 +5,8 @@ edits, and the next session (a new agent instance) starts with the approved inst
     AMPKIT_URL=http://127.0.0.1:8765/amp/v1 python examples/memory_files.py
 
 The model is an offline fake that records its prompts (`examples/fakes/`); swap in a real
-one and nothing else changes. `pip install 'ampkit[deepagents]'`. See docs/files.md.
+one and nothing else changes. Needs the `deepagents` extra
+(`pip install -e '.[deepagents]'`). See docs/files.md.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ shared-preferences example end to end against the server, as `make demo` does.""
 
 from __future__ import annotations
 
+import re
 import runpy
 
 from autogen_agentchat.agents import AssistantAgent
@@ -85,3 +86,9 @@ def test_shared_preferences_example_prints_one_line_per_framework(server, monkey
         assert "bullet-point summaries" in lines[framework], out.out
     refused = [v for k, v in lines.items() if k.startswith("refused")]
     assert refused and "bullet-point" not in refused[0], out.out
+    # README shows what `make demo` prints: its own line about the server, then the example's.
+    readme = (ROOT / "README.md").read_text()
+    shown = readme[readme.index("\n```\nampkit server at "):].split("```")[1].strip().splitlines()
+    assert re.fullmatch(r"ampkit server at http://127\.0\.0\.1:\d+/amp/v1 \(store /tmp/\S+/memory\.db\)", shown[0])
+    assert shown[1:] == out.out.strip().splitlines()
+    assert 'echo "ampkit server at $$url (store $$tmp/memory.db)"' in (ROOT / "Makefile").read_text()

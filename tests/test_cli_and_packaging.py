@@ -122,3 +122,36 @@ def test_version_licence_and_notice_come_from_one_place():
     assert "Apache License" in (ROOT / "LICENSE").read_text()
     notice = (ROOT / "NOTICE").read_text()
     assert "sentence-transformers/all-MiniLM-L6-v2" in notice and "Apache License, Version 2.0" in notice
+
+
+def test_the_wheel_builds_without_warnings_and_carries_every_data_file(tmp_path):
+    """A wheel build of the sources (setuptools from this environment, offline) prints no
+    Python warning (a directory of data files missing from `packages` is one, and an error in
+    a future setuptools), and the wheel holds every data file the package reads at run time."""
+    import re
+    import shutil
+    import zipfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", "NOTICE"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("core", "adapters", "spec"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    build = subprocess.run(
+        [sys.executable, "-c", "import sys; from setuptools import build_meta; print(build_meta.build_wheel(sys.argv[1]))",
+         str(tmp_path / "dist")], cwd=src, capture_output=True, text=True)
+    output = build.stdout + build.stderr
+    assert build.returncode == 0, output
+    assert re.findall(r"^.*\w+Warning: .*$", output, re.MULTILINE) == []
+    assert "absent from" not in output
+
+    wheel = zipfile.ZipFile(tmp_path / "dist" / build.stdout.strip().splitlines()[-1])
+    shipped = set(wheel.namelist())
+    data = [path for folder in ("core/data", "core/inspector/static", "core/inspector/templates", "spec")
+            for path in (ROOT / folder).rglob("*") if path.is_file() and path.suffix not in (".py", ".pyc")]
+    assert len(data) > 20
+    expected = {"ampkit/" + str(p.relative_to(ROOT / "core")) if p.is_relative_to(ROOT / "core")
+                else "ampkit/spec/" + str(p.relative_to(ROOT / "spec")) for p in data}
+    assert expected - shipped == set()
+    assert "ampkit/py.typed" in shipped

@@ -426,6 +426,17 @@ def test_quickstart_prints_the_same_over_http_and_sqlite(server_factory, tmp_pat
     assert "superseded: True" in outputs[0] and "forgotten: ACCESS_DENIED" in outputs[0]
 
 
+def test_quickstart_without_a_url_runs_on_a_fresh_file_and_says_so(tmp_path, monkeypatch):
+    for var in ("AMPKIT_URL", "AMPKIT_CONFIG", "AMPKIT_AGENT_ID", "AMPKIT_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    proc = run_example(ROOT / "examples" / "quickstart.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "superseded: True" in proc.stdout and "forgotten: ACCESS_DENIED" in proc.stdout
+    assert proc.stderr.startswith("AMPKIT_URL is not set: using sqlite:///") and proc.stderr.count("\n") == 1
+
+
 # ---------------------------------------------------------------- URL resolution
 
 

@@ -516,6 +516,16 @@ async def test_http_with_auth_off_takes_the_agent_header(server):
         assert answer.status_code == 401 and answer.json()["error"]["code"] == "MISSING_AGENT_ID"
 
 
+async def test_server_info_names_ampkit_and_its_version(server):
+    """What an MCP client shows as the server: ampkit's name and version, not the SDK's."""
+    async with httpx.AsyncClient(headers={"X-AMP-Agent-ID": unique("agent")}, timeout=30, verify=TLS) as http:
+        async with streamable_http_client(mcp_url(server), http_client=http) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                info = (await session.initialize()).serverInfo
+    assert (info.name, info.version) == ("ampkit", ampkit.__version__)
+    assert ampkit.__version__ != "0+unknown"
+
+
 async def test_mcp_over_http_can_be_switched_off(tmp_path):
     for enabled, status in ((False, 404), (True, 401)):
         app = create_app(Settings(store=f"sqlite:///{tmp_path}/off.db", embedder="none", mcp_http=enabled))
