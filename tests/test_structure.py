@@ -168,3 +168,28 @@ def test_the_tls_check_finds_a_client_without_the_shared_context():
     assert clients_without_shared_tls("httpx.get(url)\nhttpx.Client(\n    timeout=5)\n") == [1, 2]
     assert clients_without_shared_tls("httpx.get(url, verify=TLS)\nhttpx.Client(transport=t)\n"
                                       "httpx.Client(**options)\nhttpx.URL(url)\n") == []
+
+
+# What `import ampkit` must not load: an HTTP client needs neither the service nor the stores,
+# numpy or pydantic-settings. They load when a local URL is connected (`client/_local.py`), on
+# the first `connect()` (`ClientDefaults`) or in the server. bench/import_time.py times it.
+HEAVY_FOR_A_CLIENT = ("numpy", "pydantic_settings", "ampkit.service", "ampkit.bootstrap", "ampkit.retrieval",
+                      "ampkit.store.sqlite", "ampkit.files.service", "ampkit.client._local", "fastapi")
+
+
+def test_import_ampkit_loads_no_server_side_module():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import sys, ampkit; print('\\n'.join(sys.modules))"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert [name for name in HEAVY_FOR_A_CLIENT if name in out] == []
+
+
+def test_a_local_url_still_loads_the_in_process_transport(tmp_path):
+    import ampkit
+
+    with ampkit.connect(f"sqlite:///{tmp_path}/m.db", agent_id="a") as client:
+        assert client.in_process
+        client.remember("tea, no sugar", owner_id="a")
+        assert [hit.cell.content.text for hit in client.search("tea", owner_id="a")] == ["tea, no sugar"]
