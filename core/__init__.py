@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from .client import AsyncClient, Client, ConfigError, SearchResult, aconnect, connect
 from .errors import (
     AccessDenied,
@@ -25,10 +23,19 @@ from .errors import (
 )
 from .models import AMP_VERSION, MemoryCell
 
-try:
-    __version__ = version("ampkit")  # one source: the version in pyproject.toml
-except PackageNotFoundError:  # pragma: no cover - running from a source tree that is not installed
-    __version__ = "0+unknown"
+
+
+def __getattr__(name: str) -> str:
+    # `ampkit.__version__` reads the installed metadata (one source: pyproject.toml) when asked:
+    # importlib.metadata is a noticeable share of a bare `import ampkit`.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("ampkit")
+        except PackageNotFoundError:  # pragma: no cover - a source tree that is not installed
+            return "0+unknown"
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "AMP_VERSION",

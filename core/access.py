@@ -17,13 +17,14 @@ Rules (AMP v0.1, with portable case-sensitive matching):
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 from .errors import MissingAgentId, ValidationFailed
 from .glob import parse_stored
 from .models import MemoryCell, Status
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def check_agent_id(value: Optional[str]) -> str:
@@ -67,6 +68,8 @@ def can_read_columns(
     access snapshot): one boolean per cell. `reader_set[i]` is the index in `reader_sets` of
     cell i's `readable_by` patterns (cells share a few distinct pattern sets); each set is
     matched once, by the same matcher as `can_read`. A property test holds the two equal."""
+    import numpy as np  # here, not at the top: the HTTP client imports this module and needs no numpy
+
     set_matches = np.fromiter((_matches_any(agent_id, patterns) for patterns in reader_sets),
                               dtype=bool, count=len(reader_sets))
     granted = owner_is_agent | creator_is_agent | public

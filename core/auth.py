@@ -20,11 +20,14 @@ import re
 import secrets
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from .access import check_agent_id
 from .errors import APIError, Unauthorized
-from .store.base import ApiKeyRecord, Store
+from .store.base import ApiKeyRecord
+
+if TYPE_CHECKING:
+    from .store.base import Store
 
 KEY_PREFIX = "ampk_"
 SCOPES = ("read", "write", "approve", "admin")

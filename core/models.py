@@ -118,7 +118,7 @@ UtcDatetime = Annotated[datetime, AfterValidator(_as_utc)]
 
 
 class Closed(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=True)
+    model_config = ConfigDict(extra="forbid", use_enum_values=True, defer_build=True)
 
 
 class MemoryType(str, Enum):

@@ -58,6 +58,16 @@ def test_client_cpu_times_ampkit_beside_raw_httpx(tmp_path):
     assert "client CPU per create" in run.stdout
 
 
+def test_import_time_reports_both_paths_and_what_each_loads(tmp_path):
+    out = tmp_path / "import_time.json"
+    run = bench("import_time.py", "--rounds", "1", "--json", str(out))
+    results = json.loads(out.read_text())["results"]
+    assert results["import ampkit"]["numpy"] is False
+    assert results["import + in-process connect"]["numpy"] is True
+    assert results["import ampkit"]["ampkit_modules"] < results["import + in-process connect"]["ampkit_modules"]
+    assert "import ampkit" in run.stdout
+
+
 # ---------------------------------------------------------------- in-process service benchmarks
 
 

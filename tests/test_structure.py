@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 from pathlib import Path
 
 from support import ROOT
@@ -168,3 +169,110 @@ def test_the_tls_check_finds_a_client_without_the_shared_context():
     assert clients_without_shared_tls("httpx.get(url)\nhttpx.Client(\n    timeout=5)\n") == [1, 2]
     assert clients_without_shared_tls("httpx.get(url, verify=TLS)\nhttpx.Client(transport=t)\n"
                                       "httpx.Client(**options)\nhttpx.URL(url)\n") == []
+
+
+# What `import ampkit` must not load: an HTTP client needs neither the service nor the stores,
+# numpy or pydantic-settings. They load when a local URL is connected (`client/_local.py`), on
+# the first `connect()` (`ClientDefaults`) or in the server. bench/import_time.py times it.
+HEAVY_FOR_A_CLIENT = ("numpy", "pydantic_settings", "ampkit.service", "ampkit.bootstrap", "ampkit.retrieval",
+                      "ampkit.store.sqlite", "ampkit.files.service", "ampkit.client._local", "fastapi")
+
+
+def test_import_ampkit_loads_no_server_side_module():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import sys, ampkit; print('\\n'.join(sys.modules))"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert [name for name in HEAVY_FOR_A_CLIENT if name in out] == []
+
+
+def test_a_local_url_still_loads_the_in_process_transport(tmp_path):
+    import ampkit
+
+    with ampkit.connect(f"sqlite:///{tmp_path}/m.db", agent_id="a") as client:
+        assert client.in_process
+        client.remember("tea, no sugar", owner_id="a")
+        assert [hit.cell.content.text for hit in client.search("tea", owner_id="a")] == ["tea, no sugar"]
+
+
+# ------------------------------------------------ frameworks' private names used by core
+# Each private name of another package that core/ reads, calls or overrides, with the
+# distribution that defines it. Each is there for a reason given where it is used, is covered by
+# the tests of that module (the MCP tests, the routes' tests, the workers' tests, the embedder's
+# tests) and its distribution's version has an upper bound in pyproject.toml, so an upgrade that
+# moves it is a deliberate change. A new one fails the test until it is listed here.
+FRAMEWORK_INTERNALS = {
+    "_embed_body_fields": "fastapi",  # server/routes.py: the plain route handler validates bodies as FastAPI does
+    "_mcp_server": "mcp",  # mcp_http.py: the low-level server under FastMCP, for a stateless JSON session manager
+    "_tool_manager": "mcp",  # mcp_server.py: an unknown tool answers the error envelope, not an exception
+    "_set_max_length_in_tokenizer": "model2vec",  # embeddings.py: the tokenizer's resting state, set once
+    "_healthcheck": "uvicorn",  # server/__init__.py: a worker's health check also ends when it dies
+}
+PUBLIC_UNDERSCORE_API = {"_replace", "_asdict", "_fields", "_make"}  # namedtuple's documented methods
+
+
+def _names_defined_in(paths) -> set[str]:
+    defined: set[str] = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                defined.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+            elif isinstance(node, ast.arg):
+                defined.add(node.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                defined |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.keyword) and node.arg:
+                defined.add(node.arg)
+    return defined
+
+
+def foreign_private_names() -> set[str]:
+    """Private attributes core/ reads that no ampkit module defines, and private methods a core
+    class defines over a foreign base class's method of the same name."""
+    paths = [path for path, _ in _modules(CORE, "ampkit").values()]
+    defined = _names_defined_in(paths + [path for path, _ in _modules(ADAPTERS, "ampkit.adapters").values()])
+    found = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and node.attr not in defined and node.attr not in PUBLIC_UNDERSCORE_API):
+                found.add(node.attr)
+    for module, (path, _) in _modules(CORE, "ampkit").items():
+        try:
+            loaded = importlib.import_module(module)
+        except ImportError:  # pragma: no cover - an optional extra missing
+            continue
+        for value in vars(loaded).values():
+            if not (isinstance(value, type) and value.__module__ == module):
+                continue
+            foreign = [base for base in value.__mro__[1:] if not base.__module__.startswith("ampkit")]
+            for name, member in vars(value).items():
+                if (name.startswith("_") and not name.startswith("__") and not name.endswith("_")
+                        and inspect.isfunction(member)
+                        and any(inspect.isfunction(vars(base).get(name)) for base in foreign)):
+                    found.add(name)
+    return found
+
+
+def test_core_uses_only_the_listed_private_names_of_other_packages():
+    assert foreign_private_names() == set(FRAMEWORK_INTERNALS)
+
+
+def test_every_package_whose_private_names_core_uses_has_an_upper_bound():
+    from packaging.requirements import Requirement
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirements = [Requirement(r) for r in project["dependencies"]]
+    requirements += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
+    bounded = {r.name for r in requirements if any(s.operator in ("<", "<=", "==", "~=") for s in r.specifier)}
+    assert {dist for dist in FRAMEWORK_INTERNALS.values()} - bounded == set()

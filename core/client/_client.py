@@ -40,7 +40,6 @@ from . import _file_calls as fcalls
 from ._calls import Call, SearchResult
 from ._config import ClientConfig, resolve
 from ._http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, AsyncHTTPTransport, HTTPTransport, TimeoutTypes
-from ._local import AsyncLocalTransport, LocalTransport
 
 CellItem = Union[Mapping[str, Any], CellCreate]
 
@@ -49,7 +48,9 @@ class _BaseClient:
     """Settings shared by both shells: which URL, which agent, which transport."""
 
     _http_transport: type
-    _local_transport: type
+    # The in-process transport's module name in `._local`: it loads the service, the stores and
+    # numpy, so it is imported only when a local URL is used (a plain HTTP client stays light).
+    _local_transport: str
 
     def __init__(self, url: Optional[str] = None, *, agent_id: Optional[str] = None, api_key: Optional[str] = None,
                  timeout: TimeoutTypes = DEFAULT_TIMEOUT, retries: int = DEFAULT_RETRIES,
@@ -60,7 +61,10 @@ class _BaseClient:
                 self.config.url, agent_id=self.config.agent_id, api_key=self.config.api_key,
                 timeout=timeout, retries=retries, http_client=http_client)
         else:
-            self._transport = self._local_transport(self.config.url, agent_id=self.config.agent_id)
+            from . import _local
+
+            local_transport = getattr(_local, self._local_transport)
+            self._transport = local_transport(self.config.url, agent_id=self.config.agent_id)
 
     @property
     def url(self) -> str:
@@ -83,7 +87,7 @@ class Client(_BaseClient):
     call `close()` when done."""
 
     _http_transport = HTTPTransport
-    _local_transport = LocalTransport
+    _local_transport = "LocalTransport"
 
     # ------------------------------------------------------------ plumbing
     def _send(self, call: Call) -> Any:
@@ -255,7 +259,7 @@ class AsyncClient(_BaseClient):
     `await client` to open it, then `await client.aclose()`)."""
 
     _http_transport = AsyncHTTPTransport
-    _local_transport = AsyncLocalTransport
+    _local_transport = "AsyncLocalTransport"
 
     # ------------------------------------------------------------ plumbing
     async def _send(self, call: Call) -> Any:

@@ -20,7 +20,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from platformdirs import user_config_path
 
-from ..config import ClientDefaults
 from ..errors import AmpkitError
 
 if sys.version_info >= (3, 11):
@@ -78,6 +77,8 @@ def _read_file() -> dict[str, Any]:
 
 
 def resolve(url: Optional[str] = None, *, agent_id: Optional[str] = None, api_key: Optional[str] = None) -> ClientConfig:
+    from ..config import ClientDefaults  # pydantic-settings loads on the first connect, not on import
+
     file: Optional[dict[str, Any]] = None
     env = ClientDefaults()  # AMPKIT_URL, AMPKIT_AGENT_ID, AMPKIT_API_KEY
     env_key = env.api_key.get_secret_value() if env.api_key else None
