@@ -12,7 +12,7 @@ import pytest
 
 import ampkit
 from ampkit.auth import create_key
-from ampkit.errors import AccessDenied, APIError, Conflict, Forbidden, InvalidTransition, ValidationFailed
+from ampkit.errors import AccessDenied, APIError, Conflict, FileManaged, Forbidden, InvalidTransition, ValidationFailed
 from ampkit.files import ApprovalMode, ApproveRequest, FileDelete, FileEdit, FileSearchRequest, FileWrite, RejectRequest
 from ampkit.models import AccessPolicy, CellCreate, CellPatch
 from ampkit.service import MemoryService
@@ -176,9 +176,9 @@ def test_paths_are_unique_among_live_cells_and_files_change_only_through_the_fil
     with pytest.raises(ValidationFailed, match="identity.path is set by the files API"):
         service.create("alice", CellCreate.model_validate(
             {"content": {"text": "x"}, "identity": {"owner_id": "alice", "path": "kb/other.md"}}))
-    with pytest.raises(ValidationFailed, match="memory file"):
+    with pytest.raises(FileManaged, match="memory file"):
         service.update("alice", cell.id, CellPatch.model_validate({"content": {"text": "sneaky"}}))
-    with pytest.raises(ValidationFailed, match="memory file"):
+    with pytest.raises(FileManaged, match="memory file"):
         service.delete("alice", cell.id)
     assert files.delete("alice", FileDelete(owner_id="alice", path="kb/glossary.md")).status == "deleted"
     assert write(service, "alice", "alice", "kb/glossary.md", "new\n").version == 1  # the path is free again
