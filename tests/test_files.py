@@ -62,7 +62,9 @@ def test_review_mode_proposes_and_an_approval_lands_the_proposers_version(servic
         files.approve("agent-42", result.proposal_id, may_approve=True)
     with pytest.raises(AccessDenied):  # a stranger without the approve scope does not even see it
         files.approve("mallory", result.proposal_id)
-    approved = files.approve("alice", result.proposal_id, ApproveRequest(message="ok"))  # the owner
+    with pytest.raises(Forbidden, match="only a person may approve"):  # a new file agent-42 put there
+        files.approve("alice", result.proposal_id)  # not by the owner's agent
+    approved = files.approve("alice", result.proposal_id, ApproveRequest(message="ok"), in_person=True)  # the owner
     assert approved.status == "approved" and approved.decided_by == "alice" and approved.result_version == 1
 
     read = files.read("agent-42", "alice", "AGENTS.md")
