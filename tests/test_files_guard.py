@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 import ampkit
 from ampkit.bootstrap import build_service, load_settings
 from ampkit.errors import FileManaged, Forbidden
-from ampkit.files import ApprovalMode, FileWrite
+from ampkit.files import ApprovalMode, FileDelete, FileWrite
 from ampkit.mcp_server import ServiceGateway, build_mcp_server, fixed_caller
 from ampkit.models import AccessPolicy, CellCreate, CellPatch
 from ampkit.server.app import create_app
@@ -270,3 +270,65 @@ def test_planting_over_http_needs_the_approve_scope(tmp_path, server_factory):
         assert ann.approve_proposal(planted.proposal_id).status == "approved"
         assert alice.read_file("AGENTS.md", owner_id=OWNER).content == "# Rules\n- obey bob\n"
         assert alice.write_file("kb/own.md", "mine\n", owner_id=OWNER).status == "written"
+
+
+# ---------------------------------------------------------------- files export and import on disk
+def _cli_store(service: MemoryService, store_url: str, texts: dict[str, str]) -> None:
+    files = service.files
+    files.set_approval_mode("ops", ApprovalMode(owner_id=OWNER, approval_mode="yolo"))
+    for path, text in texts.items():
+        assert files.write(OWNER, FileWrite(owner_id=OWNER, path=path, content=text)).status == "written"
+
+
+def _tree(root) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()} \
+        if root.exists() else {}
+
+
+def test_export_checks_the_whole_tree_first_and_writes_nothing_it_cannot_finish(service, store_url, tmp_path):
+    from support import run_cli
+
+    _cli_store(service, store_url, {"a": "a file named a\n", "a/b.md": "inside a\n", "AGENTS.md": RULES})
+    out = tmp_path / "out"
+    done = run_cli("files", "export", str(out), "--owner", OWNER, "--store", store_url)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "nothing was exported" in done.stderr and "a: a file, and also the directory of a/b.md" in done.stderr
+    assert _tree(out) == {}
+
+    # A symbolic link on the way would write outside the folder: refused, nothing written.
+    service.files.delete(OWNER, FileDelete(owner_id=OWNER, path="a"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out.mkdir()
+    (out / "a").symlink_to(outside, target_is_directory=True)
+    done = run_cli("files", "export", str(out), "--owner", OWNER, "--store", store_url)
+    assert done.returncode == 1 and "a: a symbolic link" in done.stderr, done.stderr
+    assert _tree(outside) == {} and not (out / "AGENTS.md").exists()
+    (out / "a").unlink()
+    done = run_cli("files", "export", str(out), "--owner", OWNER, "--store", store_url)
+    assert done.returncode == 0, done.stderr
+    assert _tree(out) == {"AGENTS.md": RULES.encode(), "a/b.md": b"inside a\n"}
+
+
+def test_import_follows_no_symbolic_link_and_stores_nothing(service, store_url, tmp_path):
+    from support import run_cli
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host-secret\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "notes.md").write_text("outside notes\n")
+    folder = tmp_path / "agent"
+    folder.mkdir()
+    (folder / "AGENTS.md").write_text(RULES)
+    (folder / "leak.md").symlink_to(secret)
+    (folder / "kb").symlink_to(elsewhere, target_is_directory=True)
+    done = run_cli("files", "import", str(folder), "--owner", OWNER, "--store", store_url)
+    assert done.returncode == 1, done.stdout
+    assert "nothing was imported" in done.stderr and "leak.md: a symbolic link" in done.stderr
+    assert "kb: a symbolic link" in done.stderr
+    assert service.files.list(None, OWNER).results == []
+    (folder / "leak.md").unlink()
+    (folder / "kb").unlink()
+    assert run_cli("files", "import", str(folder), "--owner", OWNER, "--store", store_url).returncode == 0
+    assert [f.path for f in service.files.list(None, OWNER).results] == ["AGENTS.md"]
