@@ -6,6 +6,8 @@ is that person's approval."""
 from __future__ import annotations
 
 import getpass
+import os
+import stat
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +46,80 @@ def _files(store_url: Optional[str]) -> Iterator[FileService]:
         sys.exit(EXIT_INVALID)
     finally:
         service.store.close()
+
+
+def export_problems(root: Path, paths: list[str]) -> list[str]:
+    """Why the folder cannot be written under `root`, checked before anything is written: a
+    path that is also another path's directory (`a` and `a/b.md`), a symbolic link on the way
+    (an export writes through none: it would write outside the folder), something other than
+    a directory where one is needed, or other than a regular file where a file goes."""
+    problems: list[str] = []
+    directories = {p.rsplit("/", 1)[0] for p in paths if "/" in p}
+    directories |= {d.rsplit("/", i)[0] for d in list(directories) for i in range(1, d.count("/") + 1)}
+    for path in sorted(set(paths) & directories):
+        inside = next(p for p in sorted(paths) if p.startswith(path + "/"))
+        problems.append(f"{path}: a file, and also the directory of {inside}; a file system holds only one")
+    seen: set[str] = set()
+    for path in sorted(paths):
+        parts = path.split("/")
+        for depth in range(1, len(parts) + 1):
+            rel = "/".join(parts[:depth])
+            here = root.joinpath(*parts[:depth])
+            if rel in seen:
+                continue
+            seen.add(rel)
+            is_file = depth == len(parts)
+            try:
+                mode = here.lstat().st_mode
+            except FileNotFoundError:
+                break  # nothing there yet: nothing deeper either
+            if stat.S_ISLNK(mode):
+                problems.append(f"{rel}: a symbolic link; an export writes through none (remove it or pick "
+                                "another directory)")
+                break
+            if not is_file and not stat.S_ISDIR(mode):
+                problems.append(f"{rel}: exists and is not a directory, but {path} goes inside it")
+                break
+            if is_file and not stat.S_ISREG(mode):
+                problems.append(f"{rel}: exists and is not a regular file")
+    return problems
+
+
+def _write_new_or_regular(target: Path, data: bytes) -> None:
+    """Write `target`, refusing a symbolic link that appeared since the check (O_NOFOLLOW)."""
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def folder_files(root: Path) -> tuple[dict[str, str], list[str]]:
+    """The regular files under `root` (relative path -> text) and every problem: a symbolic
+    link (an import follows none, so nothing outside the folder comes in), anything that is not
+    a regular file, a file that is not UTF-8."""
+    texts: dict[str, str] = {}
+    problems: list[str] = []
+    for directory, subdirectories, names in os.walk(root, followlinks=False):
+        here = Path(directory)
+        for name in sorted(subdirectories + names):
+            item = here / name
+            rel = item.relative_to(root).as_posix()
+            mode = item.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                problems.append(f"  {rel}: a symbolic link (to {os.readlink(item)}); an import follows none: "
+                                "copy the file in instead")
+            elif stat.S_ISDIR(mode):
+                continue
+            elif not stat.S_ISREG(mode):
+                problems.append(f"  {rel}: not a regular file")
+            else:
+                fd = os.open(item, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+                with os.fdopen(fd, "rb") as source:
+                    data = source.read()
+                try:
+                    texts[rel] = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    problems.append(f"  {rel}: not UTF-8 text")
+    return dict(sorted(texts.items())), sorted(problems)
 
 
 def _diff(text: str) -> None:
@@ -95,14 +171,20 @@ def register(main: click.Group) -> None:
     @click.option("--owner", "owner_id", required=True)
     @_store_option
     def files_export(directory: str, owner_id: str, store_url: Optional[str]) -> None:
-        """Write the folder as real files (what Deep Agents CLI or Claude Code-style harnesses read)."""
+        """Write the folder as real files (what Deep Agents CLI or Claude Code-style harnesses read).
+        Everything is checked first: a path that cannot be written (a file that is also a
+        directory, a symbolic link on the way) refuses the whole export, nothing written."""
         with _files(store_url) as f:
             folder = f.folder(None, owner_id)
         root = Path(directory)
+        problems = export_problems(root, list(folder))
+        if problems:
+            click.echo("ampkit: nothing was exported:\n" + "\n".join(f"  {p}" for p in problems), err=True)
+            sys.exit(EXIT_INVALID)
         for path, text in folder.items():
             target = root / path
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(text.encode("utf-8"))
+            _write_new_or_regular(target, text.encode("utf-8"))
         click.echo(f"wrote {len(folder)} file(s) to {root}", err=True)
 
     @files.command("import")
@@ -112,15 +194,8 @@ def register(main: click.Group) -> None:
     @_store_option
     def files_import(directory: str, owner_id: str, actor: Optional[str], store_url: Optional[str]) -> None:
         """Bring a folder in through validation: one invalid file refuses the whole import
-        (every problem listed), nothing stored."""
-        root = Path(directory)
-        texts, problems = {}, []
-        for item in sorted(p for p in root.rglob("*") if p.is_file()):
-            rel = item.relative_to(root).as_posix()
-            try:
-                texts[rel] = item.read_bytes().decode("utf-8")
-            except UnicodeDecodeError:
-                problems.append(f"  {rel}: not UTF-8 text")
+        (every problem listed), nothing stored. Symbolic links are refused, never followed."""
+        texts, problems = folder_files(Path(directory))
         if problems:
             click.echo("ampkit: nothing was imported:\n" + "\n".join(problems), err=True)
             sys.exit(EXIT_INVALID)

@@ -13,7 +13,9 @@ same owner and type, active or stale, not superseded, not expired:
   normalised word sets. Candidates come from both legs of the hybrid retriever.
 
 Episodic cells are never deduplicated: the same words said twice are two events. A create
-that supersedes a cell is never deduplicated either: it is an explicit replacement.
+that supersedes a cell is never deduplicated either: it is an explicit replacement. Memory
+files are never candidates (`comparable`): a file changes only through the files API, so a
+restated memory neither merges into one nor is answered by one.
 The service holds a lock per (owner, type, normalised text) from the check to the commit, so
 identical writes racing each other in one server process store one cell. Across server
 processes (several replicas on one PostgreSQL) and for near duplicates the check is best
@@ -59,6 +61,12 @@ class Duplicate:
     similarity: float
 
 
+def comparable(cell: MemoryCell, agent: Optional[str]) -> bool:
+    """Whether `cell` may be the existing memory a new one is compared with (and merged into):
+    one the writer can read, and not a memory file."""
+    return cell.identity.path is None and (agent is None or can_read(cell, agent))
+
+
 def comparison_filter(agent: Optional[str], owner_id: str, cell_type: str, now: datetime) -> CellFilter:
     """The cells a new memory of `owner_id` is compared with: what `agent` could find by search."""
     return CellFilter(reader=agent, owner_id=owner_id, types=[cell_type], statuses=("active", "stale"),
@@ -79,7 +87,7 @@ def similar_cells(
     out: list[tuple[MemoryCell, float]] = []
     for cid, cosine in scores.items():
         cell = cells.get(cid)
-        if cell is None or (agent is not None and not can_read(cell, agent)):
+        if cell is None or not comparable(cell, agent):
             continue
         if cosine is None and vector is not None and retriever.embedder is not None:
             # Found by the keyword leg only: embed it to compare on the same scale.
@@ -118,7 +126,7 @@ def find_duplicate(
     if not near:
         found = store.get_many(store.same_text_candidates(cell.content.text, flt, EXACT_POOL))
         exact = sorted(
-            (c for c in found.values() if can_read(c, agent) and normalise_text(c.content.text) == key),
+            (c for c in found.values() if comparable(c, agent) and normalise_text(c.content.text) == key),
             key=lambda c: c.id,
         )
         return Duplicate(exact[0], "exact", 1.0) if exact else None
@@ -130,5 +138,5 @@ def find_duplicate(
     return None
 
 
-__all__ = ["DEFAULT_THRESHOLD", "NEAR_POLICIES", "Duplicate", "comparison_filter", "find_duplicate", "lexical_similarity",
+__all__ = ["DEFAULT_THRESHOLD", "NEAR_POLICIES", "Duplicate", "comparable", "comparison_filter", "find_duplicate", "lexical_similarity",
            "normalise_text", "similar_cells", "without_exact_candidates"]

@@ -14,6 +14,7 @@ the same class.
         ├── MethodNotAllowed      405 METHOD_NOT_ALLOWED
         ├── InvalidTransition     409 INVALID_TRANSITION
         ├── Conflict              409 CONFLICT        (version check failed)
+        ├── FileManaged           409 USE_FILES_API   (the cell is a memory file: change it through /files)
         ├── PayloadTooLarge       413 PAYLOAD_TOO_LARGE
         ├── UnsupportedMediaType  415 UNSUPPORTED_MEDIA_TYPE
         ├── ValidationFailed      422 VALIDATION_ERROR
@@ -91,6 +92,13 @@ class Conflict(APIError):
     status, code = 409, "CONFLICT"
 
 
+class FileManaged(APIError):
+    """The cell is a memory file: it changes only through the files API, where validation and
+    approval apply (docs/files.md)."""
+
+    status, code = 409, "USE_FILES_API"
+
+
 class PayloadTooLarge(APIError):
     status, code = 413, "PAYLOAD_TOO_LARGE"
 
@@ -131,7 +139,7 @@ _BY_CODE: dict[str, type[APIError]] = {
     cls.code: cls
     for cls in (
         MalformedRequest, MissingAgentId, Unauthorized, AccessDenied, Forbidden, NotFound, MethodNotAllowed,
-        InvalidTransition, Conflict, PayloadTooLarge, UnsupportedMediaType, ValidationFailed,
+        InvalidTransition, Conflict, FileManaged, PayloadTooLarge, UnsupportedMediaType, ValidationFailed,
         RateLimited, InternalError, Unavailable, NotConfigured, ModelError,
     )
 }

@@ -50,6 +50,8 @@ def scheduled_status(cell: MemoryCell, now: datetime, policy: LifecyclePolicy) -
     status = cell.lifecycle.status
     if status in (Status.archived.value, Status.deleted.value):
         return None, ""
+    if cell.identity.path is not None:  # a memory file changes only through the files API
+        return None, ""
     if is_expired(cell, now):
         return Status.archived.value, "expired"
     score = decay_score(cell, now)

@@ -454,7 +454,8 @@ FILE_OPERATIONS: tuple[Operation, ...] = (
     Operation("get_proposal", "GET", "/proposals/{proposal_id}",
               _files(lambda f, c, i: f.proposal(c.agent, i["proposal_id"], may_approve=c.may_approve)),
               response=Proposal, params=(PROPOSAL_ID,), tags=("files",)),
-    # Deciding needs the owner (with write) or the approve/admin scope: checked by the service.
+    # Deciding needs the owner (with write) or the approve/admin scope (a new file another agent
+    # put in the folder: the approve/admin scope): checked by the service.
     Operation("approve_proposal", "POST", "/proposals/{proposal_id}/approve", _decide("approve"),
               request=ApproveRequest, body_required=False, response=Proposal, idempotent=False,
               params=(PROPOSAL_ID,), tags=("files",)),

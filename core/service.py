@@ -28,6 +28,7 @@ from .textindex import text_key
 from .errors import (
     APIError,
     Conflict,
+    FileManaged,
     Forbidden,
     InvalidTransition,
     PayloadTooLarge,
@@ -265,12 +266,15 @@ class MemoryService:
 
     @staticmethod
     def _not_a_file(cell: MemoryCell, what: str) -> None:
-        """A file's text and existence change only through the files API, where validation
-        and approval apply (docs/files.md)."""
+        """The rule: a cell that is a memory file changes only through the files operations,
+        where validation and approval apply (docs/files.md). Every change to an existing cell
+        outside `files` (PATCH, rollback, delete, outcome, supersede) calls this after the
+        write check and before it changes anything."""
         if cell.identity.path is not None:
             # The path is not named: a writer-only caller may not read the cell.
-            raise ValidationFailed(f"this cell is a memory file: {what} it through the files API "
-                                   "(/files/write, /files/edit, /files/delete), which validates and asks for approval")
+            raise FileManaged(f"this cell is a memory file: {what} it through the files API "
+                              "(/files/write, /files/edit, /files/delete), which validates and asks for approval",
+                              {"files_api": "/amp/v1/files"})
 
     def _build(self, req: CellCreate, agent: str, now: datetime) -> MemoryCell:
         if req.identity.path is not None:
@@ -524,6 +528,7 @@ class MemoryService:
                 old = tx.get(old_id)
                 if old is None or not can_write(old, agent):
                     raise access_denied()
+                self._not_a_file(old, "replace")
                 if old.lifecycle.superseded_by is not None:
                     raise InvalidTransition(
                         f"{old_id} is already superseded by {old.lifecycle.superseded_by}",
@@ -654,8 +659,7 @@ class MemoryService:
         changes = patch.model_dump(mode="json", exclude_unset=True)
         with self.store.write() as tx:
             cell = self._writable(tx.get(cell_id), agent)
-            if "content" in changes:
-                self._not_a_file(cell, "change")
+            self._not_a_file(cell, "change")
             reader = may_read and can_read(cell, agent)
             if expected_version is not None and expected_version != cell.lifecycle.version:
                 raise Conflict(
@@ -699,6 +703,7 @@ class MemoryService:
         now = self.clock()
         with self.store.write() as tx:
             cell = self._writable(tx.get(cell_id), agent)
+            self._not_a_file(cell, "change")
             if cell.type != MemoryType.procedural.value:
                 raise ValidationFailed("outcomes are recorded on procedural cells (playbooks)", {"type": cell.type})
             name = "success_count" if success else "failure_count"

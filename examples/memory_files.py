@@ -42,9 +42,11 @@ def session(user_says: str, replies: list) -> tuple[LangChainFakeModel, str]:
 
 def main() -> None:
     person = ampkit.connect(URL, agent_id="human:ann")  # with auth on: a key with the approve scope
-    # The person sets the folder up (yolo for a moment, so the seed lands directly).
+    # The folder is set up in yolo mode for a moment, so the agent's own seed lands directly
+    # (a new file from anyone else, the person included, would be a proposal).
     person.set_approval_mode(AGENT, "yolo")
-    person.write_file("AGENTS.md", "# How to answer\n- write in paragraphs\n", owner_id=AGENT, writable_by=[AGENT])
+    ampkit.connect(URL, agent_id=AGENT).write_file("AGENTS.md", "# How to answer\n- write in paragraphs\n",
+                                                   owner_id=AGENT, readable_by=["human:ann"])
     person.set_approval_mode(AGENT, "review")
 
     # Session 1: the user corrects the agent; it proposes an edit of its instructions.

@@ -39,11 +39,11 @@ def session(client, owner: str, replies: list) -> tuple[LangChainFakeModel, list
 @pytest.fixture
 def folder(backend):
     owner = unique("agent")
-    person = backend.connect(unique("human"))
-    person.set_approval_mode(owner, "yolo")
-    person.write_file("AGENTS.md", SEED, owner_id=owner, readable_by=[owner], writable_by=[owner])
+    person, agent = backend.connect(unique("human")), backend.connect(owner)
+    person.set_approval_mode(owner, "yolo")  # the owner's own write lands at once (anyone else's is a proposal)
+    agent.write_file("AGENTS.md", SEED, owner_id=owner)
     person.set_approval_mode(owner, "review")
-    return owner, backend.connect(owner), person
+    return owner, agent, person
 
 
 def decide(backend, person, proposal_id: str, verb: str, message: str = "") -> None:

@@ -12,7 +12,7 @@ import pytest
 
 import ampkit
 from ampkit.auth import create_key
-from ampkit.errors import AccessDenied, APIError, Conflict, Forbidden, InvalidTransition, ValidationFailed
+from ampkit.errors import AccessDenied, APIError, Conflict, FileManaged, Forbidden, InvalidTransition, ValidationFailed
 from ampkit.files import ApprovalMode, ApproveRequest, FileDelete, FileEdit, FileSearchRequest, FileWrite, RejectRequest
 from ampkit.models import AccessPolicy, CellCreate, CellPatch
 from ampkit.service import MemoryService
@@ -62,7 +62,9 @@ def test_review_mode_proposes_and_an_approval_lands_the_proposers_version(servic
         files.approve("agent-42", result.proposal_id, may_approve=True)
     with pytest.raises(AccessDenied):  # a stranger without the approve scope does not even see it
         files.approve("mallory", result.proposal_id)
-    approved = files.approve("alice", result.proposal_id, ApproveRequest(message="ok"))  # the owner
+    with pytest.raises(Forbidden, match="only a person may approve"):  # a new file agent-42 put there
+        files.approve("alice", result.proposal_id)  # not by the owner's agent
+    approved = files.approve("alice", result.proposal_id, ApproveRequest(message="ok"), in_person=True)  # the owner
     assert approved.status == "approved" and approved.decided_by == "alice" and approved.result_version == 1
 
     read = files.read("agent-42", "alice", "AGENTS.md")
@@ -176,9 +178,9 @@ def test_paths_are_unique_among_live_cells_and_files_change_only_through_the_fil
     with pytest.raises(ValidationFailed, match="identity.path is set by the files API"):
         service.create("alice", CellCreate.model_validate(
             {"content": {"text": "x"}, "identity": {"owner_id": "alice", "path": "kb/other.md"}}))
-    with pytest.raises(ValidationFailed, match="memory file"):
+    with pytest.raises(FileManaged, match="memory file"):
         service.update("alice", cell.id, CellPatch.model_validate({"content": {"text": "sneaky"}}))
-    with pytest.raises(ValidationFailed, match="memory file"):
+    with pytest.raises(FileManaged, match="memory file"):
         service.delete("alice", cell.id)
     assert files.delete("alice", FileDelete(owner_id="alice", path="kb/glossary.md")).status == "deleted"
     assert write(service, "alice", "alice", "kb/glossary.md", "new\n").version == 1  # the path is free again

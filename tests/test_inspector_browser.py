@@ -65,6 +65,7 @@ def served(tmp_path_factory) -> Iterator[dict[str, Any]]:
     store.open()
     try:
         keys = {name: create_key(store, name, "read,write").token for name in ("alice", "bob", "helper")}
+        keys["human:ann"] = create_key(store, "human:ann", "read,approve").token
     finally:
         store.close()
     with AppServer(url, args=["--auth"], log_path=tmp / "server.log") as server:
@@ -90,8 +91,9 @@ def served(tmp_path_factory) -> Iterator[dict[str, Any]]:
                         json={"content": {"text": "Alice's passport number is P-90113, renewed in March"}},
                         headers={"Authorization": f"Bearer {keys['alice']}"}, verify=TLS)
         r.raise_for_status()
-        # A memory file: the helper agent proposes AGENTS.md, alice approves it (over the API),
-        # then the helper proposes an edit, which waits for a person: the browser approves it.
+        # A memory file: the helper agent proposes AGENTS.md, a person with the approve scope
+        # approves it (a new file another agent put in alice's folder; over the API), then the
+        # helper proposes an edit, which waits for a person: alice in the browser approves it.
         def as_(agent: str, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
             r = httpx.request(method, f"{api}{path}", json=body, headers={"Authorization": f"Bearer {keys[agent]}"}, verify=TLS)
             r.raise_for_status()
@@ -100,7 +102,7 @@ def served(tmp_path_factory) -> Iterator[dict[str, Any]]:
         first = as_("helper", "POST", "/files/write", {
             "owner_id": "alice", "path": "AGENTS.md", "reason": "alice's travel preferences",
             "content": "# Alice\n\n- packs light\n- carries the blue notebook\n"})
-        as_("alice", "POST", f"/proposals/{first['proposal_id']}/approve", {})
+        as_("human:ann", "POST", f"/proposals/{first['proposal_id']}/approve", {})
         edit = as_("helper", "POST", "/files/edit", {
             "owner_id": "alice", "path": "AGENTS.md", "old": "the blue notebook", "new": "a red notebook",
             "reason": "alice said her notebook is red now"})
@@ -219,7 +221,8 @@ def test_a_person_finds_reads_and_archives_a_memory(chromium, served, shots):
         assert "a red notebook" in r.json()["content"] and r.json()["version"] == 2
         page.get_by_role("link", name="alice: AGENTS.md").click()
         versions = page.locator("section", has=page.get_by_role("heading", name="Versions"))
-        assert versions.get_by_text("approved by alice").count() == 2
+        assert versions.get_by_text("approved by alice").count() == 1
+        assert versions.get_by_text("approved by human:ann").count() == 1
         page.screenshot(path=str(shots / "12-file.png"), full_page=True)
         page.get_by_role("link", name="alice's files").click()
         assert page.get_by_role("link", name="AGENTS.md").count() == 1

@@ -620,11 +620,17 @@ def build_files(service: MemoryService, ids: FixedIds, caller: str, specs: list[
                         lambda: next_proposal.pop())
 
     def write(agent: str, owner: str, path: str, text: str, cid: str, policy: Optional[AccessPolicy] = None,
-              proposal: Optional[str] = None) -> None:
+              proposal: Optional[str] = None, planted: Optional[str] = None) -> None:
+        """`planted`: the proposal id a new file in another owner's folder gets even in yolo
+        mode (issue 42); a person ("ops", approve scope) approves it, so the file lands."""
         ids.next = cid
-        if proposal is not None:
-            next_proposal.append(proposal)
-        files.write(agent, FileWrite(owner_id=owner, path=path, content=text, access_policy=policy))
+        if proposal is not None or planted is not None:
+            next_proposal.append(proposal or planted)  # type: ignore[arg-type]
+        result = files.write(agent, FileWrite(owner_id=owner, path=path, content=text, access_policy=policy))
+        if planted is not None and result.status == "proposed":
+            files.approve("ops", planted, may_approve=True)
+        elif planted is not None:
+            next_proposal.pop()
         ids.next = None
 
     def mode(owner: str, name: str) -> None:
@@ -635,14 +641,18 @@ def build_files(service: MemoryService, ids: FixedIds, caller: str, specs: list[
     for n, spec in enumerate(specs):
         path = f"notes/{n}.md"
         policy = AccessPolicy(readable_by=spec.readable_by, public=spec.public)
-        write(spec.creator, spec.owner, path, " ".join(spec.words) + "\n", cell_id(100 + n, noise=False), policy)
+        write(spec.creator, spec.owner, path, " ".join(spec.words) + "\n", cell_id(100 + n, noise=False), policy,
+              planted=f"prop_{3 * 10**6 + n:026d}")
         world.file_paths.append(path)
+        world.proposal_ids.append(f"prop_{3 * 10**6 + n:026d}")
     if with_noise:
         for n, spec_n in enumerate(noise):
             if spec_n.owner == caller:
                 continue
-            write(NOISE_AGENT, spec_n.owner, f"noise/{n}.md", " ".join(spec_n.words) + "\n", cell_id(100 + n, noise=True))
+            write(NOISE_AGENT, spec_n.owner, f"noise/{n}.md", " ".join(spec_n.words) + "\n", cell_id(100 + n, noise=True),
+                  planted=f"prop_{4 * 10**6 + n:026d}")
     world.file_paths += [f"noise/{n}.md" for n in range(len(noise))]
+    world.proposal_ids += [f"prop_{4 * 10**6 + n:026d}" for n in range(len(noise))]
     for owner in OWNERS:
         mode(owner, "review")
     for n, spec in enumerate(specs):

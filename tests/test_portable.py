@@ -73,7 +73,7 @@ def fill(store) -> MemoryService:
     files.set_approval_mode("ops", ApprovalMode(owner_id="dave", approval_mode="yolo"))
     first = files.write("agent-7", FileWrite(owner_id="alice", path="AGENTS.md", content="# Rules\n- be brief\n",
                                              reason="asked twice"))
-    files.approve("alice", first.proposal_id, ApproveRequest(message="ok"))
+    files.approve("alice", first.proposal_id, ApproveRequest(message="ok"), in_person=True)  # a new file: a person's
     for n in range(5):  # pending, against version 1; more than a page in the resume test
         files.write("agent-7", FileWrite(owner_id="alice", path="AGENTS.md", content=f"# Rules\n- rule {n}\n"))
     refused = files.write("agent-9", FileWrite(owner_id="alice", path="notes/idea.md", content="an idea\n"))

@@ -4,7 +4,8 @@ A file is a live cell with `identity.path`; every read goes through `access.can_
 one access rule) and every write through `access.can_write`, the validators
 (`files.validate`) and the owner's approval mode:
 
-- `yolo`: a write lands at once, as a new version of the file's cell;
+- `yolo`: a write lands at once, as a new version of the file's cell (a new file from anyone
+  but the owner is still a proposal, which only a person may approve: `planted`);
 - `review` (the default): a write becomes a pending proposal (the whole new text and its
   diff) and the file does not change until an approver approves it.
 
@@ -72,6 +73,14 @@ def new_proposal_id() -> str:
 
 def _bytes(text: str) -> int:
     return len(text.encode("utf-8"))
+
+
+def planted(owner_id: str, writer: str, new_file: bool) -> bool:
+    """A new file written into someone else's folder. It is always a proposal, whatever the
+    folder's mode (`yolo` is for the owner's own agent), and only a person may approve it
+    (docs/files.md#approval): the owner's agent would otherwise take on another agent's
+    instructions (an `AGENTS.md`, a skill) with one call."""
+    return new_file and writer != owner_id
 
 
 @dataclass(frozen=True)
@@ -353,7 +362,7 @@ class FileService:
                                        version=current.lifecycle.version if current is not None else None,
                                        occurrences=occurrences)
             self._check_text(path, text)
-            if mode == "yolo":
+            if mode == "yolo" and not planted(owner_id, agent, current is None):
                 version = self._apply(tx, owner_id, path, action, text, current, agent, now, policy=policy, note=reason)
                 done = "deleted" if action == "delete" else "written"
                 return FileWriteResult(path=path, status=done, version=version, occurrences=occurrences,
@@ -405,9 +414,11 @@ class FileService:
 
     # ---------------------------------------------------------------- decisions
     def _decidable(self, tx: WriteTx, agent: str, proposal_id: str, may_approve: bool,
-                   may_write: bool) -> ProposalRecord:
+                   may_write: bool, *, approving: bool = False, in_person: bool = False) -> ProposalRecord:
         """The approver rule, in one place: the owner (with write access) or an approve/admin
-        key may decide; the proposing agent never may."""
+        key may decide; the proposing agent never may. Approving a new file another agent
+        put in the folder (`planted`) needs a person: an approve/admin key, or the owner
+        `in_person` (signed in to the inspector), not the owner's agent."""
         p = tx.locked_proposal(proposal_id)
         if p is None or not self._proposal_readable(p, agent, may_approve):
             raise access_denied()
@@ -417,19 +428,24 @@ class FileService:
         if not ((agent == p.owner_id and may_write) or may_approve):
             raise Forbidden("deciding a proposal needs the folder's owner or a key with the approve (or admin) scope",
                             {"required_scope": "approve"})
+        if approving and planted(p.owner_id, p.proposed_by, p.cell_id is None) and not (may_approve or in_person):
+            raise Forbidden(f"{p.path} is a new file {p.proposed_by} put in {p.owner_id}'s folder: only a person may "
+                            "approve it (a key with the approve scope, or the owner in the inspector); the owner's "
+                            "agent may reject it", {"required_scope": "approve"})
         if p.status != "pending":
             raise InvalidTransition(f"proposal {p.id} is already {p.status}", {"status": p.status})
         return p
 
     def approve(self, agent: str, proposal_id: str, req: Optional[ApproveRequest] = None, *,
-                may_approve: bool = False, may_write: bool = True) -> Proposal:
+                may_approve: bool = False, may_write: bool = True, in_person: bool = False) -> Proposal:
         """Apply the proposal (or, with `req.content`, the approver's edited text) as a new
         version written by the proposer and approved by `agent`. A proposal made against a
-        version the file has since left is refused (409): reject it and propose again."""
+        version the file has since left is refused (409): reject it and propose again.
+        `in_person`: the caller is a person at the inspector, not an agent (`_decidable`)."""
         req = req or ApproveRequest()
         now = self.clock()
         with self.store.write() as tx:
-            p = self._decidable(tx, agent, proposal_id, may_approve, may_write)
+            p = self._decidable(tx, agent, proposal_id, may_approve, may_write, approving=True, in_person=in_person)
             current = tx.path_holder(p.owner_id, p.path)
             now_at = (current.id, current.lifecycle.version) if current is not None else None
             if now_at != ((p.cell_id, p.base_version) if p.cell_id is not None else None):

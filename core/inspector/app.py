@@ -582,7 +582,8 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
                     raise validation_to_api_error(
                         [{**e, "loc": ("form", *e.get("loc", ()))} for e in exc.errors()]) from None
                 await run_in_threadpool(lambda: service.files.approve(
-                    agent, proposal_id, approval, may_approve=session.may_approve, may_write=session.may("write")))
+                    agent, proposal_id, approval, may_approve=session.may_approve, may_write=session.may("write"),
+                    in_person=True))  # the inspector is a person's page, not an agent's tool
             else:
                 await run_in_threadpool(lambda: service.files.reject(
                     agent, proposal_id, RejectRequest(message=message), may_approve=session.may_approve,
