@@ -108,3 +108,23 @@ def check_policy_change(cell: MemoryCell, agent_id: str, requested: Optional[Acc
         return
     if not sees_policy or requested != cell.access_policy:
         raise PolicyChangeDenied(POLICY_CHANGE_DENIED_MESSAGE, {"field": "access_policy"})
+
+
+def readers_kept(old: MemoryCell, new: MemoryCell) -> bool:
+    """Whether every agent that may read `old` may read `new` as well (a replacement that
+    leaves no reader of the old cell with nothing to read). Decided conservatively, since
+    patterns cannot always be compared: a pattern of `old` counts as kept only when `new`
+    holds the same pattern, or is public; an agent named outright (the owner, the creator,
+    a pattern without wildcards) when `can_read(new, agent)`. False when it cannot tell."""
+    if new.access_policy.public:
+        return True
+    if old.access_policy.public:
+        return False
+    named = [old.identity.owner_id, old.identity.created_by]
+    for pattern in old.access_policy.readable_by:
+        if pattern in new.access_policy.readable_by:
+            continue
+        if any(ch in pattern for ch in "*?["):
+            return False
+        named.append(pattern)
+    return all(agent is None or can_read(new, agent) for agent in named)
