@@ -335,3 +335,21 @@ def _create_body(text: str, owner: str, **policy: Any) -> Any:
 
     return CellCreate.model_validate({"content": {"text": text}, "identity": {"owner_id": owner},
                                       "access_policy": policy, "dedup": "off"})
+
+
+def test_import_never_changes_the_policy_of_a_stored_cell(server):
+    """`/admin/import` (and `ampkit import`, the same function) writes new cells only: a file
+    that gives a stored cell another policy is a conflict, and nothing is written."""
+    owner, writer = fresh("ada"), fresh("scribe")
+    cell = create(server, owner, "private plans", owner, writable_by=[writer])
+    r = call(server, owner, "GET", "/admin/export", params={"owner_id": owner})
+    assert r.status_code == 200, r.text
+    lines = [json.loads(line) for line in r.text.splitlines()]
+    for line in lines:
+        if line.get("kind") == "cell" and line["cell"]["id"] == cell["id"]:
+            line["cell"]["access_policy"]["readable_by"] = [writer]
+    body = "".join(json.dumps(line) + "\n" for line in lines)
+    r = httpx.post(server.base_url + "/admin/import", content=body.encode(), timeout=30, verify=TLS,
+                   headers={"X-AMP-Agent-ID": writer, "Content-Type": "application/x-ndjson"})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "CONFLICT", r.text
+    assert call(server, writer, "GET", f"/memories/{cell['id']}").status_code == 403
