@@ -353,3 +353,28 @@ def test_import_never_changes_the_policy_of_a_stored_cell(server):
                    headers={"X-AMP-Agent-ID": writer, "Content-Type": "application/x-ndjson"})
     assert r.status_code == 409 and r.json()["error"]["code"] == "CONFLICT", r.text
     assert call(server, writer, "GET", f"/memories/{cell['id']}").status_code == 403
+
+
+def test_file_history_hides_what_a_late_reader_could_not_read_then(server):
+    owner, reader = fresh("ada"), fresh("bob")
+    assert call(server, owner, "PUT", "/files/mode", {"owner_id": owner, "approval_mode": "yolo"}).status_code == 200
+
+    def write(text: str) -> None:
+        r = call(server, owner, "POST", "/files/write", {"owner_id": owner, "path": "notes/plan.md", "content": text})
+        assert r.status_code == 200 and r.json()["status"] == "written", r.text
+
+    write("private plan 1931\n")
+    write("private plan 2804\n")
+    listed = call(server, owner, "GET", "/memories", params={"owner_id": owner}).json()["results"]
+    (file_cell,) = [c for c in listed if c["identity"]["path"] == "notes/plan.md"]
+    r = call(server, owner, "PATCH", f"/memories/{file_cell['id']}", {"access_policy": {"readable_by": [reader]}})
+    assert r.status_code == 200, r.text
+    write("shared plan 5512\n")
+    r = call(server, reader, "GET", "/files/history", params={"owner_id": owner, "path": "notes/plan.md"})
+    assert r.status_code == 200, r.text
+    versions = r.json()["results"]
+    assert [v["version"] for v in versions] == [1, 2, 4]
+    assert "1931" not in r.text and [v["diff"] for v in versions[:2]] == ["", ""]
+    assert "-private plan 2804" in versions[2]["diff"] and "+shared plan 5512" in versions[2]["diff"]
+    owned = call(server, owner, "GET", "/files/history", params={"owner_id": owner, "path": "notes/plan.md"})
+    assert "1931" in owned.text
