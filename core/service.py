@@ -525,7 +525,7 @@ class MemoryService:
                 cell = self._replacement_policy(req, cell, old, agent)
             out.append((cell, None))
             stored.add(cell.id)
-            if old is not None:
+            if old_id is not None and old is not None:
                 if old.lifecycle.superseded_by is not None:
                     raise InvalidTransition(
                         f"{old_id} is already superseded by {old.lifecycle.superseded_by}",
