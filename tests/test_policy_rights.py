@@ -378,3 +378,44 @@ def test_file_history_hides_what_a_late_reader_could_not_read_then(server):
     assert "-private plan 2804" in versions[2]["diff"] and "+shared plan 5512" in versions[2]["diff"]
     owned = call(server, owner, "GET", "/files/history", params={"owner_id": owner, "path": "notes/plan.md"})
     assert "1931" in owned.text
+
+
+def test_mcp_and_inspector_history_hide_what_a_late_reader_could_not_read_then(tmp_path):
+    import re
+
+    import anyio
+    from ampkit.bootstrap import build_service, settings_for_store
+    from ampkit.inspector import create_inspector_app
+    from ampkit.mcp_server import ServiceGateway, build_mcp_server, fixed_caller
+    from ampkit.models import CellPatch
+    from ampkit.server.identity import Caller
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from starlette.testclient import TestClient
+
+    service = build_service(settings_for_store(f"sqlite:///{tmp_path}/late.db"))
+    service.store.open()
+    try:
+        cell = service.create("ada", _create_body("private draft 1931", "ada"))
+        for body in ({"content": {"text": "private draft 2804"}}, {"access_policy": {"readable_by": ["bob"]}}):
+            service.update("ada", cell.id, CellPatch.model_validate(body))
+        server = build_mcp_server(ServiceGateway(service, fixed_caller(Caller("bob"))))
+
+        async def ask() -> list[str]:
+            tool = await server.call_tool("memory_history", {"id": cell.id})
+            resource = await server.read_resource(f"amp://memories/{cell.id}/history")
+            return [tool.content[0].text, *(str(getattr(c, "content", c)) for c in resource)]
+
+        answers = anyio.run(ask)
+        assert all("2804" not in a and "1931" not in a for a in answers), answers
+        assert any('"update"' in a for a in answers)  # the entries are there, without their changes
+        app = create_inspector_app(service, auth_required=False)
+        with TestClient(Starlette(routes=[Mount("/ui", app)])) as client:
+            token = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/signin").text)
+            assert token is not None
+            client.post("/ui/signin", data={"csrf": token.group(1), "credential": "bob"}, follow_redirects=False)
+            page = client.get(f"/ui/cells/{cell.id}")
+            assert page.status_code == 200 and "private draft 2804" in page.text  # the current text
+            assert "1931" not in page.text
+    finally:
+        service.store.close()
