@@ -540,7 +540,9 @@ def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool,
 @main.command()
 @click.option("--owner", "owner_id", required=True, help="whose episodes to consolidate")
 @click.option("--session", "session_id", default=None, help="one session [default: every session of the owner]")
-@click.option("--agent", "agent_id", default=None, help="act as this agent [default: the owner]")
+@click.option("--agent-id", "--agent", "agent_id", default=None,
+              help="the agent that consolidates: it reads the episodes and is the creator of what is written "
+                   "[default: the owner]")
 @click.option("--playbooks", type=click.Choice(["propose", "apply"]), default="propose", show_default=True,
               help="write playbook changes (apply) or only list them (propose)")
 @click.option("--files", type=click.Choice(["off", "propose"]), default="off", show_default=True,
@@ -551,7 +553,8 @@ def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool,
 def consolidate(owner_id: str, session_id: Optional[str], agent_id: Optional[str], playbooks: str, files: str,
                 dry_run: bool, as_json: bool, store_url: Optional[str]) -> None:
     """Distil an owner's episodes into facts and playbooks with the configured model
-    (AMPKIT_LLM_URL, AMPKIT_LLM_MODEL), printing every decision and its reason."""
+    (AMPKIT_LLM_URL, AMPKIT_LLM_MODEL), printing every decision and its reason. A fact may
+    be read by the agents that may read all of its episodes (docs/consolidation.md)."""
     from tqdm import tqdm
 
     from .bootstrap import build_service, load_settings

@@ -32,10 +32,11 @@ from typing import Any, Callable, Literal, Optional, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .access import can_read, can_write
+from .access import can_read, can_write, may_change_policy, readers_kept
 from .dedup import comparison_filter, normalise_text, similar_cells
 from .errors import APIError, ValidationFailed, access_denied
 from .files.models import FileWrite
+from .glob import literal as glob_literal
 from .files.service import FileService
 from .llm import ChatModel, not_configured
 from .models import (
@@ -239,13 +240,44 @@ def new_words(candidate: str, existing: str) -> set[str]:
     return words(candidate) - words(existing)
 
 
-def derived_policy(episodes: Sequence[MemoryCell]) -> AccessPolicy:
-    """Who may read a memory distilled from these episodes: their common policy when they all
-    share one; otherwise the default (owner and creator only), never wider than a source."""
-    policies = {json.dumps(e.access_policy.model_dump(mode="json"), sort_keys=True) for e in episodes}
-    if len(policies) == 1:
-        return episodes[0].access_policy
-    return AccessPolicy()
+def derived_policy(episodes: Sequence[MemoryCell], owner_id: str, creator: str) -> AccessPolicy:
+    """Who may read a memory distilled from `episodes`: the agents that may read every one of
+    them (their intersection), expressed so that it is never wider, only perhaps narrower:
+
+    - public, when every episode is public;
+    - a `readable_by` pattern, when every episode that is not public holds that very pattern;
+    - each agent named outright (the episodes' owners and creators, patterns without
+      wildcards) that `can_read` every episode, as a literal pattern;
+    - the new cell's owner (`owner_id`) and creator (`creator`, the agent that consolidates,
+      which read every episode) read it as principals.
+
+    Two different wildcard patterns are never intersected (`team-*` and `*-lead` share
+    `team-lead`, but no list of patterns says so for sure): their agents are left out.
+    `writable_by`: the patterns every episode holds verbatim."""
+    if not episodes:
+        return AccessPolicy()
+    if all(e.access_policy.public for e in episodes):
+        return AccessPolicy(public=True, writable_by=_common([e.access_policy.writable_by for e in episodes]))
+    private = [e for e in episodes if not e.access_policy.public]
+    readable = _common([e.access_policy.readable_by for e in private])
+    named: dict[str, None] = {}
+    for e in episodes:
+        for agent in (e.identity.owner_id, e.identity.created_by, *e.access_policy.readable_by):
+            if agent and not any(ch in agent for ch in "*?["):
+                named.setdefault(agent)
+    for agent in named:
+        if agent in (owner_id, creator) or agent in readable:
+            continue
+        if all(can_read(e, agent) for e in episodes):
+            readable.append(glob_literal(agent))
+    # At most the schema's 64 patterns: dropping one only narrows.
+    return AccessPolicy(readable_by=readable[:64], writable_by=_common([e.access_policy.writable_by for e in episodes])[:64])
+
+
+def _common(lists: Sequence[Sequence[str]]) -> list[str]:
+    """The patterns every list holds, in the first list's order."""
+    first, rest = lists[0], [set(other) for other in lists[1:]]
+    return [p for p in dict.fromkeys(first) if all(p in other for other in rest)]
 
 
 # ---------------------------------------------------------------- the run
@@ -412,10 +444,18 @@ class Consolidator:
             if target is None and key in added:
                 decision.action, decision.reason = "NOOP", "the same memory is added by another candidate of this run"
                 continue
+            policy = derived_policy(support, req.owner_id, agent)
+            if target is not None and not self._replaceable(agent, req, target, policy):
+                # Superseding would hide the old memory from readers the new one does not
+                # have (the evidence is narrower than the memory it would replace): both stay.
+                decision.action = "ADD"
+                decision.reason = (f"{reason}; written alongside {target.id}, not replacing it: some agents that "
+                                   "may read it may not read every episode behind the new one")
+                target = None
             if cell_type == MemoryType.procedural.value and req.playbooks != "apply":
                 decision.reason = f"{reason}; proposed only: playbook changes need approval (playbooks: apply)"
                 continue
-            pending.request = self._create_request(req, model, decision, support, target, text, confidence)
+            pending.request = self._create_request(req, model, decision, support, target, text, confidence, policy)
             if target is not None:
                 claimed.add(target.id)
             else:
@@ -485,15 +525,24 @@ class Consolidator:
                                           "its episodes are older than the replacement")
         return None
 
+    @staticmethod
+    def _replaceable(agent: str, req: ConsolidateRequest, target: MemoryCell, policy: AccessPolicy) -> bool:
+        """Whether a memory written by `agent` for `req.owner_id` with `policy` may supersede
+        `target`: everyone who may read `target` may read it (`access.readers_kept`), and the
+        service lets `agent` give the replacement that policy (`access.may_change_policy`)."""
+        identity = target.identity.model_copy(update={"owner_id": req.owner_id, "created_by": agent})
+        replacement = target.model_copy(update={"identity": identity, "access_policy": policy})
+        return readers_kept(target, replacement) and (may_change_policy(target, agent) or policy == target.access_policy)
+
     def _create_request(self, req: ConsolidateRequest, model: ChatModel, decision: ConsolidationDecision,
                         support: Sequence[MemoryCell], target: Optional[MemoryCell], text: str,
-                        confidence: float) -> CellCreate:
+                        confidence: float, policy: AccessPolicy) -> CellCreate:
         return CellCreate.model_validate({
             "type": decision.type,
             "content": {"text": text, "metadata": {"consolidation": {"action": decision.action, "reason": decision.reason}}},
             "identity": {"owner_id": req.owner_id, "owner_type": support[0].identity.owner_type},
             "scoring": {"confidence": confidence},
-            "access_policy": derived_policy(support).model_dump(mode="json"),
+            "access_policy": policy.model_dump(mode="json"),
             "provenance": {
                 "source_type": "conversation", "extraction_method": "llm_extraction", "source_ref": "ampkit:consolidation",
                 "extraction_model": model.name, "supporting_episode_ids": decision.supporting_episode_ids,

@@ -10,6 +10,7 @@ the same class.
         ├── Unauthorized          401 UNAUTHORIZED
         ├── AccessDenied          403 ACCESS_DENIED   (also: missing or deleted cell)
         ├── Forbidden             403 FORBIDDEN       (key lacks a scope / identity mismatch)
+        ├── PolicyChangeDenied    403 POLICY_CHANGE_DENIED (a writer may change content, not who reads)
         ├── NotFound              404 NOT_FOUND       (unknown route only; never for a cell)
         ├── MethodNotAllowed      405 METHOD_NOT_ALLOWED
         ├── InvalidTransition     409 INVALID_TRANSITION
@@ -76,6 +77,13 @@ class Forbidden(APIError):
     status, code = 403, "FORBIDDEN"
 
 
+class PolicyChangeDenied(APIError):
+    """A change of a cell's access policy by a caller that may write the cell but is neither
+    its owner nor its creator nor an admin key (`access.check_policy_change`)."""
+
+    status, code = 403, "POLICY_CHANGE_DENIED"
+
+
 class NotFound(APIError):
     status, code = 404, "NOT_FOUND"
 
@@ -138,8 +146,9 @@ class ModelError(APIError):
 _BY_CODE: dict[str, type[APIError]] = {
     cls.code: cls
     for cls in (
-        MalformedRequest, MissingAgentId, Unauthorized, AccessDenied, Forbidden, NotFound, MethodNotAllowed,
-        InvalidTransition, Conflict, FileManaged, PayloadTooLarge, UnsupportedMediaType, ValidationFailed,
+        MalformedRequest, MissingAgentId, Unauthorized, AccessDenied, Forbidden, PolicyChangeDenied, NotFound,
+        MethodNotAllowed, InvalidTransition, Conflict, FileManaged, PayloadTooLarge, UnsupportedMediaType,
+        ValidationFailed,
         RateLimited, InternalError, Unavailable, NotConfigured, ModelError,
     )
 }

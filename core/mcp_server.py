@@ -125,6 +125,9 @@ class Caller(Protocol):
     @property
     def scopes(self) -> frozenset[str]: ...
 
+    @property
+    def admin_key(self) -> bool: ...  # identified by a key with the admin scope
+
     def need(self, scope: str) -> str: ...
 
 
@@ -156,7 +159,8 @@ class ServiceGateway:
         agent = caller.need(call.operation.scope or "")
         for scope in call.operation.extra_scopes:  # consolidation reads as well as writes
             caller.need(scope)
-        return await anyio.to_thread.run_sync(run_call, self.service, agent, call, MCP_AUTH, caller.scopes)
+        return await anyio.to_thread.run_sync(run_call, self.service, agent, call, MCP_AUTH, caller.scopes,
+                                              caller.admin_key)
 
     def agent_id(self, ctx: Context) -> Optional[str]:
         return self.caller_for(ctx).agent_id

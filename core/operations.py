@@ -123,6 +123,10 @@ class Context:
     # The caller's key scopes (every scope in process and with auth off): deciding a proposal
     # needs `approve` or `admin`, unless the caller owns the folder (docs/files.md#approval).
     scopes: frozenset[str] = frozenset(SCOPES)
+    # Whether the caller proved its identity with an API key holding the `admin` scope: such
+    # a caller may change any cell's access policy (`access.may_change_policy`). Never true
+    # with auth off or in process, where every caller holds every scope.
+    admin_key: bool = False
 
     @property
     def may_approve(self) -> bool:
@@ -497,14 +501,15 @@ OPERATIONS: tuple[Operation, ...] = (
               response=MemoryCell, params=(MEMORY_ID, AS_OF)),
     Operation("patch_memory", "PATCH", "/memories/{memory_id}",
               lambda c, i: c.service.update(c.agent, i["memory_id"], i["body"], expected_version=i["if_match"],
-                                            may_read=c.may_read),
+                                            may_read=c.may_read, admin_key=c.admin_key),
               request=CellPatch, response=MemoryCell, scope="write", idempotent=False,
               params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
     Operation("delete_memory", "DELETE", "/memories/{memory_id}", lambda c, i: c.service.delete(c.agent, i["memory_id"]),
               status_code=204, scope="write", params=(MEMORY_ID,)),
     Operation("rollback_memory", "POST", "/memories/{memory_id}/rollback",
               lambda c, i: c.service.rollback(c.agent, i["memory_id"], i["body"].to_version,
-                                              expected_version=i["if_match"], may_read=c.may_read),
+                                              expected_version=i["if_match"], may_read=c.may_read,
+                                              admin_key=c.admin_key),
               request=RollbackRequest, response=MemoryCell, scope="write", idempotent=False,
               params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
     Operation("record_outcome", "POST", "/memories/{memory_id}/outcome",

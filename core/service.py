@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from pydantic import TypeAdapter, ValidationError
 from ulid import ULID
 
-from .access import can_read, can_write
+from .access import can_read, can_write, check_policy_change, may_change_policy
 from .consolidation import ConsolidationPolicy, Consolidator
 from .files.service import FileService
 from .groupcommit import GroupCommit, Submission
@@ -521,14 +521,16 @@ class MemoryService:
                 if applied is not None:
                     out.append(applied)
                     continue
-            out.append((cell, None))
-            stored.add(cell.id)
             old_id = cell.lifecycle.supersedes
+            old = tx.get(old_id) if old_id is not None else None
             if old_id is not None:
-                old = tx.get(old_id)
                 if old is None or not can_write(old, agent):
                     raise access_denied()
                 self._not_a_file(old, "replace")
+                cell = self._replacement_policy(req, cell, old, agent)
+            out.append((cell, None))
+            stored.add(cell.id)
+            if old_id is not None and old is not None:
                 if old.lifecycle.superseded_by is not None:
                     raise InvalidTransition(
                         f"{old_id} is already superseded by {old.lifecycle.superseded_by}",
@@ -555,6 +557,19 @@ class MemoryService:
                 created["supersedes"] = old_id
             tx.add_history(HistoryRecord(cell.id, now, agent, "create", created))
         return out
+
+    @staticmethod
+    def _replacement_policy(req: CellCreate, cell: MemoryCell, old: MemoryCell, agent: str) -> MemoryCell:
+        """The access policy of a cell that supersedes `old`. The owner or creator of `old`
+        gives the replacement any policy; anyone else (a writer, an admin key too: an admin
+        changes a policy with PATCH) replaces the content, not who may read it: the new cell
+        takes `old`'s policy, and a request that names another one is refused (one naming
+        any policy at all, when the writer may not read `old`)."""
+        if "access_policy" in req.model_fields_set:
+            check_policy_change(old, agent, cell.access_policy, sees_policy=can_read(old, agent))
+        if may_change_policy(old, agent) or cell.access_policy == old.access_policy:
+            return cell
+        return cell.model_copy(update={"access_policy": old.access_policy})
 
     # ---------------------------------------------------------------- read
     def get(self, agent: str, cell_id: str, as_of: Optional[datetime] = None) -> MemoryCell:
@@ -594,11 +609,13 @@ class MemoryService:
 
     def rollback(
         self, agent: str, cell_id: str, to_version: int, *, expected_version: Optional[int] = None,
-        may_read: bool = True,
+        may_read: bool = True, admin_key: bool = False,
     ) -> Optional[MemoryCell]:
         """Restore the content, scoring, access policy and provenance of version `to_version`
         as a new version (history action `rollback`, recording `to_version`), under the write
-        rule. Lifecycle (status, expiry, supersession) and identity are not rolled back.
+        rule. Lifecycle (status, expiry, supersession) and identity are not rolled back, and
+        neither is the access policy when the caller may not change it (`may_change_policy`:
+        a writer restores content, never who could read it then).
         Returns None, like `update`, when the caller may write but not read the cell (or, with
         `may_read=False`, its key lacks the read scope)."""
         now = self.clock()
@@ -619,7 +636,10 @@ class MemoryService:
             before = cell.model_dump(mode="json")
             merged = json.loads(json.dumps(before))
             restored = target.model_dump(mode="json")
-            for section in ("content", "access_policy", "provenance"):
+            sections = ["content", "provenance"]
+            if may_change_policy(cell, agent, admin_key=admin_key):
+                sections.append("access_policy")
+            for section in sections:
                 merged[section] = restored[section]
             for key in ("importance", "confidence", "decay_rate"):
                 merged["scoring"][key] = restored["scoring"][key]
@@ -636,9 +656,12 @@ class MemoryService:
 
     def history(self, agent: str, cell_id: str) -> list[HistoryEntry]:
         """The cell's history, `seq` numbered from 1 within the cell: the store's sequence
-        runs across all cells, so its gaps would count writes to cells the caller cannot read."""
-        self._readable(self.store.get(cell_id), agent)
-        return [entry.model_copy(update={"seq": n}) for n, entry in enumerate(self.store.history(cell_id), start=1)]
+        runs across all cells, so its gaps would count writes to cells the caller cannot read.
+        The changes of versions the caller could not read at their time are left out, by the
+        as-of read rule (`versions.readable_history`)."""
+        current = self._readable(self.store.get(cell_id), agent)
+        entries = versions.readable_history(current, self.store.history(cell_id), agent)
+        return [entry.model_copy(update={"seq": n}) for n, entry in enumerate(entries, start=1)]
 
     # ---------------------------------------------------------------- update
     def _with_status(self, cell: MemoryCell, status: str, now: datetime) -> MemoryCell:
@@ -649,12 +672,14 @@ class MemoryService:
 
     def update(
         self, agent: str, cell_id: str, patch: CellPatch, *, expected_version: Optional[int] = None,
-        may_read: bool = True,
+        may_read: bool = True, admin_key: bool = False,
     ) -> Optional[MemoryCell]:
         """Merge a PATCH. Returns the updated cell, or None when the caller may write but not
         read it: being writable never makes a cell readable, not even through the answer.
         `may_read=False` (a key without the `read` scope) treats a reader as a writer-only
-        caller: no cell in the answer, no measurement of the cell in an error."""
+        caller: no cell in the answer, no measurement of the cell in an error. A change of the
+        access policy needs the owner, the creator or an admin key (`admin_key`), see
+        `access.check_policy_change`."""
         now = self.clock()
         changes = patch.model_dump(mode="json", exclude_unset=True)
         with self.store.write() as tx:
@@ -675,6 +700,9 @@ class MemoryService:
                 if values is None:
                     continue
                 merged[section].update(values)
+            policy_values = changes.get("access_policy")
+            check_policy_change(cell, agent, cell.access_policy.model_copy(update=policy_values) if policy_values else None,
+                                admin_key=admin_key, sees_policy=reader)
             requested = (changes.get("lifecycle") or {}).get("status")
             if requested is not None:
                 check_patch_transition(cell.lifecycle.status, requested)

@@ -107,6 +107,32 @@ def readable_as_of(then: MemoryCell, now: MemoryCell, agent: str) -> bool:
     return can_read(then, agent) and can_read(now, agent)
 
 
+def readable_history(current: MemoryCell, entries: Sequence[HistoryEntry], agent: str) -> list[HistoryEntry]:
+    """The history `agent` may see, under the as-of rule (`readable_as_of`): an entry shows
+    its `changes` (old and new values, texts included) only when the agent may read the
+    version before it and the version after it, each under its policy then and now; any
+    other entry keeps who, when and what action, with empty `changes`. So a reader granted
+    access today does not read, in history, the text of versions that were private then.
+    The versions are rebuilt newest first by undoing one entry at a time."""
+    doc = current.model_dump(mode="json")
+    readable_after = readable_as_of(current, current, agent)
+    shown: list[HistoryEntry] = []
+    for entry in reversed(entries):
+        _undo(doc, entry.changes)
+        if entry.action == "create":  # nothing before it
+            readable_before = readable_after
+        else:
+            try:
+                readable_before = readable_as_of(MemoryCell.model_validate(doc), current, agent)
+            except ValueError:  # a version that no longer validates: shown as unreadable
+                readable_before = False
+        visible = readable_before and readable_after
+        shown.append(entry if visible or not entry.changes else entry.model_copy(update={"changes": {}}))
+        readable_after = readable_before
+    shown.reverse()
+    return shown
+
+
 # ------------------------------------------------------------------ set filters at T
 def json_equal(a: Any, b: Any) -> bool:
     """JSON equality as the stores' metadata filters compute it: 3 == 3.0, but true != 1."""

@@ -312,3 +312,101 @@ def test_cli_consolidates_every_session_of_an_owner(tmp_path, model, monkeypatch
     assert {(row[1], row[2], row[3]) for row in lines} == {
         ("ADD", "written", BRISTOL), ("ADD", "written", TEA), ("ADD", "not written", PLAYBOOK_1), ("DROP", "not written", CAT)}
     assert "4/4" in done.stderr  # the progress bar counted the episodes
+
+
+# ---------------------------------------------------------------- who may read what is derived (issue 42, item 7)
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_store(request, tmp_path) -> str:
+    return f"sqlite:///{tmp_path}/m.db" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+
+
+def test_a_fact_consolidated_by_the_owner_stays_readable_by_the_assistant_that_wrote_its_episodes(
+        any_store, model, monkeypatch):
+    """`ampkit consolidate --owner u1` over episodes the assistant wrote: the fact is created by
+    u1 (the agent that ran it), readable by every agent that may read all its episodes (the
+    assistant among them), and it supersedes the assistant's old fact without the assistant
+    losing the fact."""
+    with _client(any_store, model, monkeypatch) as memory:
+        record_session(memory, "s1")
+        memory.consolidate(OWNER, session_id="s1")
+        record_session(memory, "s2")
+    env = {"AMPKIT_STORE": any_store, "AMPKIT_LLM_URL": model.url, "AMPKIT_LLM_MODEL": "fake-1",
+           "AMPKIT_EMBEDDER": "default"}
+    done = run_cli("consolidate", "--owner", OWNER, "--session", "s2", env=env)
+    assert done.returncode == 0, done.stderr
+    with ampkit.connect(any_store, agent_id=AGENT) as memory:
+        facts = {c.content.text: c for c in live(memory, "semantic")}
+        assert set(facts) == {EDINBURGH, TEA}, facts  # the assistant still has the fact, in its new form
+        edinburgh = facts[EDINBURGH]
+        assert edinburgh.identity.created_by == OWNER and edinburgh.identity.owner_id == OWNER
+        assert edinburgh.access_policy.readable_by == [AGENT] and not edinburgh.access_policy.public
+        bristol = memory.get(edinburgh.lifecycle.supersedes)
+        assert bristol.content.text == BRISTOL and bristol.identity.created_by == AGENT
+
+
+def test_cli_consolidate_names_the_agent_that_creates(tmp_path, model):
+    url = f"sqlite:///{tmp_path}/m.db"
+    help_text = run_cli("consolidate", "--help").stdout
+    assert "--agent-id" in help_text and "[default: the owner]" in help_text
+    with ampkit.connect(url, agent_id=AGENT) as memory:
+        record_session(memory, "s1")
+    env = {"AMPKIT_STORE": url, "AMPKIT_LLM_URL": model.url, "AMPKIT_LLM_MODEL": "fake-1"}
+    done = run_cli("consolidate", "--owner", OWNER, "--session", "s1", "--agent-id", "helper", env=env)
+    assert done.returncode != 0 or "ADD\twritten" not in done.stdout  # helper may not read the episodes
+    done = run_cli("consolidate", "--owner", OWNER, "--session", "s1", "--agent-id", AGENT, env=env)
+    assert done.returncode == 0, done.stderr
+    with ampkit.connect(url, agent_id=OWNER) as memory:
+        assert {c.identity.created_by for c in live(memory, "semantic")} == {AGENT}
+
+
+def test_a_fact_whose_readers_would_lose_it_is_not_superseded(any_store, model, monkeypatch):
+    """Bob may read the old fact, not the episodes behind the new one: the new fact is added
+    alongside, and Bob keeps the old one."""
+    with _client(any_store, model, monkeypatch) as memory, ampkit.connect(any_store, agent_id="bob") as bob:
+        old = memory.remember(BRISTOL, owner_id=OWNER, readable_by=["bob"])
+        record_session(memory, "s2")
+        result = memory.consolidate(OWNER, session_id="s2")
+        [moved] = [d for d in result.decisions if d.text == EDINBURGH]
+        assert (moved.action, moved.applied, moved.target_id) == ("ADD", True, old.id), moved
+        assert "not replacing it" in moved.reason
+        assert memory.get(old.id).lifecycle.superseded_by is None
+        assert bob.get(old.id).content.text == BRISTOL
+        assert [c.content.text for c in bob.list(owner_id=OWNER, types=["semantic"])] == [BRISTOL]
+        new = memory.get(moved.cell_id)
+        assert new.access_policy.readable_by == [] and new.lifecycle.supersedes is None
+
+
+def test_derived_readers_are_the_intersection_of_the_episodes_readers():
+    from ampkit.access import can_read
+    from ampkit.consolidation import derived_policy
+    from ampkit.models import MemoryCell
+
+    def episode(creator: str, **policy) -> MemoryCell:
+        return MemoryCell.model_validate({
+            "id": "mem_01ARZ3NDEKTSV4RRFFQ69G5FAV", "type": "episodic", "content": {"text": "x"},
+            "identity": {"owner_id": OWNER, "created_by": creator}, "access_policy": policy,
+            "lifecycle": {"created_at": "2026-01-01T00:00:00Z"}})
+
+    cases = [
+        [episode(AGENT), episode(AGENT)],
+        [episode(AGENT, public=True), episode("helper", readable_by=["team-*", AGENT])],
+        [episode(AGENT, readable_by=["team-*", "bob"]), episode(AGENT, readable_by=["team-*", "b?b"])],
+        [episode(AGENT, public=True), episode("helper", public=True, writable_by=["w-*"])],
+        [episode(AGENT, readable_by=["team-*"]), episode("helper", readable_by=["*-lead"])],
+    ]
+    agents = [OWNER, AGENT, "helper", "bob", "team-lead", "team-1", "w-1", "eve", "runner"]
+    for episodes in cases:
+        policy = derived_policy(episodes, OWNER, "runner")
+        derived = episodes[0].model_copy(update={"access_policy": policy, "identity": episodes[0].identity.model_copy(
+            update={"created_by": "runner"})})
+        for agent in agents:
+            if agent == "runner":
+                continue
+            everywhere = all(can_read(e, agent) for e in episodes)
+            assert not can_read(derived, agent) or everywhere, (episodes, agent, policy)  # never wider
+    # ...and exactly the intersection where patterns allow it
+    policy = derived_policy(cases[2], OWNER, "runner")
+    assert policy.readable_by == ["team-*", AGENT, "bob"] and not policy.public
+    assert derived_policy(cases[0], OWNER, "runner").readable_by == [AGENT]
+    assert derived_policy(cases[3], OWNER, "runner").public is True
+    assert derived_policy(cases[4], OWNER, "runner").readable_by == []  # team-lead is left out: narrower

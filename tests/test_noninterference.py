@@ -64,6 +64,8 @@ class CellSpec:
     public: bool
     archived: bool
     episodic: bool = False
+    writable_by: list[str] = field(default_factory=list)
+    granted_later: bool = False  # created private with another text, its policy given by a later PATCH
 
 
 @dataclass
@@ -79,7 +81,8 @@ words = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4)
 cell_specs = st.builds(
     CellSpec, creator=st.sampled_from(AGENTS), owner=st.sampled_from(OWNERS), session=st.sampled_from(SESSIONS),
     words=words, readable_by=st.lists(st.sampled_from(PATTERNS), max_size=2), public=st.booleans(),
-    archived=st.booleans(), episodic=st.booleans(),
+    archived=st.booleans(), episodic=st.booleans(), writable_by=st.lists(st.sampled_from(PATTERNS), max_size=1),
+    granted_later=st.booleans(),
 )
 noise_specs = st.builds(
     NoiseSpec, owner=st.sampled_from(OWNERS), session=st.sampled_from(SESSIONS), words=words,
@@ -562,12 +565,12 @@ def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSp
         service.create(agent, CellCreate.model_validate(body))
 
     def body(owner: str, session: Optional[str], text: str, readable_by: list[str], public: bool,
-             episodic: bool) -> dict[str, Any]:
+             episodic: bool, writable_by: Optional[list[str]] = None) -> dict[str, Any]:
         # a session's turns carry its day, as conversation turns do (the date-session leg)
         dated = {"date": SESSION_DATES[session]} if session in SESSION_DATES else {}
         return {"content": {"text": text, "metadata": {"topic": text.split()[0], **dated}},
                 "identity": {"owner_id": owner, "session_id": session},
-                "access_policy": {"readable_by": readable_by, "public": public},
+                "access_policy": {"readable_by": readable_by, "public": public, "writable_by": writable_by or []},
                 "type": "episodic" if episodic else "semantic",
                 # every spec is its own cell (two equal specs would dedup into one id), and a noise
                 # write restating a cell mallory *can* read (a public one) would count as a use of
@@ -580,8 +583,15 @@ def build(service: MemoryService, ids: FixedIds, caller: str, specs: list[CellSp
         if n < len(specs):
             spec = specs[n]
             cid = cell_id(n, noise=False)
-            create(spec.creator, body(spec.owner, spec.session, " ".join(spec.words), spec.readable_by, spec.public,
-                                       spec.episodic), cid)
+            text = " ".join(spec.words)
+            if spec.granted_later:  # history then holds a version the readers could not read
+                create(spec.creator, body(spec.owner, spec.session, "draft " + text, [], False, spec.episodic,
+                                          spec.writable_by), cid)
+                service.update(spec.creator, cid, CellPatch.model_validate(
+                    {"content": {"text": text}, "access_policy": {"readable_by": spec.readable_by, "public": spec.public}}))
+            else:
+                create(spec.creator, body(spec.owner, spec.session, text, spec.readable_by, spec.public, spec.episodic,
+                                          spec.writable_by), cid)
             if spec.archived:
                 service.update(spec.creator, cid, archive)
             world.visible_ids.append(cid)
@@ -704,6 +714,35 @@ READ_PATHS += [
     ReadPath("files_grep_search", _files_grep_search),
     ReadPath("proposals", _proposals),
 ]
+
+
+# Writing never grants reading (issue 42): the caller tries to change the access policy of
+# every cell by PATCH, rollback and a superseding create, and writes content; what it is told,
+# and what it reads afterwards, must not depend on cells it cannot read. Last of the paths:
+# these writes change the world alike in both stores.
+def _policy_writes(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    ids = service_module.new_cell_id
+    n = 20_000
+    patches = [{"access_policy": {"readable_by": [caller]}}, {"access_policy": {"public": True}},
+               {"content": {"text": "vault rewritten"}}]
+    for cid in world.visible_ids + world.noise_ids:
+        for patch in patches:
+            yield answer(lambda: service.update(caller, cid, CellPatch.model_validate(patch)))
+        yield answer(lambda: service.rollback(caller, cid, 1))
+        for policy in (None, {"public": True}):
+            n += 1
+            body: dict[str, Any] = {"content": {"text": "tea replaced"}, "identity": {"owner_id": "ada"},
+                                    "supersedes": cid}
+            if policy is not None:
+                body["access_policy"] = policy
+            ids.next = cell_id(n, noise=False)  # type: ignore[attr-defined]
+            yield answer(lambda: service.create(caller, CellCreate.model_validate(body)))
+            ids.next = None  # type: ignore[attr-defined]
+        yield answer(lambda: service.get(caller, cid))
+        yield answer(lambda: service.history(caller, cid))
+
+
+READ_PATHS += [ReadPath("policy_writes", _policy_writes)]
 
 
 class HashedWords:

@@ -33,13 +33,15 @@ IN_PROCESS_AUTH = {"mode": "in-process", "header": None}
 
 
 def run_call(service: MemoryService, agent: str, call: Call[Any], auth: Mapping[str, Any] = IN_PROCESS_AUTH,
-             scopes: frozenset[str] = frozenset(SCOPES)) -> Any:
+             scopes: frozenset[str] = frozenset(SCOPES), admin_key: bool = False) -> Any:
     """Run the call's operation as its route would, as `agent` holding `scopes` (the MCP
     tools pass their caller's key scopes: a write by a key without `read` gets no cell
     back, as over HTTP): the same input validation (the query travels in its wire form),
     the same row, the same decoding. The in-process clients and the MCP tools
-    (`ampkit.mcp_server`) both run calls here."""
-    context, inputs = _prepared(service, agent, call, auth, scopes)
+    (`ampkit.mcp_server`) both run calls here. `admin_key`: the caller's key holds `admin`
+    (MCP over HTTP); in process there is no key, so no caller changes a policy it does
+    not own (`access.may_change_policy`)."""
+    context, inputs = _prepared(service, agent, call, auth, scopes, admin_key)
     return _decoded(call, call.operation.run(context, inputs))
 
 
@@ -53,10 +55,10 @@ async def run_call_grouped(service: MemoryService, agent: str, call: Call[Any],
 
 
 def _prepared(service: MemoryService, agent: str, call: Call[Any], auth: Mapping[str, Any],
-              scopes: frozenset[str]) -> tuple[Context, dict[str, Any]]:
+              scopes: frozenset[str], admin_key: bool = False) -> tuple[Context, dict[str, Any]]:
     inputs = call.operation.parse(path=call.path_params, query=query_pairs(call.query), headers=call.headers,
                                   body=call.body, limits=service.limits)
-    return Context(service, agent, auth, may_read="read" in scopes, scopes=scopes), inputs
+    return Context(service, agent, auth, may_read="read" in scopes, scopes=scopes, admin_key=admin_key), inputs
 
 
 def _decoded(call: Call[Any], result: Any) -> Any:

@@ -35,7 +35,7 @@ from ..models import AccessPolicy, MemoryCell, MemoryType, Status, storable_text
 from ..retrieval import Retriever
 from ..store.base import CellFilter, HistoryRecord, Store, WriteTx
 from ..store._files import ProposalRecord
-from ..versions import UNVERSIONED_ACTIONS, bm25_text_scores
+from ..versions import UNVERSIONED_ACTIONS, bm25_text_scores, readable_history
 from . import validate
 from .models import (
     ApprovalMode,
@@ -222,9 +222,13 @@ class FileService:
         if cell is None:
             raise access_denied()
         entries = self.store.history(cell.id)
+        # A version the caller could not read at its time shows who and when, not its diff
+        # (the grant-time rule of the cell history, `versions.readable_history`).
+        shown = entries if agent is None else readable_history(cell, entries, agent)
+        hidden = {i for i, (e, s) in enumerate(zip(entries, shown)) if e.changes and not s.changes}
         out: list[FileVersion] = []
         text, version = cell.content.text, cell.lifecycle.version
-        for entry in reversed(entries):
+        for i, entry in reversed(list(enumerate(entries))):
             pair = entry.changes.get("content.text")
             before = pair[0] if isinstance(pair, list) and len(pair) == 2 else text
             if entry.action == "create":
@@ -233,7 +237,7 @@ class FileService:
                 out.append(FileVersion(version=version, at=entry.at, actor=entry.actor, action=entry.action,
                                        approved_by=entry.changes.get("approved_by"),
                                        proposal_id=entry.changes.get("proposal_id"),
-                                       diff=unified_diff(before, text, path)))
+                                       diff="" if i in hidden else unified_diff(before, text, path)))
             text = before
             if entry.action not in UNVERSIONED_ACTIONS:
                 version -= 1

@@ -420,7 +420,8 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
             patch = _patch_from(form)
             writer = session.need("write")
             await run_in_threadpool(lambda: service.update(writer, cell_id, patch, expected_version=_version(form),
-                                                           may_read=session.may("read")))
+                                                           may_read=session.may("read"),
+                                                           admin_key=session.verified and session.may("admin")))
         except APIError as exc:  # the form again, with what was typed: nothing is lost
             return render(request, "edit.html", session, status=exc.status, cell=cell, values=values, error=exc,
                           mode="edit")

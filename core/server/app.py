@@ -345,7 +345,8 @@ def _endpoint(op: Operation, limits: Limits) -> Callable[..., Any]:
                 caller.need(scope)
         may_read = caller is None or caller.may("read")
         scopes = caller.scopes if caller is not None else frozenset()
-        return Context(serving.service, agent, serving.auth, serving.mcp, may_read=may_read, scopes=scopes)
+        return Context(serving.service, agent, serving.auth, serving.mcp, may_read=may_read, scopes=scopes,
+                       admin_key=caller is not None and caller.admin_key)
 
     def response_of(result: Any) -> Any:
         if isinstance(result, Answer):
