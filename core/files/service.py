@@ -24,11 +24,11 @@ import builtins
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from ulid import ULID
 
-from ..access import can_read, can_write
+from ..access import can_read, can_write, check_policy_change
 from ..errors import Conflict, Forbidden, InvalidTransition, PayloadTooLarge, ValidationFailed, access_denied
 from ..limits import Limits
 from ..models import AccessPolicy, MemoryCell, MemoryType, Status, storable_text
@@ -337,9 +337,16 @@ class FileService:
             return 1
         content = current.content.model_copy(update={"text": text})
         lifecycle = current.lifecycle.model_copy(update={"last_updated_at": now, "version": current.lifecycle.version + 1})
-        tx.update(current.model_copy(update={"content": content, "lifecycle": lifecycle}), vector)
-        tx.add_history(HistoryRecord(current.id, now, writer, "update",
-                                     {"content.text": [current.content.text, text], **extra}))
+        changes: dict[str, Any] = {"content.text": [current.content.text, text]} if text != current.content.text else {}
+        update: dict[str, Any] = {"content": content, "lifecycle": lifecycle}
+        if policy is not None and policy != current.access_policy:
+            update["access_policy"] = policy
+            # One entry per changed field, as every history records it (versions.py replays them).
+            before, after = current.access_policy.model_dump(mode="json"), policy.model_dump(mode="json")
+            changes.update({f"access_policy.{field}": [before[field], after[field]]
+                            for field in sorted(before) if before[field] != after[field]})
+        tx.update(current.model_copy(update=update), vector)
+        tx.add_history(HistoryRecord(current.id, now, writer, "update", {**changes, **extra}))
         return lifecycle.version
 
     def _change(self, agent: str, owner_id: str, raw_path: str, action: str,
@@ -361,7 +368,13 @@ class FileService:
                                {"current_version": have})
             text, occurrences = compute(current)
             old = current.content.text if current is not None else None
-            if action == "write" and text == old:
+            new_policy = policy is not None and current is not None and policy != current.access_policy
+            if new_policy:
+                assert current is not None and policy is not None
+                # The access-policy rule of every other write path: only the owner or creator
+                # changes who may read a file (a writer never grants itself reading).
+                check_policy_change(current, agent, policy, sees_policy=can_read(current, agent))
+            if action == "write" and text == old and not new_policy:
                 return FileWriteResult(path=path, status="unchanged", message=f"{path} already has this content",
                                        version=current.lifecycle.version if current is not None else None,
                                        occurrences=occurrences)
@@ -376,7 +389,8 @@ class FileService:
                 cell_id=current.id if current is not None else None,
                 base_version=current.lifecycle.version if current is not None else None,
                 content=text, diff=unified_diff(old or "", text or "", path), reason=reason,
-                access_policy=policy.model_dump(mode="json") if policy is not None and current is None else None,
+                access_policy=policy.model_dump(mode="json") if policy is not None and (current is None or new_policy)
+                else None,
                 proposed_by=agent, created_at=now)
             tx.put_proposal(proposal)
         return FileWriteResult(
