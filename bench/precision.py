@@ -34,6 +34,7 @@ switch stages as they do for the server.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import random
@@ -264,7 +265,7 @@ def run_store(service: MemoryService, clock: Clock, store: dict, min_score: floa
         rows.append({
             "store": store["name"], "set": store["kind"], "split": store["split"], "q": q["q"], "kind": q["kind"],
             "answer": q["answer"], "rank": rank, "top_score": hits[0].score if hits else 0.0,
-            "top": [(cid, round(h.score, 4)) for cid, h in zip(ranked[:3], hits[:3])],
+            "top": [(cid, round(h.score, 4)) for cid, h in zip(ranked, hits)],
             "returned": len(returned), "kept": any(cid in q["answer"] for cid in returned),
         })
     return rows
@@ -307,8 +308,25 @@ def run(stores: list[dict], embedder_name: str, min_score: float) -> dict:
         "stores": len(stores), "cells": sum(s["cells"] for s in per_store.values()),
         "groups": groups, "by_kind": by_kind, "per_store": per_store,
         "misses": [r for r in rows if (r["answer"] and r["rank"] != 1) or (not r["answer"] and r["returned"])],
+        "questions": rows,
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def inventory(stores: list[dict]) -> dict:
+    """Cells and questions per store, and the totals per set and split."""
+    per = {s["name"]: {"set": s["kind"], "split": s["split"], "cells": len(all_cells(s)),
+                       "answerable": sum(bool(q["answer"]) for q in s["questions"]),
+                       "unanswerable": sum(not q["answer"] for q in s["questions"]),
+                       "files": sum(bool(c.get("path")) for c in s["cells"])} for s in stores}
+    total: dict[str, Any] = {"stores": len(per)}
+    for key in ("cells", "answerable", "unanswerable", "files"):
+        total[key] = sum(c[key] for c in per.values())
+    for which in ("personal", "team"):
+        for split in ("dev", "heldout"):
+            total[f"{which}/{split}"] = sum(c["set"] == which and c["split"] == split for c in per.values())
+    total["kinds"] = dict(sorted(collections.Counter(q["kind"] for s in stores for q in s["questions"]).items()))
+    return {"stores": per, "total": total}
 
 
 def _fmt(value: Optional[float]) -> str:
@@ -336,7 +354,7 @@ def print_table(result: dict, misses: bool) -> None:
         print("misses (answerable not first; unanswerable with hits at the threshold):")
         for r in result["misses"]:
             want = ",".join(r["answer"]) or "nothing"
-            print(f"  [{r['store']}/{r['kind']}] {r['q']}  want {want}, rank {r['rank']}, top {r['top']}")
+            print(f"  [{r['store']}/{r['kind']}] {r['q']}  want {want}, rank {r['rank']}, top {r['top'][:3]}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -351,12 +369,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--store", action="append", help="only the store of this name (repeatable)")
     parser.add_argument("--misses", action="store_true", help="list the questions whose answer is not first")
     parser.add_argument("--json", type=Path, help="write the results (with every miss) here")
+    parser.add_argument("--check", action="store_true",
+                        help="only check the data files and count their cells and questions (no search)")
     args = parser.parse_args(argv)
     stores = read_stores(args.data, args.which, args.split)
     if args.store:
         stores = [s for s in stores if s["name"] in args.store]
     if not stores:
         parser.error("no store matches")
+    if args.check:
+        counts = inventory(stores)
+        for name, c in counts["stores"].items():
+            print(f"{name:<20} {c['set']:<8} {c['split']:<7} {c['cells']:>5} cells {c['answerable']:>3} answerable "
+                  f"{c['unanswerable']:>3} unanswerable")
+        print(json.dumps(counts["total"]))
+        if args.json:
+            args.json.write_text(json.dumps(counts, ensure_ascii=False, indent=2))
+        return 0
     min_score = default_min_score() if args.min_score is None else args.min_score
     result = run(stores, args.embedder, min_score)
     print_table(result, args.misses)

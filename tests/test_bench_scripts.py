@@ -350,3 +350,61 @@ def test_scale_times_each_readers_first_search_apart_from_the_timed_ones(tmp_pat
             assert imported["cells"] == 300 and imported["first_search_ms"] > 0 and imported["queries"] == 2
             assert other.get("/memories", params={"limit": 200},
                              headers={"X-AMP-Agent-ID": "replica-import-00001"}).json()["total"] == 100
+
+
+# ---------------------------------------------------------------- precision (bench/precision.py)
+
+
+def _precision_store() -> dict:
+    """A tiny personal store with each thing the loader does: a superseded value, a hot cell,
+    a memory file, another owner's cell shared with the owner and one that is private."""
+    return {
+        "name": "tiny", "kind": "personal", "split": "dev", "owner": "maya",
+        "cells": [
+            {"id": "passport", "text": "Passport valid until 3 May 2029.", "age_days": 300},
+            {"id": "addr-old", "text": "Lives in Porto, Rua das Flores.", "age_days": 500, "reads": 4},
+            {"id": "addr-new", "text": "Lives in Lisbon, Rua da Graça.", "age_days": 100, "supersedes": "addr-old"},
+            {"id": "groceries", "text": "Groceries: oat milk, eggs, bananas.", "reads": 3, "importance": 0.9},
+            {"id": "shared", "text": "Tomás sees the dentist Dr. Sousa.", "owner": "tomas", "readable_by": ["maya"]},
+            {"id": "private", "text": "Leo's passport number is X1234567.", "owner": "leo"},
+            {"id": "file", "path": "AGENTS.md", "text": "# Assistant\n\n- Summaries as bullet points.\n", "type": "procedural"},
+        ],
+        "questions": [
+            {"q": "passport valid until", "answer": ["passport"], "kind": "paraphrase"},
+            {"q": "where does she live", "answer": ["addr-new"], "kind": "superseded"},
+            {"q": "Tomás dentist", "answer": ["shared"], "kind": "paraphrase"},
+            {"q": "summaries bullet points", "answer": ["file"], "kind": "file"},
+            {"q": "zzyzx quux", "answer": [], "kind": "unanswerable"},
+        ],
+    }
+
+
+def test_precision_scores_a_tiny_store_through_the_real_service(tmp_path):
+    data = tmp_path / "stores"
+    data.mkdir()
+    (data / "tiny.json").write_text(json.dumps(_precision_store()), encoding="utf-8")
+    out = tmp_path / "precision.json"
+    run = bench("precision.py", "--data", str(data), "--embedder", "none", "--misses", "--json", str(out))
+    result = json.loads(out.read_text())
+    assert result["per_store"]["tiny"]["cells"] == 7
+    overall = result["groups"]["personal/all"]
+    assert (overall["answerable"], overall["unanswerable"]) == (4, 1)
+    assert set(result["groups"]) == {"personal/dev", "personal/all", "all/dev", "all/all"}
+    assert set(result["by_kind"]) == {"paraphrase", "superseded", "file", "unanswerable"}
+    for key in ("hit@1", "hit@3", "mrr@10", "abstention_auc", "kept", "empty"):
+        assert 0 <= overall[key] <= 1
+    # the loader wrote the superseded value as superseded, the private cell as Leo's own: neither is ever found
+    tops = [cid for row in result["questions"] for cid, _ in row["top"]]
+    assert "addr-old" not in tops and "private" not in tops
+    assert result["by_kind"]["file"]["hit@1"] == 1.0  # the file is a cell of the owner's, found by its words
+    assert "| personal/all       |   4 |   1 |" in run.stdout
+
+
+def test_precision_data_files_are_valid_and_hold_some_stores_apart():
+    """Every store file names only cells it holds; about a third of the stores are held out
+    and about a quarter of the questions are unanswerable."""
+    run = bench("precision.py", "--check")
+    total = json.loads(run.stdout.splitlines()[-1])
+    held = total["personal/heldout"] + total["team/heldout"]
+    assert total["personal/heldout"] >= 1 and 0.25 <= held / total["stores"] <= 0.45
+    assert 0.18 <= total["unanswerable"] / (total["answerable"] + total["unanswerable"]) <= 0.35
