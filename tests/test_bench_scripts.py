@@ -270,6 +270,8 @@ def test_locomo_scores_the_full_pipeline_bm25_and_both_halves(locomo_file, tmp_p
     result = json.loads(out.read_text())
     assert (result["cells"], result["questions"], result["skipped_questions"]) == (12, 6, 2)
     assert result["overall"]["recall@10"] == 1.0  # six turns per owner: all are in a top 10
+    assert 0 < result["overall"]["hit@1"] <= result["overall"]["mrr@10"] <= 1
+    assert set(result["halves"]["held"]["overall"]) == {"recall@5", "recall@10", "hit@1", "mrr@10"}
     assert result["bm25_only"]["questions"] == 6
     assert {name: h["conversations"] for name, h in result["halves"].items()} == {"tune": ["conv-a"], "held": ["conv-b"]}
     assert "| overall      |    6 |" in run.stdout
