@@ -253,8 +253,11 @@ def run_store(service: MemoryService, clock: Clock, store: dict, min_score: floa
     data_of = load_store(service, clock, store)
     owner = store["owner"]
     rows = []
+    # The ranking view is never cut: with a server-side threshold whose default is above 0,
+    # the first search asks for min_score 0 explicitly.
+    uncut: dict[str, Any] = {"min_score": 0.0} if server_threshold else {}
     for q in store["questions"]:
-        hits = service.search(owner, SearchRequest(query=q["q"], limit=DEPTH)).results
+        hits = service.search(owner, SearchRequest(query=q["q"], limit=DEPTH, **uncut)).results
         ranked = [data_of.get(h.id, "?") for h in hits]
         rank = next((i + 1 for i, cid in enumerate(ranked) if cid in q["answer"]), None)
         if server_threshold:
