@@ -25,6 +25,7 @@ none of which answers a question.
 
     python bench/precision.py [--set personal|team|all] [--split dev|heldout|all]
                               [--min-score X] [--misses] [--json out.json] [--embedder NAME]
+                              [--store NAME] [--before old.json] [--check]
 
 Stores marked `"split": "heldout"` are for reporting only: tune on `dev`, read `heldout`.
 The embedder is `AMPKIT_EMBEDDER` (default `default`); the `AMPKIT_RETRIEVAL_*` settings
@@ -360,6 +361,24 @@ def print_table(result: dict, misses: bool) -> None:
             print(f"  [{r['store']}/{r['kind']}] {r['q']}  want {want}, rank {r['rank']}, top {r['top'][:3]}")
 
 
+def print_comparison(result: dict, before: dict) -> None:
+    """hit@1, MRR@10 and AUC of a saved run (`--before`) beside this one's, per group and kind."""
+    same = set(before.get("per_store", {})) == set(result["per_store"])
+    print(f"before ({before['embedder']}, threshold {before['min_score']}) -> now"
+          + ("" if same else " (the saved run covers other stores: per store only)") + ":")
+    print(f"| {'':<18} | hit@1 before | after | MRR@10 before | after | AUC before | after |")
+    print(f"|{'-' * 20}|--------------|-------|---------------|-------|------------|-------|")
+    for table in ("groups", "by_kind", "per_store") if same else ("per_store",):
+        for name, s in result[table].items():
+            old = before.get(table, {}).get(name)
+            if old is None:
+                continue
+            print(f"| {name:<18} | {_fmt(old.get('hit@1')):>12} | {_fmt(s.get('hit@1'))} | "
+                  f"{_fmt(old.get('mrr@10')):>13} | {_fmt(s.get('mrr@10'))} | "
+                  f"{_fmt(old.get('abstention_auc')):>10} | {_fmt(s.get('abstention_auc'))} |")
+    print()
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", dest="which", choices=("personal", "team", "all"), default="all")
@@ -372,6 +391,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--store", action="append", help="only the store of this name (repeatable)")
     parser.add_argument("--misses", action="store_true", help="list the questions whose answer is not first")
     parser.add_argument("--json", type=Path, help="write the results (with every miss) here")
+    parser.add_argument("--before", type=Path, help="a saved --json run to compare with (hit@1, MRR@10, AUC)")
     parser.add_argument("--check", action="store_true",
                         help="only check the data files and count their cells and questions (no search)")
     args = parser.parse_args(argv)
@@ -392,6 +412,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     min_score = default_min_score() if args.min_score is None else args.min_score
     result = run(stores, args.embedder, min_score)
     print_table(result, args.misses)
+    if args.before:
+        print_comparison(result, json.loads(args.before.read_text()))
     if args.json:
         args.json.write_text(json.dumps(result, ensure_ascii=False, indent=2))
     return 0
