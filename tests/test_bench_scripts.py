@@ -399,6 +399,7 @@ def test_precision_scores_a_tiny_store_through_the_real_service(tmp_path):
     # every answer first, the unanswerable question empty, so its top score (0) is below every other
     assert (overall["hit@1"], overall["mrr@10"], overall["kept"]) == (1.0, 1.0, 1.0)
     assert (overall["abstention_auc"], overall["empty"]) == (1.0, 1.0)
+    assert (overall["file_first"], overall["hot_first"]) == (0.0, 0.0)  # neither the file nor the hot cell first
     # the loader wrote the superseded value as superseded, the private cell as Leo's own: neither is ever found
     tops = [cid for row in result["questions"] for cid, _ in row["top"]]
     assert "addr-old" not in tops and "private" not in tops
