@@ -383,6 +383,7 @@ def _precision_store() -> dict:
     }
 
 
+@pytest.mark.slow
 def test_precision_scores_a_tiny_store_through_the_real_service(tmp_path):
     data = tmp_path / "stores"
     data.mkdir()
