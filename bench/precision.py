@@ -92,8 +92,11 @@ def check_store(store: dict, name: str) -> None:
     ids = [c["id"] for c in store["cells"]]
     assert len(ids) == len(set(ids)), f"{name}: duplicate cell ids"
     known = set(ids)
+    age = {c["id"]: c.get("age_days", 0) for c in store["cells"]}
     for cell in store["cells"]:
         assert cell.get("supersedes") in (None, *known), f"{name}: {cell['id']} supersedes an unknown cell"
+        # cells are written oldest first: a replacement must be younger than what it replaces
+        assert not cell.get("supersedes") or age[cell["id"]] < age[cell["supersedes"]], f"{name}: {cell['id']}'s age"
     for q in store["questions"]:
         assert set(q["answer"]) <= known, f"{name}: {q['q']!r} names an unknown cell"
         assert (q["kind"] == UNANSWERABLE) == (not q["answer"]), f"{name}: {q['q']!r}: kind and answer disagree"
