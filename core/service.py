@@ -78,7 +78,7 @@ from .models import (
     utcnow,
 )
 from .playbooks import playbook_score
-from .retrieval import Retriever
+from .retrieval import Retriever, clears
 from .store.base import CellFilter, HistoryRecord, Store, WriteTx, decode_cursor, decode_text_cursor, encode_cursor
 
 if TYPE_CHECKING:
@@ -102,6 +102,13 @@ def new_cell_id() -> str:
 
 
 _EMPTY_METADATA_CONTENT = len('{"text":,"metadata":{}}')
+
+
+def searched(cell: MemoryCell, req: SearchRequest) -> bool:
+    """Whether a search considers `cell` beyond its filter: memory files (cells with a path,
+    docs/files.md) have the files API and the instructions path, and join an ordinary search
+    only with `include_files`."""
+    return req.include_files or cell.identity.path is None
 
 
 def cell_size_bytes(cell: MemoryCell) -> int:
@@ -787,14 +794,17 @@ class MemoryService:
         )
         fetch = min(self.limits.max_search_limit, req.limit * 4) if req.rank_playbooks else req.limit
         hits, total = self.retriever.search(
-            self.store, req.query, flt, fetch, now, keep=lambda c: can_read(c, agent)
+            self.store, req.query, flt, fetch, now, keep=lambda c: can_read(c, agent) and searched(c, req),
+            min_score=0.0 if req.rank_playbooks else req.min_score,
         )
         if req.rank_playbooks:
             for hit in hits:
                 hit.score, wilson = playbook_score(hit.cell, hit.score)
                 if hit.cell.type == MemoryType.procedural.value:
                     hit.explain = {**hit.explain, "wilson": wilson, "score": hit.score}
-            hits = sorted(hits, key=lambda h: (-h.score, h.cell.id))[: req.limit]
+            # min_score applies to the final (re-scored) score; the total counts the re-scored.
+            hits = sorted((h for h in hits if clears(h.score, req.min_score)), key=lambda h: (-h.score, h.cell.id))
+            hits, total = hits[: req.limit], len(hits)
         results = [
             SearchHit(**h.cell.model_dump(), score=round(h.score, 6), explain=h.explain if req.explain else None)
             for h in hits
@@ -812,14 +822,15 @@ class MemoryService:
             statuses=self._statuses(req.status, req.include_stale), include_superseded=req.include_superseded,
             session_id=req.session_id, metadata=req.metadata,
         )
-        scored = versions.bm25_scores(req.query, cells)
+        scored = versions.bm25_scores(req.query, (c for c in cells if searched(c, req)))
         cfg = self.retriever.config
         best = max((score for _, score in scored), default=1.0)
         hits = []
         for cell, raw in scored:
             relevance, decay = raw / best, decay_score(cell, at)
             score = cfg.relevance_weight * relevance + cfg.decay_weight * decay
-            hits.append((cell, score, {"keyword": raw, "relevance": relevance, "decay": decay, "score": score}))
+            if clears(score, req.min_score):
+                hits.append((cell, score, {"keyword": raw, "relevance": relevance, "decay": decay, "score": score}))
         hits.sort(key=lambda h: (-h[1], h[0].id))
         results = [
             SearchHit(**cell.model_dump(), score=round(score, 6), explain=parts if req.explain else None)
@@ -1011,6 +1022,7 @@ EXTENSIONS = [
     "supersession",
     "batch_create",
     "search_explain",
+    "search_abstention",
     "export",
     "lifecycle_as_of",
     "if_match_version",
