@@ -221,6 +221,15 @@ class SQLStore(Store):
         rows = self._query(f"SELECT c.text, c.body FROM cells c WHERE {where} ORDER BY c.id LIMIT {p}", [*params, limit])
         return [row_to_cell(*r) for r in rows]
 
+    def pending_embeddings(self, flt: CellFilter, created_by: str, since_id: str,
+                           limit: int) -> builtins.list[tuple[str, str]]:
+        where, params = self._where(flt)
+        p = self.dialect.param
+        return [(cid, text) for cid, text in self._query(
+            f"SELECT c.id, c.text FROM embed_queue q JOIN cells c ON c.id = q.cell_id WHERE {where} "
+            f"AND c.created_by = {p} AND c.id >= {p} ORDER BY c.id DESC LIMIT {p}",
+            [*params, created_by, since_id, limit])]
+
     def count(self, flt: CellFilter) -> int:
         where, params = self._where(flt)
         return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
