@@ -99,7 +99,7 @@ def english_turns(path: Path, conversations: int = 1) -> list[str]:
 
 
 def run(embedder_name: str, memories: dict[str, dict], questions: list[dict], english: list[str] = (),
-        search_after: float | None = None, search_embeds_pending: int = 64) -> dict:
+        search_after: float | None = None, search_embeds_pending: int = 16) -> dict:
     tmp = tempfile.TemporaryDirectory(prefix="ampkit-multilingual-")
     store = SQLiteStore(str(Path(tmp.name) / "ml.db"), synchronous="OFF")
     t_load = time.perf_counter()
@@ -116,6 +116,7 @@ def run(embedder_name: str, memories: dict[str, dict], questions: list[dict], en
     worker = EmbeddingWorker(service)
     if search_after is not None:  # as in a server: the worker embeds the queue meanwhile
         worker.start()
+        time.sleep(1.0)  # (a server's worker is idle by the time writes come: past its start-up scan)
     ids = list(memories)
     t0 = time.perf_counter()
     cells = service.create_many(OWNER, [
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--search-after", type=float, default=None,
                         help="also run each embedder with the questions this many seconds after the writes, "
                              "the embedding worker running (no drain)")
-    parser.add_argument("--search-embeds-pending", type=int, default=64,
+    parser.add_argument("--search-embeds-pending", type=int, default=16,
                         help="AMPKIT_SEARCH_EMBEDS_PENDING for the runs (0: a search never embeds; the state before issue 43)")
     parser.add_argument("--mix-locomo", type=Path, help="LoCoMo JSON: also store its first conversation's turns "
                                                          "(English distractors, a bilingual user's store)")

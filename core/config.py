@@ -88,7 +88,7 @@ class Settings(ClientDefaults):
     )
     embed_batch_size: int = Field(default=16, ge=1, le=1024, description="cells per batch of the embedding worker")
     search_embeds_pending: int = Field(
-        default=64, ge=0, le=1024,
+        default=16, ge=0, le=1024,
         description="read-your-writes: a search first embeds up to this many of its caller's own queued recent "
         "writes that it would consider (background embedding only; 0: off)")
     retrieval_own_text_weight: float = Field(

@@ -228,7 +228,7 @@ class MemoryService:
     # Read-your-writes for meaning (docs/retrieval.md): with a background embedder a search
     # first embeds up to this many of the caller's own queued cells that it would consider,
     # created in the last RECENT_WRITES_SECONDS, newest first. 0: never.
-    search_embeds_pending: int = 64
+    search_embeds_pending: int = 16
 
     def __post_init__(self) -> None:
         self._creates: Optional[GroupCommit[tuple[str, list[CellCreate]]]] = (

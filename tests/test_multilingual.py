@@ -203,7 +203,7 @@ def test_default_embeds_korean_after_the_write_and_english_inline(tmp_path):
         service.search_embeds_pending = 0
         pending = service.search("minji", SearchRequest(query="강아지", owner_id="minji", explain=True)).results
         assert pending[0].id == dog.id and pending[0].explain["dense_pending"] == 1.0
-        service.search_embeds_pending = 64
+        service.search_embeds_pending = 16
         found = service.search("minji", SearchRequest(query="강아지", owner_id="minji", explain=True)).results
         assert found[0].id == dog.id and "dense_pending" not in found[0].explain and "multilingual" in found[0].explain
         assert service.drain_embeddings() == 0

@@ -226,9 +226,12 @@ class SQLStore(Store):
         where, params = self._where(flt)
         p = self.dialect.param
         return [(cid, text) for cid, text in self._query(
-            f"SELECT c.id, c.text FROM embed_queue q JOIN cells c ON c.id = q.cell_id WHERE {where} "
-            f"AND c.created_by = {p} AND c.id >= {p} ORDER BY c.id DESC LIMIT {p}",
-            [*params, created_by, since_id, limit])]
+            # From the queue's own index on cell_id (ids sort by creation time): the recent
+            # queued cells only, never a scan of the cells the filter admits (CROSS JOIN: SQLite
+            # keeps the queue as the outer loop).
+            f"SELECT c.id, c.text FROM embed_queue q CROSS JOIN cells c WHERE c.id = q.cell_id AND q.cell_id >= {p} "
+            f"AND {where} AND c.created_by = {p} ORDER BY q.cell_id DESC LIMIT {p}",
+            [since_id, *params, created_by, limit])]
 
     def count(self, flt: CellFilter) -> int:
         where, params = self._where(flt)
