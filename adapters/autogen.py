@@ -23,6 +23,8 @@ from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import SystemMessage, UserMessage
 from pydantic import BaseModel, Field
 
+from ampkit.limits import DEFAULT_MIN_SCORE
+
 from ._instructions import ainstructions
 from ._mapping import LONG_TERM_TYPES, Clients, Sharing, forget_scope, render, run_async, search_text, tags
 
@@ -45,6 +47,7 @@ class AmpkitMemoryConfig(BaseModel):
     writable_by: list[str] = Field(default_factory=list)
     public: bool = False
     record_episodes: bool = False  # record each user turn as an episodic cell (docs/consolidation.md)
+    min_score: float = DEFAULT_MIN_SCORE  # what update_context (the automatic recall) requires of a hit
 
 
 def _content_text(content: MemoryContent) -> str:
@@ -67,13 +70,14 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
 
     def __init__(self, client: Any, *, owner_id: str, name: str = "default", session_id: Optional[str] = None,
                  k: int = 5, types: Optional[Sequence[str]] = LONG_TERM_TYPES, memory_type: str = "semantic",
-                 sharing: Sharing = Sharing(), record_episodes: bool = False, instructions: bool = False):
+                 sharing: Sharing = Sharing(), record_episodes: bool = False, instructions: bool = False,
+                 min_score: float = DEFAULT_MIN_SCORE):
         self._clients = Clients(client)
         self.instructions = instructions  # add the owner's AGENTS.md and skills index (docs/files.md)
         self._config = AmpkitMemoryConfig(
             url=client.url, agent_id=client.agent_id, owner_id=owner_id, name=name, session_id=session_id, k=k,
             types=None if types is None else list(types), memory_type=memory_type, **sharing.fields(),
-            record_episodes=record_episodes,
+            record_episodes=record_episodes, min_score=min_score,
         )
 
     @property
@@ -96,11 +100,15 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
 
     async def query(self, query: str | MemoryContent, cancellation_token: Optional[CancellationToken] = None,
                     **kwargs: Any) -> MemoryQueryResult:
+        """An explicit search: every hit (`min_score` is for `update_context`)."""
+        return await self._recall(query, 0.0)
+
+    async def _recall(self, query: str | MemoryContent, min_score: float) -> MemoryQueryResult:
         text = search_text([query if isinstance(query, str) else _content_text(query)])
         if not text:
             return MemoryQueryResult(results=[])
         c = self._config
-        hits = await self._clients.aio.search(text, owner_id=c.owner_id, types=c.types, limit=c.k)
+        hits = await self._clients.aio.search(text, owner_id=c.owner_id, types=c.types, limit=c.k, min_score=min_score)
         return MemoryQueryResult(results=[
             MemoryContent(content=h.cell.content.text, mime_type=MemoryMimeType.TEXT,
                           metadata={"id": h.cell.id, "score": h.score, "created_by": h.cell.identity.created_by})
@@ -120,7 +128,7 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
             block = await ainstructions(self._clients.aio, c.owner_id)
             if block:
                 await model_context.add_message(SystemMessage(content=block))
-        result = await self.query(latest[0]) if latest else MemoryQueryResult(results=[])
+        result = await self._recall(latest[0], c.min_score) if latest else MemoryQueryResult(results=[])
         if result.results:
             text = render(str(m.content) for m in result.results)
             await model_context.add_message(SystemMessage(content=text))
@@ -143,7 +151,7 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
         memory = cls(ampkit.aconnect(c.url, agent_id=c.agent_id), owner_id=c.owner_id, name=c.name,
                      session_id=c.session_id, k=c.k, types=c.types, memory_type=c.memory_type,
                      sharing=Sharing(readable_by=c.readable_by, writable_by=c.writable_by, public=c.public),
-                     record_episodes=c.record_episodes)
+                     record_episodes=c.record_episodes, min_score=c.min_score)
         memory._clients.owned = True  # it opened the client, so close() closes it
         return memory
 

@@ -30,6 +30,7 @@ from crewai.memory.unified_memory import Memory
 from pydantic import Field, PrivateAttr
 
 from ampkit import APIError, MemoryCell
+from ampkit.limits import DEFAULT_MIN_SCORE
 
 from ._instructions import instructions
 from ._mapping import LONG_TERM_TYPES, MAX_SEARCH, SCOPE_TAG, Clients, Sharing, tags, user_metadata
@@ -207,6 +208,7 @@ class AmpkitCrewMemory(Memory):
     name: str = "crew"
     memory_type: Literal["semantic", "episodic", "procedural"] = "semantic"
     recall_types: Optional[list[str]] = Field(default_factory=lambda: list(LONG_TERM_TYPES))
+    min_score: float = DEFAULT_MIN_SCORE  # what recall (the crew's context) requires of a hit
     sharing: Sharing = Sharing()
     storage: Any = None  # AmpkitCrewStorage, built from the fields above unless given
     record_episodes: bool = False
@@ -287,7 +289,7 @@ class AmpkitCrewMemory(Memory):
                 metadata=tags(FRAMEWORK, f"{self.scope_tag}.episodes"), **self.sharing.fields())
             self._last_episode = query
         hits = self.ampkit_storage.clients.sync.search(query, owner_id=self.owner_id, types=self.recall_types,
-                                                       limit=min(max(limit, 1), MAX_SEARCH))
+                                                       limit=min(max(limit, 1), MAX_SEARCH), min_score=self.min_score)
         matches = [MemoryMatch(record=_record(h.cell), score=h.score, match_reasons=["ampkit search"]) for h in hits]
         if scope:
             prefix = _join(self.root_scope, scope)

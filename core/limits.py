@@ -10,6 +10,10 @@ MAX_SEARCH_LIMIT = 100
 MAX_PAGE_SIZE = 200
 MAX_BATCH_CELLS = 500
 DEFAULT_PAGE_SIZE = 20
+# The score an adapter's automatic recall (memory put into a prompt without being asked for)
+# requires of a hit: below it nothing is injected. Explicit searches keep the caller's
+# `min_score` (default 0). A placeholder until scores are calibrated relevance (docs/retrieval.md).
+DEFAULT_MIN_SCORE = 0.0
 
 
 @dataclass(frozen=True)
@@ -24,4 +28,4 @@ class Limits:
     max_batch_cells: int = MAX_BATCH_CELLS
 
 
-__all__ = ["DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT"]
+__all__ = ["DEFAULT_MIN_SCORE", "DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT"]

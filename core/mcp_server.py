@@ -387,10 +387,13 @@ def _tools() -> list[Tool]:
         include_stale: Annotated[bool, Field(description="Also memories not used for a long time")] = False,
         metadata: Annotated[Optional[dict[str, Any]], Field(description="Only memories whose metadata has these key/value pairs")] = None,
         as_of: AsOf = None,
+        min_score: Annotated[float, Field(ge=0.0, le=1.0, description="Only memories scoring at least this (0..1); none when nothing is that relevant")] = 0.0,
+        include_files: Annotated[bool, Field(description="Also memory files (AGENTS.md, skills), which are left out by default")] = False,
     ) -> SearchResponse:
         """Search the shared memory for what is relevant to a query (hybrid keyword and meaning search).
         Returns the best matches with a relevance score, and how many memories matched in all."""
-        call = calls.search(query, owner_id=owner_id, types=types, limit=limit,
+        call = calls.search(query, owner_id=owner_id, types=types, limit=limit, min_score=min_score or None,
+                            include_files=include_files,
                             **_drop_none(session_id=session_id, metadata=metadata, include_stale=include_stale or None,
                                          as_of=as_of))
         return await _gateway(ctx).send(ctx, calls.with_decode(call, SearchResponse.model_validate))

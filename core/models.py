@@ -414,6 +414,16 @@ class SearchRequest(Closed):
         description="extension (as-of read): search the cells as they were at this time, rebuilt from history; "
         "keyword ranking only (docs/time-travel.md)",
     )
+    min_score: Unit = Field(
+        default=0.0,
+        description="extension (abstention): only hits whose final `score` is at least this; "
+        "none when nothing clears it. `total` counts the hits that clear it",
+    )
+    include_files: StrictBool = Field(
+        default=False,
+        description="extension: also memory files (cells with an `identity.path`, docs/files.md), "
+        "which a search leaves out by default",
+    )
 
     @field_validator("query")
     @classmethod

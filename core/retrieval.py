@@ -44,6 +44,12 @@ from .timeexpr import date_match, dates_in, dates_of_metadata
 from .store.base import Candidate, CellFilter, Store, StoredVector
 
 
+def clears(score: float, min_score: float) -> bool:
+    """Whether a hit's final score reaches `min_score`, compared as the answer shows the score
+    (6 decimals): a score read from one answer is a threshold its hit clears in the next."""
+    return round(score, 6) >= min_score
+
+
 @dataclass
 class ScoredCell:
     cell: MemoryCell
@@ -412,9 +418,10 @@ class Retriever:
         limit: int,
         now: datetime,
         keep: Callable[[MemoryCell], bool] = lambda cell: True,
+        min_score: float = 0.0,
     ) -> tuple[list[ScoredCell], int]:
-        """Ranked hits (at most `limit`) and the number of distinct candidates the legs found
-        (less any the `keep` check refused).
+        """Ranked hits (at most `limit`) and how many matched: the loaded candidates that
+        `keep` admits whose final score is at least `min_score` (abstention: none may clear it).
 
         `keep` is the caller's access check; it runs before the list is cut to `limit`.
         """
@@ -477,4 +484,6 @@ class Retriever:
         hits.sort(key=lambda h: (-h.score, h.cell.id))
         if self.reranker is not None:
             hits = self.reranker.rerank(query, hits)
-        return hits[:limit], len(fused) - (len(ranked) - len(hits))
+        # Last, on the final score: whatever the stages above make of it.
+        hits = [h for h in hits if clears(h.score, min_score)]
+        return hits[:limit], len(hits)

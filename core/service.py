@@ -12,6 +12,7 @@ import contextlib
 import json
 from json.encoder import encode_basestring
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -79,7 +80,7 @@ from .models import (
     utcnow,
 )
 from .playbooks import playbook_score
-from .retrieval import Retriever
+from .retrieval import Retriever, clears
 from .store.base import CellFilter, HistoryRecord, Store, WriteTx, decode_cursor, decode_text_cursor, encode_cursor
 
 if TYPE_CHECKING:
@@ -102,7 +103,24 @@ def new_cell_id() -> str:
     return f"mem_{ULID()}"
 
 
+# How far back a search embeds its caller's queued writes: a write's own burst, not a backlog
+# (a model change re-queues every cell; the worker embeds those).
+RECENT_WRITES_SECONDS = 60.0
+
+
+def first_id_since(seconds_ago: float) -> str:
+    """The smallest cell id a cell created since `seconds_ago` (wall clock: ids carry it) has."""
+    return f"mem_{str(ULID.from_timestamp(time.time() - seconds_ago))[:10]}{'0' * 16}"
+
+
 _EMPTY_METADATA_CONTENT = len('{"text":,"metadata":{}}')
+
+
+def searched(cell: MemoryCell, req: SearchRequest) -> bool:
+    """Whether a search considers `cell` beyond its filter: memory files (cells with a path,
+    docs/files.md) have the files API and the instructions path, and join an ordinary search
+    only with `include_files`."""
+    return req.include_files or cell.identity.path is None
 
 
 def cell_size_bytes(cell: MemoryCell) -> int:
@@ -208,6 +226,10 @@ class MemoryService:
     allow_clock_override: bool = False
     # Concurrent creates committed together (ampkit.groupcommit) on a store with one writer.
     group_commit: bool = True
+    # Read-your-writes for meaning (docs/retrieval.md): with a background embedder a search
+    # first embeds up to this many of the caller's own queued cells that it would consider,
+    # created in the last RECENT_WRITES_SECONDS, newest first. 0: never.
+    search_embeds_pending: int = 16
 
     def __post_init__(self) -> None:
         self._creates: Optional[GroupCommit[tuple[str, list[CellCreate]]]] = (
@@ -770,13 +792,32 @@ class MemoryService:
         queued = self.store.queued_embeddings(batch_size)
         if not queued:
             return 0
+        self._store_vectors(queued)
+        return len(queued)
+
+    def _store_vectors(self, queued: Sequence[tuple[str, str]]) -> None:
+        """Embed queued (cell id, text) pairs outside any transaction and store each vector,
+        unless the cell's text changed meanwhile (it stays queued for its new text)."""
         vectors = self.retriever.embed_now([text for _, text in queued])
         with self.store.write() as tx:
             for (cell_id, text), vector in zip(queued, vectors):
                 current = tx.get(cell_id)
                 if current is not None and current.content.text == text:
                     tx.set_vector(cell_id, vector)
-        return len(queued)
+
+    def _embed_own_pending(self, agent: str, flt: CellFilter) -> None:
+        """Read-your-writes for meaning: the caller's own recent writes that this search would
+        consider and that still wait in the embedding queue get their vectors now, so the
+        dense leg ranks them as it will once the worker has been by. Only cells the filter
+        admits (readable by the caller) and that the caller wrote: the search never waits on,
+        nor embeds, anyone else's cells. The worker takes the queue oldest first, this the
+        newest first."""
+        if self.search_embeds_pending <= 0 or not self.retriever.background or self.retriever.embedder is None:
+            return
+        pending = self.store.pending_embeddings(flt, agent, first_id_since(RECENT_WRITES_SECONDS),
+                                                self.search_embeds_pending)
+        if pending:
+            self._store_vectors(pending)
 
     def drain_embeddings(self, batch_size: int = 16) -> int:
         """Embed until the queue is empty (benchmarks, tests, `ampkit reindex`); returns cells done."""
@@ -818,16 +859,20 @@ class MemoryService:
             metadata=req.metadata,
             not_expired_at=now,
         )
+        self._embed_own_pending(agent, flt)
         fetch = min(self.limits.max_search_limit, req.limit * 4) if req.rank_playbooks else req.limit
         hits, total = self.retriever.search(
-            self.store, req.query, flt, fetch, now, keep=lambda c: can_read(c, agent)
+            self.store, req.query, flt, fetch, now, keep=lambda c: can_read(c, agent) and searched(c, req),
+            min_score=0.0 if req.rank_playbooks else req.min_score,
         )
         if req.rank_playbooks:
             for hit in hits:
                 hit.score, wilson = playbook_score(hit.cell, hit.score)
                 if hit.cell.type == MemoryType.procedural.value:
                     hit.explain = {**hit.explain, "wilson": wilson, "score": hit.score}
-            hits = sorted(hits, key=lambda h: (-h.score, h.cell.id))[: req.limit]
+            # min_score applies to the final (re-scored) score; the total counts the re-scored.
+            hits = sorted((h for h in hits if clears(h.score, req.min_score)), key=lambda h: (-h.score, h.cell.id))
+            hits, total = hits[: req.limit], len(hits)
         results = [
             SearchHit(**h.cell.model_dump(), score=round(h.score, 6), explain=h.explain if req.explain else None)
             for h in hits
@@ -845,14 +890,15 @@ class MemoryService:
             statuses=self._statuses(req.status, req.include_stale), include_superseded=req.include_superseded,
             session_id=req.session_id, metadata=req.metadata,
         )
-        scored = versions.bm25_scores(req.query, cells)
+        scored = versions.bm25_scores(req.query, (c for c in cells if searched(c, req)))
         cfg = self.retriever.config
         best = max((score for _, score in scored), default=1.0)
         hits = []
         for cell, raw in scored:
             relevance, decay = raw / best, decay_score(cell, at)
             score = cfg.relevance_weight * relevance + cfg.decay_weight * decay
-            hits.append((cell, score, {"keyword": raw, "relevance": relevance, "decay": decay, "score": score}))
+            if clears(score, req.min_score):
+                hits.append((cell, score, {"keyword": raw, "relevance": relevance, "decay": decay, "score": score}))
         hits.sort(key=lambda h: (-h[1], h[0].id))
         results = [
             SearchHit(**cell.model_dump(), score=round(score, 6), explain=parts if req.explain else None)
@@ -1044,6 +1090,7 @@ EXTENSIONS = [
     "supersession",
     "batch_create",
     "search_explain",
+    "search_abstention",
     "export",
     "lifecycle_as_of",
     "if_match_version",

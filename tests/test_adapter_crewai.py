@@ -39,6 +39,26 @@ def test_crew_memory_recalls_into_the_prompt_and_remembers_the_result(backend):
     assert saved[0].access_policy.readable_by == ["lc-*"]
 
 
+def test_crew_recall_injects_only_what_clears_min_score_and_no_header_without_one(backend):
+    """Issue 43: CrewAI renders "Relevant memories:" only for a non-empty recall."""
+    user = unique("user")
+    writer = backend.connect(unique("lc-agent"))
+    writer.remember("Ada wants the summary format as bullet points", owner_id=user, readable_by=["crew-*"])
+    memory = AmpkitCrewMemory(client=backend.connect(unique("crew-agent")), owner_id=user, min_score=0.9)
+
+    def prompt() -> str:
+        llm = CrewAIFakeLLM(answer="- one")
+        one_task_crew(llm, memory=memory).kickoff()
+        return llm.prompts[0]
+
+    first = prompt()
+    assert "bullet points" not in first and "Relevant memories" not in first
+    writer.remember("the summary format Ada wants for the report: one short line", owner_id=user,
+                    readable_by=["crew-*"], importance=1.0)
+    second = prompt()
+    assert "Relevant memories" in second and "one short line" in second and "bullet points" not in second
+
+
 def test_agent_memory_and_standalone_agent_kickoff(backend):
     user = unique("user")
     owner = backend.connect(user)

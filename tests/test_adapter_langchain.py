@@ -64,6 +64,31 @@ async def test_middleware_puts_shared_memory_into_every_model_call(backend, mode
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_middleware_injects_only_memories_that_clear_min_score_and_no_header_without_one(backend, mode):
+    """Issue 43: the automatic recall abstains. A memory of default importance scores at most
+    0.85 (0.7 x relevance + 0.3 x decay), one of importance 1 up to 1.0."""
+    user = unique("user")
+    writer = backend.connect(unique("li-agent"))
+    writer.remember(PREFERENCE, owner_id=user, readable_by=["lc-*"])
+    middleware = SharedMemoryMiddleware(backend.connect(unique("lc-agent")), owner_id=user, min_score=0.9)
+    question = {"messages": [HumanMessage("Write the summaries of the meeting.")]}
+
+    async def run() -> str:
+        model = LangChainFakeModel(["- point one"])
+        agent = create_agent(model, system_prompt="Be brief.", middleware=[middleware])
+        agent.invoke(question) if mode == "sync" else await agent.ainvoke(question)
+        return model.prompts[0]
+
+    prompt = await run()
+    assert PREFERENCE not in prompt and "Relevant shared memory" not in prompt and "Be brief." in prompt
+    writer.remember("the user wants meeting summaries in bullet points", owner_id=user, readable_by=["lc-*"],
+                    importance=1.0)
+    prompt = await run()
+    assert "Relevant shared memory" in prompt and "meeting summaries in bullet points" in prompt
+    assert PREFERENCE not in prompt
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_store_backs_a_create_agent_run(backend, mode):
     user = unique("user")
     seeded = AmpkitStore(backend.connect(unique("other-agent")), owner_id=user, sharing=Sharing(readable_by=["lc-*"]))

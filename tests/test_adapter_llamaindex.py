@@ -76,6 +76,31 @@ async def test_memory_block_inside_llamaindex_memory(backend):
     assert flushed[0].access_policy.readable_by == ["lc-*"]
 
 
+async def test_block_and_memory_inject_only_what_clears_min_score_and_nothing_else(backend):
+    """Issue 43: below the threshold the block is empty (Memory then renders no
+    `<shared_memory>` section) and the full memory adds no system message."""
+    user = unique("user")
+    writer = backend.connect(unique("lc-agent"))
+    writer.remember("the user prefers bullet-point summaries", owner_id=user, readable_by=["li-*"])
+    block = AmpkitMemoryBlock(client=backend.connect(unique("li-agent")), owner_id=user, min_score=0.9)
+    full = AmpkitLlamaIndexMemory.from_defaults(client=backend.aconnect(unique("li-agent")), owner_id=user,
+                                                session_id=unique("s"), min_score=0.9)
+
+    async def prompts() -> tuple[str, str]:
+        memory = Memory.from_defaults(session_id=unique("s"), memory_blocks=[block])
+        in_block, in_full = LlamaIndexFakeLLM(answer="ok"), LlamaIndexFakeLLM(answer="ok")
+        await agent_with(in_block).run(user_msg="Write summaries of the report please", memory=memory)
+        await agent_with(in_full).run(user_msg="Write summaries of the report please", memory=full)
+        return in_block.prompts[0], in_full.prompts[0]
+
+    for prompt in await prompts():
+        assert "bullet-point" not in prompt and "<shared_memory>" not in prompt and "Relevant shared memory" not in prompt
+    writer.remember("the user wants report summaries short", owner_id=user, readable_by=["li-*"], importance=1.0)
+    with_block, with_full = await prompts()
+    assert "<shared_memory>" in with_block and "report summaries short" in with_block and "bullet-point" not in with_block
+    assert "report summaries short" in with_full and "bullet-point" not in with_full
+
+
 async def test_a_memory_url_store_serves_the_async_agent_through_its_one_sync_client():
     # memory:// lives inside one client: the adapter must not open a second (empty) store.
     client = ampkit.connect("memory://", agent_id="li-agent")

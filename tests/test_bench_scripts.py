@@ -138,9 +138,14 @@ def test_multilingual_scores_every_language_group_with_the_default_embedder(tmp_
     subset.write_text("".join(line for line in lines if line.startswith(("#", "kind\t"))
                               or line.split("\t")[1 if line.startswith("memory") else 3] in keep), encoding="utf-8")
     out = tmp_path / "ml.json"
-    run = bench("multilingual.py", "--data", str(subset), "--embedders", "none,default", "--json", str(out))
+    run = bench("multilingual.py", "--data", str(subset), "--embedders", "none,default", "--search-after", "0.2",
+                "--json", str(out))
     result = json.loads(out.read_text())
     assert (result["memories"], result["questions"]) == (10, 20)
+    # --search-after: the questions 0.2 s after the writes, the worker running (read-your-writes)
+    after = result["configs"]["default@0.2s"]
+    assert after["search_after_s"] == 0.2 and after["first_query_ms"] > 0 and after["queued_at_first_question"] >= 0
+    assert after["groups"]["en>ko"]["hit@3"] >= 0.5 and "first question" in run.stdout
     none, default = result["configs"]["none"], result["configs"]["default"]
     assert set(default["groups"]) == {"ko", "en>ko", "ja", "en>ja", "zh", "en>zh"}
     # the held-out third: of the ten memories, k03 and k06 (a multiple of 3), one question each way

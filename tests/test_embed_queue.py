@@ -144,7 +144,9 @@ def test_search_uses_the_keyword_leg_for_queued_cells_and_says_so(store_url):
     try:
         embedded = service.create("kim", new("the garden shed needs paint"))
         service.drain_embeddings()
-        waiting = service.create("kim", new("paint the fence green"))
+        # Written by another agent: kim's search leaves it to the worker (it embeds only its
+        # caller's own recent writes, below).
+        waiting = service.create("lee", new("paint the fence green"))
         request = SearchRequest(query="paint", owner_id="kim", explain=True)
         hits = {h.id: h.explain for h in service.search("kim", request).results}
         assert hits[waiting.id]["dense_pending"] == 1.0 and "keyword" in hits[waiting.id]
@@ -154,6 +156,57 @@ def test_search_uses_the_keyword_leg_for_queued_cells_and_says_so(store_url):
         service.drain_embeddings()
         hits = {h.id: h.explain for h in service.search("kim", request).results}
         assert "dense_pending" not in hits[waiting.id] and "dense" in hits[waiting.id]
+    finally:
+        service.store.close()
+
+
+class MeaningEmbedder(GatedEmbedder):
+    """The bag of words over meanings: synonyms share a dimension, so "hound" finds "puppy"
+    by meaning alone, with no word in common."""
+
+    name = "fake-meaning-32"
+    SAME = {"puppy": "dog", "hound": "dog", "pooch": "dog", "slippers": "shoes", "sneakers": "shoes"}
+
+    def vector(self, text: str) -> np.ndarray:
+        return super().vector(" ".join(self.SAME.get(w, w) for w in text.lower().split()))
+
+
+def test_the_writer_finds_its_write_by_meaning_right_after_it(store_url):
+    """Issue 43, read-your-writes: no worker runs, so only the search can embed; it embeds
+    its caller's own queued writes and no one else's."""
+    embedder = MeaningEmbedder()
+    service = queued_service(store_url, embedder)
+    try:
+        service.create("kim", new("we bought bread and milk"))
+        service.drain_embeddings()
+        mine = service.create("kim", new("my puppy chews slippers"))
+        theirs = service.create("lee", CellCreate(content={"text": "a pooch ate sneakers"}, identity={"owner_id": "lee"},
+                                                  access_policy={"public": True}, dedup="off"))
+        assert {cid for cid, _ in service.store.queued_embeddings(10)} == {mine.id, theirs.id}
+
+        hits = {h.id: h for h in service.search("kim", SearchRequest(query="hound", explain=True)).results}
+        assert "dense" in hits[mine.id].explain and "dense_pending" not in hits[mine.id].explain
+        assert "keyword" not in hits[mine.id].explain  # found by meaning alone
+        assert theirs.id not in hits  # another writer's: found by meaning once the worker has been by
+        assert [cid for cid, _ in service.store.queued_embeddings(10)] == [theirs.id]
+        assert all(batch == ["my puppy chews slippers"] for batch in embedder.batches[1:])
+    finally:
+        service.store.close()
+
+
+def test_a_search_embeds_only_recent_writes_and_not_when_switched_off(store_url, monkeypatch):
+    embedder = MeaningEmbedder()
+    service = queued_service(store_url, embedder)
+    try:
+        cell = service.create("kim", new("my puppy chews slippers"))
+        hound = SearchRequest(query="hound", owner_id="kim")
+        service.search_embeds_pending = 0
+        assert service.search("kim", hound).results == []  # not found by meaning: the vector is queued
+        service.search_embeds_pending = 16
+        monkeypatch.setattr("ampkit.service.RECENT_WRITES_SECONDS", -3600.0)  # every write is older than asked
+        assert service.search("kim", hound).results == [] and embedder.batches == []
+        monkeypatch.undo()
+        assert [h.id for h in service.search("kim", hound).results] == [cell.id]
     finally:
         service.store.close()
 
@@ -204,7 +257,9 @@ def test_health_shows_the_queue_as_one_count_the_same_for_every_caller(tmp_path)
     embedder.gate.clear()
     with server:
         with httpx.Client(base_url=server.base_url, timeout=30, verify=TLS) as http:
-            created = http.post("/memories/batch", headers={"X-AMP-Agent-ID": "kim"}, json={"cells": [
+            # written by another agent into kim's memory: kim's search leaves them queued (it
+            # embeds only its own writes), so it ranks them by keyword while the worker is held
+            created = http.post("/memories/batch", headers={"X-AMP-Agent-ID": "bot"}, json={"cells": [
                 {"content": {"text": f"private note {i}"}, "identity": {"owner_id": "kim"}} for i in range(3)]})
             assert created.status_code == 201, created.text
             bodies = [http.get("/health", headers={"X-AMP-Agent-ID": agent}).json()["embedding"] for agent in ("kim", "lee")]

@@ -526,6 +526,24 @@ async def test_server_info_names_ampkit_and_its_version(server):
     assert ampkit.__version__ != "0+unknown"
 
 
+async def test_recall_abstains_below_min_score_and_leaves_files_out_unless_asked(server):
+    """Issue 43 over MCP on a real server: `min_score` drops the hits below it (total 0 when
+    nothing clears it) and memory files join `recall` only with `include_files`."""
+    agent = unique("agent")
+    async with over_http(mcp_url(server), {"X-AMP-Agent-ID": agent}) as mcp:
+        note = await mcp.remembered("remember", text="the kettle needs descaling")
+        async with httpx.AsyncClient(timeout=30, verify=TLS) as http:  # the folder to yolo, as its owner
+            await http.put(f"{server.base_url}/files/mode", json={"owner_id": agent, "approval_mode": "yolo"},
+                           headers={"X-AMP-Agent-ID": agent})
+        assert (await mcp.ok("write_file", path="kb/kettles.md", content="# Kettles\nDescale the kettle monthly.\n"))["status"] == "written"
+        plain = await mcp.ok("recall", query="descale kettle")
+        assert [h["id"] for h in plain["results"]] == [note["id"]] and plain["total"] == 1
+        files = await mcp.ok("recall", query="descale kettle", include_files=True)
+        assert sorted(h["identity"]["path"] or "" for h in files["results"]) == ["", "kb/kettles.md"] and files["total"] == 2
+        assert await mcp.ok("recall", query="descale kettle", min_score=1.0) == {"results": [], "total": 0, "query": "descale kettle"}
+        assert await mcp.code("recall", query="descale kettle", min_score=2) == "VALIDATION_ERROR"
+
+
 async def test_mcp_over_http_can_be_switched_off(tmp_path):
     for enabled, status in ((False, 404), (True, 401)):
         app = create_app(Settings(store=f"sqlite:///{tmp_path}/off.db", embedder="none", mcp_http=enabled))

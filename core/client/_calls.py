@@ -252,10 +252,16 @@ def delete(cell_id: str) -> Call[None]:
 
 
 def search(query: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
-           limit: int = 10, **filters: Any) -> Call[list[SearchResult]]:
-    """Filters: status, include_stale, include_superseded, session_id, metadata, explain,
-    as_of (an as-of read: the cells as they were then)."""
+           limit: int = 10, min_score: Optional[float] = None, include_files: bool = False,
+           **filters: Any) -> Call[list[SearchResult]]:
+    """`min_score`: only hits scoring at least this (none when nothing does); `include_files`:
+    memory files too. Filters: status, include_stale, include_superseded, session_id,
+    metadata, explain, as_of (an as-of read: the cells as they were then)."""
     body: dict[str, Any] = {"query": query, "limit": limit, **filters}
+    if min_score is not None:
+        body["min_score"] = min_score
+    if include_files:
+        body["include_files"] = True
     if owner_id is not None:
         body["owner_id"] = owner_id
     if types is not None:

@@ -146,8 +146,10 @@ class Client(_BaseClient):
 
     # ------------------------------------------------------------ finding
     def search(self, query: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
-               limit: int = 10, **filters: Any) -> list[SearchResult]:
-        return self._send(calls.search(query, owner_id=owner_id, types=types, limit=limit, **filters))
+               limit: int = 10, min_score: Optional[float] = None, include_files: bool = False,
+               **filters: Any) -> list[SearchResult]:
+        return self._send(calls.search(query, owner_id=owner_id, types=types, limit=limit, min_score=min_score,
+                                       include_files=include_files, **filters))
 
     def export(self, owner_id: Optional[str] = None) -> list[MemoryCell]:
         return self._send(calls.export(owner_id))
@@ -328,8 +330,10 @@ class AsyncClient(_BaseClient):
 
     # ------------------------------------------------------------ finding
     async def search(self, query: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
-                     limit: int = 10, **filters: Any) -> list[SearchResult]:
-        return await self._send(calls.search(query, owner_id=owner_id, types=types, limit=limit, **filters))
+                     limit: int = 10, min_score: Optional[float] = None, include_files: bool = False,
+                     **filters: Any) -> list[SearchResult]:
+        return await self._send(calls.search(query, owner_id=owner_id, types=types, limit=limit, min_score=min_score,
+                                             include_files=include_files, **filters))
 
     async def export(self, owner_id: Optional[str] = None) -> list[MemoryCell]:
         return await self._send(calls.export(owner_id))

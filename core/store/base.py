@@ -458,6 +458,13 @@ class Store(ABC):
         """(cell id, text) of up to `limit` queued cells, oldest first."""
         return []
 
+    def pending_embeddings(self, flt: CellFilter, created_by: str, since_id: str,
+                           limit: int) -> builtins.list[tuple[str, str]]:
+        """(cell id, text) of up to `limit` queued cells that `flt` admits, written by
+        `created_by`, with an id of at least `since_id` (created since then): newest first.
+        What a search embeds before ranking (read-your-writes, docs/retrieval.md)."""
+        return []
+
     def queue_stale_embeddings(self, model: str, batch_size: int = 10000, cjk_model: Optional[str] = None) -> int:
         """Queue every cell whose vector is missing or from another model (after the model
         changed); with `cjk_model`, a cell whose text has Korean, Japanese or Chinese script

@@ -2211,6 +2211,11 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return [(cid, text) for cid, text in self._query(
             "SELECT q.cell_id, c.text FROM embed_queue q JOIN cells c ON c.id = q.cell_id ORDER BY q.seq LIMIT ?", (limit,))]
 
+    def pending_embeddings(self, flt: CellFilter, created_by: str, since_id: str,
+                           limit: int) -> builtins.list[tuple[str, str]]:
+        self._windows_current()  # (new rows join the queue in the pass that indexes them)
+        return super().pending_embeddings(flt, created_by, since_id, limit)
+
     def queue_stale_embeddings(self, model: str, batch_size: int = 10000, cjk_model: Optional[str] = None) -> int:
         # Found by reads, batch by batch of rowids, and queued by a short write only when a
         # batch has some: the scan held the write lock batch after batch (~10 s at a million

@@ -221,6 +221,18 @@ class SQLStore(Store):
         rows = self._query(f"SELECT c.text, c.body FROM cells c WHERE {where} ORDER BY c.id LIMIT {p}", [*params, limit])
         return [row_to_cell(*r) for r in rows]
 
+    def pending_embeddings(self, flt: CellFilter, created_by: str, since_id: str,
+                           limit: int) -> builtins.list[tuple[str, str]]:
+        where, params = self._where(flt)
+        p = self.dialect.param
+        return [(cid, text) for cid, text in self._query(
+            # From the queue's own index on cell_id (ids sort by creation time): the recent
+            # queued cells only, never a scan of the cells the filter admits (CROSS JOIN: SQLite
+            # keeps the queue as the outer loop).
+            f"SELECT c.id, c.text FROM embed_queue q CROSS JOIN cells c WHERE c.id = q.cell_id AND q.cell_id >= {p} "
+            f"AND {where} AND c.created_by = {p} ORDER BY q.cell_id DESC LIMIT {p}",
+            [since_id, *params, created_by, limit])]
+
     def count(self, flt: CellFilter) -> int:
         where, params = self._where(flt)
         return int(self._query(f"SELECT COUNT(*) FROM cells c WHERE {where}", params)[0][0])
