@@ -10,6 +10,11 @@ MAX_SEARCH_LIMIT = 100
 MAX_PAGE_SIZE = 200
 MAX_BATCH_CELLS = 500
 DEFAULT_PAGE_SIZE = 20
+# An access pattern (`readable_by` / `writable_by`, grammar in `ampkit.glob`) written by a request
+# or an import: at most this many characters and this many `*`. Matching is linear in the
+# pattern and the id whatever the pattern; the bounds keep every engine's work per row small.
+MAX_PATTERN_LENGTH = 256
+MAX_PATTERN_STARS = 16
 
 
 @dataclass(frozen=True)
@@ -24,4 +29,5 @@ class Limits:
     max_batch_cells: int = MAX_BATCH_CELLS
 
 
-__all__ = ["DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT"]
+__all__ = ["DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_PAGE_SIZE", "MAX_PATTERN_LENGTH", "MAX_PATTERN_STARS",
+           "MAX_SEARCH_LIMIT"]

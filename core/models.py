@@ -16,11 +16,12 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, ValidationInfo,
+                      field_validator)
 
-from .limits import MAX_BATCH_CELLS, MAX_PAGE_SIZE, MAX_SEARCH_LIMIT  # noqa: F401 - re-exported
+from .limits import MAX_BATCH_CELLS, MAX_PAGE_SIZE, MAX_PATTERN_LENGTH, MAX_PATTERN_STARS, MAX_SEARCH_LIMIT  # noqa: F401 - re-exported
 
-from .glob import GlobError, check as check_glob
+from .glob import GlobError, check as check_glob, check_bounds as check_glob_bounds
 
 AMP_VERSION = "0.1.0"
 CELL_ID_PATTERN = r"^mem_[0-9A-Z]{26}$"
@@ -81,16 +82,31 @@ IdString = Annotated[
     str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"), AfterValidator(storable_text)
 ]
 CellId = Annotated[str, Field(pattern=CELL_ID_PATTERN)]
-# Access patterns: one grammar (`ampkit.glob`); anything outside it is a 422 with the reason.
-def _check_glob(value: str) -> str:
+# Access patterns: one grammar (`ampkit.glob`); anything outside it or its bounds is a 422 with
+# the reason. A cell read back from a store is validated with the context STORED: the bound on
+# `*` applies to what is written (requests, imports), not to patterns stored before it existed.
+STORED = {"stored": True}
+
+
+def _check_glob(value: str, info: ValidationInfo) -> str:
     try:
-        return check_glob(value)
+        check_glob(value)
+        if not (info.context and info.context.get("stored")):
+            check_glob_bounds(value)
     except GlobError as exc:
         raise ValueError(f"invalid pattern: {exc}") from None
+    return value
 
 
+_PRINTABLE = r"[^\x00-\x1f\x7f"
 GlobPattern = Annotated[
-    str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"), AfterValidator(storable_text),
+    str,
+    Field(min_length=1, max_length=MAX_PATTERN_LENGTH, pattern=rf"^{_PRINTABLE}]+$",
+          description=f"A glob (`*`, `?`, `[seq]`, `[!seq]`): 1-{MAX_PATTERN_LENGTH} printable characters, "
+                      f"at most {MAX_PATTERN_STARS} of them `*`.",
+          # the schema states the bound on `*` too (the validator says which bound a pattern passes)
+          json_schema_extra={"pattern": rf"^{_PRINTABLE}*]*(\*{_PRINTABLE}*]*){{0,{MAX_PATTERN_STARS}}}$"}),
+    AfterValidator(storable_text),
     AfterValidator(_check_glob),
 ]
 # Numbers and booleans are strict: "0.5" or "yes" is a 422, as the JSON Schema says, not coerced.

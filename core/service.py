@@ -51,6 +51,8 @@ from .models import (
     AMP_VERSION,
     MAX_CONSOLIDATE_EPISODES,
     MAX_METADATA_DEPTH,
+    MAX_PATTERN_LENGTH,
+    MAX_PATTERN_STARS,
     PATCH_IGNORED,
     PATCH_SERVER_MANAGED,
     CellCreate,
@@ -1041,6 +1043,8 @@ def spec_document(service: MemoryService, auth: dict[str, Any], mcp: Optional[di
             "max_page_size": limits.max_page_size,
             "max_batch_cells": limits.max_batch_cells,
             "max_metadata_depth": MAX_METADATA_DEPTH,
+            "max_pattern_length": MAX_PATTERN_LENGTH,
+            "max_pattern_stars": MAX_PATTERN_STARS,
             "clock_override": service.allow_clock_override,
             "storage_backends": [service.store.backend],
             "lifecycle_scheduler": {
