@@ -9,14 +9,15 @@ never asked for MCP never loads it.
 
 from __future__ import annotations
 
+import json
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 
-from .errors import MethodNotAllowed, Unavailable
+from .errors import MalformedRequest, MethodNotAllowed, Unavailable
 
 MCP_PATH = "/mcp"
 CALLER_SCOPE_KEY = "ampkit.caller"
@@ -115,6 +116,39 @@ class MCPEndpoint:
                                        {"allowed": ["POST"]})
             await envelope_response(refused, {"Allow": "POST"})(scope, receive, send)
             return
-        scope[CALLER_SCOPE_KEY] = await self.identity.caller(Request(scope, receive))
+        request = Request(scope, receive)
+        scope[CALLER_SCOPE_KEY] = await self.identity.caller(request)
+        body = await request.body()  # bounded by the app's max_request_bytes
+        try:
+            message = json.loads(body)
+        except RecursionError:
+            # The SDK's decoder raises it past its own handling (a 500); answered as on /amp/v1.
+            raise MalformedRequest("request body is not valid JSON (UTF-8 text, not nested too deeply)",
+                                   {"reason": "RecursionError"}) from None
+        except ValueError:
+            message = None  # the SDK answers it: 400 with a JSON-RPC parse error
+        from .mcp_server import non_finite_refusal
+
+        refusal = non_finite_refusal(message)
+        if refusal is not None:
+            from starlette.responses import JSONResponse
+
+            await JSONResponse(refusal)(scope, receive, send)
+            return
         manager = await self._started()
-        await manager.handle_request(scope, receive, send)
+        await manager.handle_request(scope, _replay(body, receive), send)
+
+
+def _replay(body: bytes, receive: Any) -> Callable[[], Awaitable[Any]]:
+    """An ASGI `receive` that hands over the already-read `body`, then defers to `receive`
+    (which then reports the disconnect)."""
+    sent = False
+
+    async def replayed() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

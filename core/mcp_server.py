@@ -22,10 +22,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Callable, Generator, Literal, Optional, Protocol, Sequence, cast
 
+import anyio
 import anyio.to_thread
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
@@ -209,11 +211,72 @@ def tool_error(err: APIError) -> CallToolResult:
                           structuredContent=err.envelope(), isError=True)
 
 
+def _has_non_finite(value: Any) -> bool:
+    """Whether a decoded JSON value holds NaN or an infinity anywhere (iteratively: a value
+    nested as deep as the decoder allows must not exhaust the stack here)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
+
+
+NON_FINITE = "numbers must be finite (JSON has no NaN or Infinity)"
+
+
+def non_finite_refusal(message: Any) -> Optional[dict[str, Any]]:
+    """The JSON-RPC answer to a decoded request whose parameters hold NaN or an infinity, or
+    None when they hold none. Python's decoder accepts `NaN`, `Infinity` and `1e999`, and the
+    SDK re-encodes a request before its handler runs, turning them into null (a tool would
+    then store null, or a default where the argument is dropped); REST refuses them with 422.
+    A tool call gets the tool error a 422 of the API would make (`tool_error`), any other
+    request the JSON-RPC invalid-params error with the same envelope."""
+    if not isinstance(message, dict) or not _has_non_finite(message.get("params")):
+        return None
+    err = ValidationFailed(NON_FINITE, {"errors": [{"loc": ["params"], "msg": NON_FINITE, "type": "finite_number"}]})
+    if message.get("method") == "tools/call":
+        result = tool_error(err).model_dump(mode="json", by_alias=True, exclude_none=True)
+        return {"jsonrpc": "2.0", "id": message.get("id"), "result": result}
+    return {"jsonrpc": "2.0", "id": message.get("id"),
+            "error": {"code": INVALID_PARAMS, "message": err.message, "data": err.envelope()}}
+
+
 class AmpkitMCP(FastMCP):
     """FastMCP whose tool and resource failures carry the server's error envelope; its tools
     reach the store through `gateway` (set by `build_mcp_server`)."""
 
     gateway: Gateway
+
+    async def run_stdio_async(self) -> None:
+        """FastMCP's stdio loop, with requests holding NaN or an infinity answered by
+        `non_finite_refusal` before the SDK re-encodes them (over HTTP `MCPEndpoint` does it)."""
+        from mcp.server.stdio import stdio_server
+        from mcp.shared.message import SessionMessage
+        from mcp.types import JSONRPCMessage
+
+        async with stdio_server() as (read_stream, write_stream):
+            checked_send, checked_read = anyio.create_memory_object_stream[Any](0)
+
+            async def check() -> None:
+                async with checked_send, read_stream:
+                    async for item in read_stream:
+                        refusal = None
+                        if isinstance(item, SessionMessage):
+                            refusal = non_finite_refusal(item.message.model_dump(by_alias=True, exclude_none=True))
+                        if refusal is None:
+                            await checked_send.send(item)
+                        else:
+                            await write_stream.send(SessionMessage(JSONRPCMessage.model_validate(refusal)))
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(check)
+                await self._mcp_server.run(checked_read, write_stream, self._mcp_server.create_initialization_options())
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         if self._tool_manager.get_tool(name) is None:
