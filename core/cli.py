@@ -475,6 +475,7 @@ def import_command(file: str, store_url: str, source_format: str, owner_id: Opti
 
     from .bootstrap import load_settings, retriever_from_settings
     from .importers import ImporterError, detect_format, to_export_lines
+    from .errors import MalformedRequest
     from .portable import ImportConflict, ImportInvalid, import_lines, iter_file
 
     open_lines: Callable[[], Iterable[Union[str, bytes]]]
@@ -492,11 +493,15 @@ def import_command(file: str, store_url: str, source_format: str, owner_id: Opti
     store = _open_or_exit(store_url)
     try:
         with tqdm(total=total, unit="line", desc=f"import ({fmt})", file=sys.stderr) as bar:
-            report = import_lines(store, open_lines, retriever_from_settings(load_settings()), bar.update)
+            settings = load_settings()
+            report = import_lines(store, open_lines, retriever_from_settings(settings), bar.update, limits=settings.limits())
     except (ImportInvalid, ImportConflict) as exc:
         for err in exc.details.get("errors", []):
             click.echo(f"{file}:{err['line']}: {err['error']}", err=True)
         click.echo(f"ampkit: {exc}", err=True)
+        sys.exit(1)
+    except MalformedRequest as exc:
+        click.echo(f"{file}:{exc.details['line']}: {exc}", err=True)
         sys.exit(1)
     finally:
         store.close()

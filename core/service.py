@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
-from json.encoder import encode_basestring
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,7 +29,6 @@ from .errors import (
     Conflict,
     Forbidden,
     InvalidTransition,
-    PayloadTooLarge,
     Unavailable,
     ValidationFailed,
     access_denied,
@@ -46,7 +44,7 @@ from .lifecycle import (
     purge_eligible,
     scheduled_status,
 )
-from .limits import Limits
+from .limits import Limits, cell_size_bytes, check_cell_size
 from .models import (
     AMP_VERSION,
     MAX_CONSOLIDATE_EPISODES,
@@ -102,16 +100,6 @@ class OwnerCounts:
 def new_cell_id() -> str:
     return f"mem_{ULID()}"
 
-
-_EMPTY_METADATA_CONTENT = len('{"text":,"metadata":{}}')
-
-
-def cell_size_bytes(cell: MemoryCell) -> int:
-    """The measured size of a cell: its `content` object as compact UTF-8 JSON."""
-    if not cell.content.metadata:  # most cells: the same bytes, spelled out without a dump
-        return _EMPTY_METADATA_CONTENT + len(encode_basestring(cell.content.text).encode("utf-8"))
-    content = cell.content.model_dump(mode="json")
-    return len(json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
 def _check_sent_back(patch: CellPatch, cell: MemoryCell, reader: bool) -> None:
@@ -235,19 +223,7 @@ class MemoryService:
         return as_of
 
     def _check_size(self, cell: MemoryCell, measured: bool = True) -> None:
-        """413 over the limit. `measured=False` (a caller that cannot read the cell) leaves the
-        size out: it would tell a writer-only agent the length of text it may not read."""
-        size = cell_size_bytes(cell)
-        if size > self.limits.max_cell_size_bytes and not measured:
-            raise PayloadTooLarge(
-                f"the changed cell's content exceeds {self.limits.max_cell_size_bytes} bytes",
-                {"max_cell_size_bytes": self.limits.max_cell_size_bytes},
-            )
-        if size > self.limits.max_cell_size_bytes:
-            raise PayloadTooLarge(
-                f"cell content is {size} bytes; the maximum is {self.limits.max_cell_size_bytes}",
-                {"size_bytes": size, "max_cell_size_bytes": self.limits.max_cell_size_bytes},
-            )
+        check_cell_size(cell, self.limits, measured)
 
     def _readable(self, cell: Optional[MemoryCell], agent: str) -> MemoryCell:
         if cell is None or not can_read(cell, agent):

@@ -300,7 +300,7 @@ def api_routes(limits: Limits, route_class: type[APIRoute] = OperationRoute) -> 
         body = await request.body()  # bounded by max_request_bytes; larger files: `ampkit import`
         service = _serving(request).service
         return await run_in_threadpool(
-            portable.import_lines, service.store, lambda: body.splitlines(), service.retriever)
+            portable.import_lines, service.store, lambda: body.splitlines(), service.retriever, limits=service.limits)
 
     return tuple(router.routes)
 
