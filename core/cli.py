@@ -54,6 +54,10 @@ _register_files()
 @click.option("--lifecycle-interval", default=None, type=float, help="seconds between lifecycle runs (0 = off)")
 @click.option("--auth", "auth", flag_value="required", default=None,
               help="require API keys (Authorization: Bearer); same as AMPKIT_AUTH=required")
+@click.option("--allowed-hosts", "allowed_hosts", default=None,
+              help="comma-separated host names to answer besides localhost, 127.0.0.1 and ::1, for a proxy in front "
+                   "(`*.example.com`, `*` for any) [default: only those on loopback, any elsewhere]; same as "
+                   "AMPKIT_ALLOWED_HOSTS")
 @click.option("--insecure", is_flag=True, help="allow a non-loopback --host without --auth (anyone can claim any agent id)")
 @click.option("--rate-limit", default=None, type=float,
               help="sustained requests/s per agent, bursts of twice that (0 = off) [default: off; 50 with --auth]")
@@ -70,7 +74,8 @@ _register_files()
                    "same as AMPKIT_WORKERS")
 def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecycle_interval: Optional[float],
           auth: Optional[str], insecure: bool, rate_limit: Optional[float], allow_clock_override: Optional[bool],
-          no_mcp: bool, ui: Optional[bool], access_log: Optional[bool], workers: Optional[int]) -> None:
+          no_mcp: bool, ui: Optional[bool], access_log: Optional[bool], workers: Optional[int],
+          allowed_hosts: Optional[str]) -> None:
     """Run the /amp/v1 server (and MCP over streamable HTTP at /mcp)."""
     from .bootstrap import build_service, load_settings
     from .server.identity import is_loopback_host
@@ -78,7 +83,7 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
     flags: dict[str, Any] = dict(
         host=host, port=port, store=store, lifecycle_interval_seconds=lifecycle_interval, auth=auth,
         rate_limit=rate_limit, allow_clock_override=allow_clock_override, mcp_http=False if no_mcp else None,
-        ui=ui, access_log=access_log, workers=workers)
+        ui=ui, access_log=access_log, workers=workers, allowed_hosts=allowed_hosts)
     settings = load_settings(**flags)
     if settings.workers > 1 and settings.store_url().startswith("memory"):
         click.echo(f"ampkit: --workers {settings.workers} needs a store the processes share (a SQLite file or "

@@ -686,17 +686,10 @@ def remember_request(focus: Optional[str] = None, owner_id: Optional[str] = None
 
 
 def _transport_security(host: str) -> TransportSecuritySettings:
-    """On a loopback address, accept only loopback Host and Origin headers, so that a web page
-    cannot reach a local server through DNS rebinding; elsewhere the proxy or the keys decide."""
-    from .server.identity import is_loopback_host
-
-    if not is_loopback_host(host):
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", "[::1]"],
-        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-    )
+    """Off: `ampkit serve` checks Host and Origin for every route, `/mcp` included, in one
+    place (`server.hosts.HostAllowList`, with the allow-list setting); the SDK's own check
+    would refuse names that setting allows."""
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 TOOL_NAMES: Sequence[str] = (
