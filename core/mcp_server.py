@@ -20,9 +20,7 @@ crashed session; a missing, deleted and forbidden id all give the one ACCESS_DEN
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Callable, Generator, Literal, Optional, Protocol, Sequence, cast
@@ -51,7 +49,7 @@ from .errors import (
     ValidationFailed,
     validation_to_api_error,
 )
-from .mcp_http import CALLER_SCOPE_KEY
+from .mcp_http import CALLER_SCOPE_KEY, INVALID_PARAMS, envelope_text, non_finite_refusal
 from .files.models import FileContent, FileListResponse, FileWriteResult, GrepResponse
 from .models import ConsolidateResponse, HistoryResponse, ListResponse, MemoryCell, SearchResponse
 from .service import MemoryService
@@ -67,7 +65,6 @@ INSTRUCTIONS = (
 )
 # JSON-RPC error code the MCP spec gives for an unknown resource; every unreadable cell gets it.
 RESOURCE_NOT_FOUND = -32002
-INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
 MemoryKind = Literal["semantic", "episodic", "procedural"]
@@ -201,50 +198,9 @@ def as_api_error(exc: BaseException) -> APIError:
     return InternalError("internal server error; see the server log")
 
 
-def _envelope_text(err: APIError) -> str:
-    # The bytes the HTTP API would answer (Starlette's JSONResponse encoding).
-    return json.dumps(err.envelope(), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
 def tool_error(err: APIError) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=_envelope_text(err))],
+    return CallToolResult(content=[TextContent(type="text", text=envelope_text(err))],
                           structuredContent=err.envelope(), isError=True)
-
-
-def _has_non_finite(value: Any) -> bool:
-    """Whether a decoded JSON value holds NaN or an infinity anywhere (iteratively: a value
-    nested as deep as the decoder allows must not exhaust the stack here)."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return True
-        elif isinstance(item, dict):
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return False
-
-
-NON_FINITE = "numbers must be finite (JSON has no NaN or Infinity)"
-
-
-def non_finite_refusal(message: Any) -> Optional[dict[str, Any]]:
-    """The JSON-RPC answer to a decoded request whose parameters hold NaN or an infinity, or
-    None when they hold none. Python's decoder accepts `NaN`, `Infinity` and `1e999`, and the
-    SDK re-encodes a request before its handler runs, turning them into null (a tool would
-    then store null, or a default where the argument is dropped); REST refuses them with 422.
-    A tool call gets the tool error a 422 of the API would make (`tool_error`), any other
-    request the JSON-RPC invalid-params error with the same envelope."""
-    if not isinstance(message, dict) or not _has_non_finite(message.get("params")):
-        return None
-    err = ValidationFailed(NON_FINITE, {"errors": [{"loc": ["params"], "msg": NON_FINITE, "type": "finite_number"}]})
-    if message.get("method") == "tools/call":
-        result = tool_error(err).model_dump(mode="json", by_alias=True, exclude_none=True)
-        return {"jsonrpc": "2.0", "id": message.get("id"), "result": result}
-    return {"jsonrpc": "2.0", "id": message.get("id"),
-            "error": {"code": INVALID_PARAMS, "message": err.message, "data": err.envelope()}}
 
 
 class AmpkitMCP(FastMCP):

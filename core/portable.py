@@ -38,8 +38,8 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Optional, Union
 from pydantic import Field, ValidationError
 
 from .errors import Conflict, MalformedRequest, PayloadTooLarge, ValidationFailed
-from .limits import Limits, check_cell_size
-from .models import AMP_VERSION, CellId, Closed, IdString, MemoryCell, StorableStr, UtcDatetime
+from .limits import Limits
+from .models import AMP_VERSION, CellId, Closed, IdString, MemoryCell, StorableStr, UtcDatetime, check_cell_size
 from .retrieval import Retriever
 from .store.base import CellFilter, FolderRecord, HistoryEntry, HistoryRecord, ProposalRecord, Store
 

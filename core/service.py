@@ -44,8 +44,10 @@ from .lifecycle import (
     purge_eligible,
     scheduled_status,
 )
-from .limits import Limits, cell_size_bytes, check_cell_size
+from .limits import Limits
 from .models import (
+    cell_size_bytes,
+    check_cell_size,
     AMP_VERSION,
     MAX_CONSOLIDATE_EPISODES,
     MAX_METADATA_DEPTH,
