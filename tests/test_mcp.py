@@ -650,6 +650,7 @@ def test_non_finite_numbers_are_a_tool_error_over_http_and_nothing_changes(serve
         assert fine.json()["result"]["isError"] is False
 
 
+@pytest.mark.slow
 def test_non_finite_numbers_are_a_tool_error_over_stdio(tmp_path):
     """`ampkit mcp` (stdio) answers the same, then serves the next request."""
     store = f"sqlite:///{tmp_path}/stdio.db"

@@ -121,10 +121,12 @@ def _probe_server(store_url: str, tmp_path) -> None:
         assert answers == {"get": 403, "list": 200, "search": 200}
 
 
+@pytest.mark.slow
 def test_a_stored_backtracking_probe_stalls_no_sqlite_server(tmp_path):
     _probe_server(f"sqlite:///{tmp_path}/memory.db", tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_a_stored_backtracking_probe_stalls_no_postgres_server(pg_url, tmp_path):
     _probe_server(pg_url, tmp_path)
