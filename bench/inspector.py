@@ -100,7 +100,7 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     reuse = (workdir / "memory.db").exists()
     settings = load_settings(env=False, store=f"sqlite:///{workdir}/memory.db", embedder=args.embedder,
-                             mcp_http=False, lifecycle_interval_seconds=0)
+                             mcp_http=False, lifecycle_interval_seconds=0, allowed_hosts="testserver")
     service = build_service(settings)
     app = create_app(settings, service)
     results: dict[str, Any] = {"n": args.n, "rounds": args.rounds, "embedder": args.embedder,

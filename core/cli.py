@@ -54,6 +54,10 @@ _register_files()
 @click.option("--lifecycle-interval", default=None, type=float, help="seconds between lifecycle runs (0 = off)")
 @click.option("--auth", "auth", flag_value="required", default=None,
               help="require API keys (Authorization: Bearer); same as AMPKIT_AUTH=required")
+@click.option("--allowed-hosts", "allowed_hosts", default=None,
+              help="comma-separated host names to answer besides localhost, 127.0.0.1 and ::1, for a proxy in front "
+                   "(`*.example.com`, `*` for any) [default: only those on loopback, any elsewhere]; same as "
+                   "AMPKIT_ALLOWED_HOSTS")
 @click.option("--insecure", is_flag=True, help="allow a non-loopback --host without --auth (anyone can claim any agent id)")
 @click.option("--rate-limit", default=None, type=float,
               help="sustained requests/s per agent, bursts of twice that (0 = off) [default: off; 50 with --auth]")
@@ -70,7 +74,8 @@ _register_files()
                    "same as AMPKIT_WORKERS")
 def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecycle_interval: Optional[float],
           auth: Optional[str], insecure: bool, rate_limit: Optional[float], allow_clock_override: Optional[bool],
-          no_mcp: bool, ui: Optional[bool], access_log: Optional[bool], workers: Optional[int]) -> None:
+          no_mcp: bool, ui: Optional[bool], access_log: Optional[bool], workers: Optional[int],
+          allowed_hosts: Optional[str]) -> None:
     """Run the /amp/v1 server (and MCP over streamable HTTP at /mcp)."""
     from .bootstrap import build_service, load_settings
     from .server.identity import is_loopback_host
@@ -78,7 +83,7 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
     flags: dict[str, Any] = dict(
         host=host, port=port, store=store, lifecycle_interval_seconds=lifecycle_interval, auth=auth,
         rate_limit=rate_limit, allow_clock_override=allow_clock_override, mcp_http=False if no_mcp else None,
-        ui=ui, access_log=access_log, workers=workers)
+        ui=ui, access_log=access_log, workers=workers, allowed_hosts=allowed_hosts)
     settings = load_settings(**flags)
     if settings.workers > 1 and settings.store_url().startswith("memory"):
         click.echo(f"ampkit: --workers {settings.workers} needs a store the processes share (a SQLite file or "
@@ -475,6 +480,7 @@ def import_command(file: str, store_url: str, source_format: str, owner_id: Opti
 
     from .bootstrap import load_settings, retriever_from_settings
     from .importers import ImporterError, detect_format, to_export_lines
+    from .errors import MalformedRequest
     from .portable import ImportConflict, ImportInvalid, import_lines, iter_file
 
     open_lines: Callable[[], Iterable[Union[str, bytes]]]
@@ -492,11 +498,15 @@ def import_command(file: str, store_url: str, source_format: str, owner_id: Opti
     store = _open_or_exit(store_url)
     try:
         with tqdm(total=total, unit="line", desc=f"import ({fmt})", file=sys.stderr) as bar:
-            report = import_lines(store, open_lines, retriever_from_settings(load_settings()), bar.update)
+            settings = load_settings()
+            report = import_lines(store, open_lines, retriever_from_settings(settings), bar.update, limits=settings.limits())
     except (ImportInvalid, ImportConflict) as exc:
         for err in exc.details.get("errors", []):
             click.echo(f"{file}:{err['line']}: {err['error']}", err=True)
         click.echo(f"ampkit: {exc}", err=True)
+        sys.exit(1)
+    except MalformedRequest as exc:
+        click.echo(f"{file}:{exc.details['line']}: {exc}", err=True)
         sys.exit(1)
     finally:
         store.close()

@@ -40,6 +40,11 @@ class Settings(ClientDefaults):
     store: Optional[str] = Field(default=None, description="store URL; default: SQLite file in the user data dir")
     host: str = "127.0.0.1"
     port: int = 8765
+    allowed_hosts: Optional[str] = Field(
+        default=None,
+        description="comma-separated host names the server answers to besides localhost, 127.0.0.1 and ::1 "
+                    "(`*.example.com`: its subdomains; `*`: any), checked against Host and Origin on every route; "
+                    "unset: only those three on a loopback --host, any host elsewhere")
     workers: int = Field(
         default=1, ge=1, le=64,
         description="server processes on the port (`ampkit serve --workers`); more than one needs a store that "

@@ -31,6 +31,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Sequence
+
+from .limits import MAX_PATTERN_LENGTH, MAX_PATTERN_STARS
 
 
 class GlobError(ValueError):
@@ -64,7 +67,7 @@ class Pattern:
     items: tuple[Item, ...]
 
     def matches(self, agent_id: str) -> bool:
-        return _python_regex(self).fullmatch(agent_id) is not None
+        return _matches(self, agent_id)
 
     def sqlite_glob(self) -> str:
         return _sqlite_glob(self)
@@ -163,21 +166,73 @@ def check(pattern: str) -> str:
     return pattern
 
 
+def check_bounds(pattern: str) -> str:
+    """The bounds of a pattern about to be written (`MAX_PATTERN_LENGTH` characters,
+    `MAX_PATTERN_STARS` `*`); returns it unchanged. Stored patterns are not held to them:
+    one written before they existed still loads and matches (in linear time, like any)."""
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        raise GlobError(f"{len(pattern)} characters, at most {MAX_PATTERN_LENGTH}")
+    stars = pattern.count("*")
+    if stars > MAX_PATTERN_STARS:
+        raise GlobError(f"{stars} '*', at most {MAX_PATTERN_STARS}")
+    return pattern
+
+
 # ------------------------------------------------------------------ compilations
-@lru_cache(maxsize=4096)
-def _python_regex(p: Pattern) -> re.Pattern[str]:
+def _segment_regex(items: Sequence[Item]) -> str:
+    """A run of one-character items as a regular expression with no repetition: it matches
+    only strings of exactly len(items) characters, without backtracking."""
     out = []
-    for item in p.items:
+    for item in items:
         if isinstance(item, str):
             out.append(re.escape(item))
-        elif isinstance(item, AnyRun):
-            out.append(".*")
         elif isinstance(item, AnyOne):
             out.append(".")
-        else:
+        elif isinstance(item, CharSet):
             body = "".join(re.escape(lo) if lo == hi else f"{re.escape(lo)}-{re.escape(hi)}" for lo, hi in item.ranges)
             out.append(f"[{'^' if item.negated else ''}{body}]")
-    return re.compile("".join(out), re.DOTALL)
+    return "".join(out)
+
+
+@lru_cache(maxsize=4096)
+def _segments(p: Pattern) -> tuple[tuple[re.Pattern[str], int], ...]:
+    """The pattern cut at its `*`s: each piece a fixed-width regular expression and its width."""
+    pieces: list[list[Item]] = [[]]
+    for item in p.items:
+        if isinstance(item, AnyRun):
+            pieces.append([])
+        else:
+            pieces[-1].append(item)
+    return tuple((re.compile(_segment_regex(piece), re.DOTALL), len(piece)) for piece in pieces)
+
+
+def _matches(p: Pattern, agent_id: str) -> bool:
+    """The one Python matcher, in time linear in the pattern and the id whatever the pattern.
+
+    A regular expression with several `.*` backtracks exponentially on an id it cannot match
+    (`*?*?...!` froze a server, issue 42); here only the pieces between `*`s are regular
+    expressions, each of fixed width and without repetition. The first piece must match at
+    the start, the last at the end, and each middle one is taken at its leftmost place after
+    the previous one (the classic wildcard algorithm: a later `*` can absorb whatever an
+    earlier, leftmost choice leaves, so no other choice needs trying)."""
+    pieces = _segments(p)
+    n = len(agent_id)
+    if len(pieces) == 1:
+        regex, width = pieces[0]
+        return width == n and regex.fullmatch(agent_id) is not None
+    (head, head_width), middle, (tail, tail_width) = pieces[0], pieces[1:-1], pieces[-1]
+    if head_width + tail_width + sum(width for _, width in middle) > n:
+        return False
+    end = n - tail_width
+    if head.fullmatch(agent_id, 0, head_width) is None or tail.fullmatch(agent_id, end, n) is None:
+        return False
+    at = head_width
+    for regex, _ in middle:
+        found = regex.search(agent_id, at, end)
+        if found is None:
+            return False
+        at = found.end()
+    return True
 
 
 def _postgres_char(ch: str) -> str:

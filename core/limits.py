@@ -15,6 +15,12 @@ DEFAULT_PAGE_SIZE = 20
 # `min_score` (default 0). A placeholder until scores are calibrated relevance (docs/retrieval.md).
 DEFAULT_MIN_SCORE = 0.0
 
+# An access pattern (`readable_by` / `writable_by`, grammar in `ampkit.glob`) written by a request
+# or an import: at most this many characters and this many `*`. Matching is linear in the
+# pattern and the id whatever the pattern; the bounds keep every engine's work per row small.
+MAX_PATTERN_LENGTH = 256
+MAX_PATTERN_STARS = 16
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -28,4 +34,5 @@ class Limits:
     max_batch_cells: int = MAX_BATCH_CELLS
 
 
-__all__ = ["DEFAULT_MIN_SCORE", "DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT"]
+__all__ = ["DEFAULT_MIN_SCORE", "DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_PAGE_SIZE", "MAX_PATTERN_LENGTH",
+           "MAX_PATTERN_STARS", "MAX_SEARCH_LIMIT"]

@@ -9,18 +9,65 @@ never asked for MCP never loads it.
 
 from __future__ import annotations
 
+import json
+import math
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 
-from .errors import MethodNotAllowed, Unavailable
+from .errors import APIError, MalformedRequest, MethodNotAllowed, Unavailable, ValidationFailed
 
 MCP_PATH = "/mcp"
+INVALID_PARAMS = -32602  # JSON-RPC
 CALLER_SCOPE_KEY = "ampkit.caller"
 """Where `/mcp`'s identity check leaves the request's `Caller` in the ASGI scope."""
+
+
+def envelope_text(err: APIError) -> str:
+    """The error envelope as the HTTP API answers it (Starlette's JSONResponse encoding): the
+    text of an MCP tool error."""
+    return json.dumps(err.envelope(), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _has_non_finite(value: Any) -> bool:
+    """Whether a decoded JSON value holds NaN or an infinity anywhere (iteratively: a value
+    nested as deep as the decoder allows must not exhaust the stack here)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
+
+
+NON_FINITE = "numbers must be finite (JSON has no NaN or Infinity)"
+
+
+def non_finite_refusal(message: Any) -> Optional[dict[str, Any]]:
+    """The JSON-RPC answer to a decoded request whose parameters hold NaN or an infinity, or
+    None when they hold none. Python's decoder accepts `NaN`, `Infinity` and `1e999`, and the
+    SDK re-encodes a request before its handler runs, turning them into null (a tool would
+    then store null, or a default where the argument is dropped); REST refuses them with 422.
+    A tool call gets the tool error a 422 of the API would make (`mcp_server.tool_error`'s
+    shape), any other request the JSON-RPC invalid-params error with the same envelope. Used
+    by `MCPEndpoint` and the stdio loop (`mcp_server.AmpkitMCP.run_stdio_async`)."""
+    if not isinstance(message, dict) or not _has_non_finite(message.get("params")):
+        return None
+    err = ValidationFailed(NON_FINITE, {"errors": [{"loc": ["params"], "msg": NON_FINITE, "type": "finite_number"}]})
+    if message.get("method") == "tools/call":
+        result = {"content": [{"type": "text", "text": envelope_text(err)}], "structuredContent": err.envelope(),
+                  "isError": True}
+        return {"jsonrpc": "2.0", "id": message.get("id"), "result": result}
+    return {"jsonrpc": "2.0", "id": message.get("id"),
+            "error": {"code": INVALID_PARAMS, "message": err.message, "data": err.envelope()}}
 
 
 def mount_streamable_http(app: Any, build: Callable[[], Any], identity: Any) -> "MCPEndpoint":
@@ -115,6 +162,37 @@ class MCPEndpoint:
                                        {"allowed": ["POST"]})
             await envelope_response(refused, {"Allow": "POST"})(scope, receive, send)
             return
-        scope[CALLER_SCOPE_KEY] = await self.identity.caller(Request(scope, receive))
+        request = Request(scope, receive)
+        scope[CALLER_SCOPE_KEY] = await self.identity.caller(request)
+        body = await request.body()  # bounded by the app's max_request_bytes
+        try:
+            message = json.loads(body)
+        except RecursionError:
+            # The SDK's decoder raises it past its own handling (a 500); answered as on /amp/v1.
+            raise MalformedRequest("request body is not valid JSON (UTF-8 text, not nested too deeply)",
+                                   {"reason": "RecursionError"}) from None
+        except ValueError:
+            message = None  # the SDK answers it: 400 with a JSON-RPC parse error
+        refusal = non_finite_refusal(message)
+        if refusal is not None:
+            from starlette.responses import JSONResponse
+
+            await JSONResponse(refusal)(scope, receive, send)
+            return
         manager = await self._started()
-        await manager.handle_request(scope, receive, send)
+        await manager.handle_request(scope, _replay(body, receive), send)
+
+
+def _replay(body: bytes, receive: Any) -> Callable[[], Awaitable[Any]]:
+    """An ASGI `receive` that hands over the already-read `body`, then defers to `receive`
+    (which then reports the disconnect)."""
+    sent = False
+
+    async def replayed() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

@@ -20,12 +20,12 @@ crashed session; a missing, deleted and forbidden id all give the one ACCESS_DEN
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Callable, Generator, Literal, Optional, Protocol, Sequence, cast
 
+import anyio
 import anyio.to_thread
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
@@ -50,7 +50,7 @@ from .errors import (
     ValidationFailed,
     validation_to_api_error,
 )
-from .mcp_http import CALLER_SCOPE_KEY
+from .mcp_http import CALLER_SCOPE_KEY, INVALID_PARAMS, envelope_text, non_finite_refusal
 from .files.models import FileContent, FileListResponse, FileWriteResult, GrepResponse
 from .models import ConsolidateResponse, HistoryResponse, ListResponse, MemoryCell, SearchResponse
 from .service import MemoryService
@@ -66,7 +66,6 @@ INSTRUCTIONS = (
 )
 # JSON-RPC error code the MCP spec gives for an unknown resource; every unreadable cell gets it.
 RESOURCE_NOT_FOUND = -32002
-INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
 MemoryKind = Literal["semantic", "episodic", "procedural"]
@@ -204,13 +203,8 @@ def as_api_error(exc: BaseException) -> APIError:
     return InternalError("internal server error; see the server log")
 
 
-def _envelope_text(err: APIError) -> str:
-    # The bytes the HTTP API would answer (Starlette's JSONResponse encoding).
-    return json.dumps(err.envelope(), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
 def tool_error(err: APIError) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=_envelope_text(err))],
+    return CallToolResult(content=[TextContent(type="text", text=envelope_text(err))],
                           structuredContent=err.envelope(), isError=True)
 
 
@@ -219,6 +213,31 @@ class AmpkitMCP(FastMCP):
     reach the store through `gateway` (set by `build_mcp_server`)."""
 
     gateway: Gateway
+
+    async def run_stdio_async(self) -> None:
+        """FastMCP's stdio loop, with requests holding NaN or an infinity answered by
+        `non_finite_refusal` before the SDK re-encodes them (over HTTP `MCPEndpoint` does it)."""
+        from mcp.server.stdio import stdio_server
+        from mcp.shared.message import SessionMessage
+        from mcp.types import JSONRPCMessage
+
+        async with stdio_server() as (read_stream, write_stream):
+            checked_send, checked_read = anyio.create_memory_object_stream[Any](0)
+
+            async def check() -> None:
+                async with checked_send, read_stream:
+                    async for item in read_stream:
+                        refusal = None
+                        if isinstance(item, SessionMessage):
+                            refusal = non_finite_refusal(item.message.model_dump(by_alias=True, exclude_none=True))
+                        if refusal is None:
+                            await checked_send.send(item)
+                        else:
+                            await write_stream.send(SessionMessage(JSONRPCMessage.model_validate(refusal)))
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(check)
+                await self._mcp_server.run(checked_read, write_stream, self._mcp_server.create_initialization_options())
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         if self._tool_manager.get_tool(name) is None:
@@ -634,17 +653,10 @@ def remember_request(focus: Optional[str] = None, owner_id: Optional[str] = None
 
 
 def _transport_security(host: str) -> TransportSecuritySettings:
-    """On a loopback address, accept only loopback Host and Origin headers, so that a web page
-    cannot reach a local server through DNS rebinding; elsewhere the proxy or the keys decide."""
-    from .server.identity import is_loopback_host
-
-    if not is_loopback_host(host):
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", "[::1]"],
-        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-    )
+    """Off: `ampkit serve` checks Host and Origin for every route, `/mcp` included, in one
+    place (`server.hosts.HostAllowList`, with the allow-list setting); the SDK's own check
+    would refuse names that setting allows."""
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 TOOL_NAMES: Sequence[str] = (

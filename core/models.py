@@ -10,17 +10,22 @@ ignores unknown response fields keeps working.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import datetime, timezone
 from enum import Enum
+from json.encoder import encode_basestring
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, ValidationInfo,
+                      field_validator)
 
-from .limits import MAX_BATCH_CELLS, MAX_PAGE_SIZE, MAX_SEARCH_LIMIT  # noqa: F401 - re-exported
+from .limits import (  # noqa: F401 - re-exported
+    MAX_BATCH_CELLS, MAX_PAGE_SIZE, MAX_PATTERN_LENGTH, MAX_PATTERN_STARS, MAX_SEARCH_LIMIT, Limits)
 
-from .glob import GlobError, check as check_glob
+from .errors import PayloadTooLarge
+from .glob import GlobError, check as check_glob, check_bounds as check_glob_bounds
 
 AMP_VERSION = "0.1.0"
 CELL_ID_PATTERN = r"^mem_[0-9A-Z]{26}$"
@@ -81,16 +86,31 @@ IdString = Annotated[
     str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"), AfterValidator(storable_text)
 ]
 CellId = Annotated[str, Field(pattern=CELL_ID_PATTERN)]
-# Access patterns: one grammar (`ampkit.glob`); anything outside it is a 422 with the reason.
-def _check_glob(value: str) -> str:
+# Access patterns: one grammar (`ampkit.glob`); anything outside it or its bounds is a 422 with
+# the reason. A cell read back from a store is validated with the context STORED: the bound on
+# `*` applies to what is written (requests, imports), not to patterns stored before it existed.
+STORED = {"stored": True}
+
+
+def _check_glob(value: str, info: ValidationInfo) -> str:
     try:
-        return check_glob(value)
+        check_glob(value)
+        if not (info.context and info.context.get("stored")):
+            check_glob_bounds(value)
     except GlobError as exc:
         raise ValueError(f"invalid pattern: {exc}") from None
+    return value
 
 
+_PRINTABLE = r"[^\x00-\x1f\x7f"
 GlobPattern = Annotated[
-    str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"), AfterValidator(storable_text),
+    str,
+    Field(min_length=1, max_length=MAX_PATTERN_LENGTH, pattern=rf"^{_PRINTABLE}]+$",
+          description=f"A glob (`*`, `?`, `[seq]`, `[!seq]`): 1-{MAX_PATTERN_LENGTH} printable characters, "
+                      f"at most {MAX_PATTERN_STARS} of them `*`.",
+          # the schema states the bound on `*` too (the validator says which bound a pattern passes)
+          json_schema_extra={"pattern": rf"^{_PRINTABLE}*]*(\*{_PRINTABLE}*]*){{0,{MAX_PATTERN_STARS}}}$"}),
+    AfterValidator(storable_text),
     AfterValidator(_check_glob),
 ]
 # Numbers and booleans are strict: "0.5" or "yes" is a 422, as the JSON Schema says, not coerced.
@@ -647,3 +667,29 @@ PATCH_IGNORED: tuple[tuple[Optional[str], str], ...] = (
 
 def is_cell_id(value: str) -> bool:
     return re.fullmatch(CELL_ID_PATTERN, value) is not None
+
+
+# ------------------------------------------------------------------ the size rule
+_EMPTY_METADATA_CONTENT = len('{"text":,"metadata":{}}')
+
+
+def cell_size_bytes(cell: MemoryCell) -> int:
+    """The measured size of a cell: its `content` object as compact UTF-8 JSON."""
+    if not cell.content.metadata:  # most cells: the same bytes, spelled out without a dump
+        return _EMPTY_METADATA_CONTENT + len(encode_basestring(cell.content.text).encode("utf-8"))
+    content = cell.content.model_dump(mode="json")
+    return len(json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def check_cell_size(cell: MemoryCell, limits: Limits, measured: bool = True) -> None:
+    """413 over `max_cell_size_bytes`: the one size rule of every write (create, batch, PATCH,
+    rollback, import). `measured=False` (a caller that cannot read the cell) leaves the size
+    out: it would tell a writer-only agent the length of text it may not read."""
+    size = cell_size_bytes(cell)
+    if size <= limits.max_cell_size_bytes:
+        return
+    if not measured:
+        raise PayloadTooLarge(f"the changed cell's content exceeds {limits.max_cell_size_bytes} bytes",
+                              {"max_cell_size_bytes": limits.max_cell_size_bytes})
+    raise PayloadTooLarge(f"cell content is {size} bytes; the maximum is {limits.max_cell_size_bytes}",
+                          {"size_bytes": size, "max_cell_size_bytes": limits.max_cell_size_bytes})

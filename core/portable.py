@@ -37,8 +37,9 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Optional, Union
 
 from pydantic import Field, ValidationError
 
-from .errors import Conflict, ValidationFailed
-from .models import AMP_VERSION, CellId, Closed, IdString, MemoryCell, StorableStr, UtcDatetime
+from .errors import Conflict, MalformedRequest, PayloadTooLarge, ValidationFailed
+from .limits import Limits
+from .models import AMP_VERSION, CellId, Closed, IdString, MemoryCell, StorableStr, UtcDatetime, check_cell_size
 from .retrieval import Retriever
 from .store.base import CellFilter, FolderRecord, HistoryEntry, HistoryRecord, ProposalRecord, Store
 
@@ -298,6 +299,8 @@ def last_cursor(path: str) -> Optional[str]:
     return record.get("cursor")
 
 
+DEFAULT_LIMITS = Limits()
+
 # ------------------------------------------------------------------ import
 @dataclass
 class LineError:
@@ -351,6 +354,11 @@ def parse_lines(raw_lines: Iterable[Union[str, bytes]]) -> Iterator[tuple[int, U
         except ValueError as exc:
             yield number, LineError(number, f"not JSON: {exc}")
             continue
+        except RecursionError:
+            # Nested too deeply for the decoder: the body is not usable JSON, answered as a REST
+            # body that deep is (400 MALFORMED_JSON), not as a line the import could report on.
+            raise MalformedRequest(f"line {number} is JSON nested too deeply to decode",
+                                   {"line": number, "reason": "RecursionError"}) from None
         if not isinstance(data, dict) or data.get("kind") not in _SECTION:
             yield number, LineError(number, f"not an export line: kind must be one of {sorted(_SECTION)}")
             continue
@@ -361,8 +369,9 @@ def parse_lines(raw_lines: Iterable[Union[str, bytes]]) -> Iterator[tuple[int, U
             yield number, LineError(number, f"{data['kind']}: {_message(exc)}")
 
 
-def validate(raw_lines: Iterable[Union[str, bytes]]) -> tuple[int, list[LineError]]:
-    """Check a whole file without touching a store: (lines read, problems by line)."""
+def validate(raw_lines: Iterable[Union[str, bytes]], limits: Limits = DEFAULT_LIMITS) -> tuple[int, list[LineError]]:
+    """Check a whole file without touching a store: (lines read, problems by line). A cell is
+    held to the write limits a create is held to (`limits`: the server's or the settings')."""
     errors: list[LineError] = []
     section, lines = 0, 0
     cell_ids: set[str] = set()
@@ -393,6 +402,10 @@ def validate(raw_lines: Iterable[Union[str, bytes]]) -> tuple[int, list[LineErro
             cid = item.cell.id
             if cid in cell_ids:
                 errors.append(LineError(number, f"cell {cid} appears twice"))
+            try:
+                check_cell_size(item.cell, limits)
+            except PayloadTooLarge as exc:
+                errors.append(LineError(number, f"cell {cid}: {exc}"))
             cell_ids.add(cid)
             key = _live_key(item.cell)
             if key is not None:
@@ -469,10 +482,12 @@ def import_lines(
     retriever: Optional[Retriever] = None,
     progress: Callable[[int], None] = lambda n: None,
     batch_size: int = 256,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> ImportReport:
-    """Validate the whole file (`open_lines()` is called once per pass), then write it in one
-    transaction. Raises ImportInvalid or ImportConflict, having written nothing."""
-    total, errors = validate(open_lines())
+    """Validate the whole file (`open_lines()` is called once per pass; every cell within
+    `limits`, as a create is), then write it in one transaction. Raises ImportInvalid or
+    ImportConflict, having written nothing."""
+    total, errors = validate(open_lines(), limits)
     if errors:
         raise ImportInvalid(
             f"{len(errors)} problem(s) in the file; nothing was imported",

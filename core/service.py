@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
-from json.encoder import encode_basestring
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,7 +31,6 @@ from .errors import (
     FileManaged,
     Forbidden,
     InvalidTransition,
-    PayloadTooLarge,
     Unavailable,
     ValidationFailed,
     access_denied,
@@ -50,9 +48,13 @@ from .lifecycle import (
 )
 from .limits import Limits
 from .models import (
+    cell_size_bytes,
+    check_cell_size,
     AMP_VERSION,
     MAX_CONSOLIDATE_EPISODES,
     MAX_METADATA_DEPTH,
+    MAX_PATTERN_LENGTH,
+    MAX_PATTERN_STARS,
     PATCH_IGNORED,
     PATCH_SERVER_MANAGED,
     CellCreate,
@@ -113,22 +115,11 @@ def first_id_since(seconds_ago: float) -> str:
     return f"mem_{str(ULID.from_timestamp(time.time() - seconds_ago))[:10]}{'0' * 16}"
 
 
-_EMPTY_METADATA_CONTENT = len('{"text":,"metadata":{}}')
-
-
 def searched(cell: MemoryCell, req: SearchRequest) -> bool:
     """Whether a search considers `cell` beyond its filter: memory files (cells with a path,
     docs/files.md) have the files API and the instructions path, and join an ordinary search
     only with `include_files`."""
     return req.include_files or cell.identity.path is None
-
-
-def cell_size_bytes(cell: MemoryCell) -> int:
-    """The measured size of a cell: its `content` object as compact UTF-8 JSON."""
-    if not cell.content.metadata:  # most cells: the same bytes, spelled out without a dump
-        return _EMPTY_METADATA_CONTENT + len(encode_basestring(cell.content.text).encode("utf-8"))
-    content = cell.content.model_dump(mode="json")
-    return len(json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
 def _check_sent_back(patch: CellPatch, cell: MemoryCell, reader: bool) -> None:
@@ -256,19 +247,7 @@ class MemoryService:
         return as_of
 
     def _check_size(self, cell: MemoryCell, measured: bool = True) -> None:
-        """413 over the limit. `measured=False` (a caller that cannot read the cell) leaves the
-        size out: it would tell a writer-only agent the length of text it may not read."""
-        size = cell_size_bytes(cell)
-        if size > self.limits.max_cell_size_bytes and not measured:
-            raise PayloadTooLarge(
-                f"the changed cell's content exceeds {self.limits.max_cell_size_bytes} bytes",
-                {"max_cell_size_bytes": self.limits.max_cell_size_bytes},
-            )
-        if size > self.limits.max_cell_size_bytes:
-            raise PayloadTooLarge(
-                f"cell content is {size} bytes; the maximum is {self.limits.max_cell_size_bytes}",
-                {"size_bytes": size, "max_cell_size_bytes": self.limits.max_cell_size_bytes},
-            )
+        check_cell_size(cell, self.limits, measured)
 
     def _readable(self, cell: Optional[MemoryCell], agent: str) -> MemoryCell:
         if cell is None or not can_read(cell, agent):
@@ -1121,6 +1100,8 @@ def spec_document(service: MemoryService, auth: dict[str, Any], mcp: Optional[di
             "max_page_size": limits.max_page_size,
             "max_batch_cells": limits.max_batch_cells,
             "max_metadata_depth": MAX_METADATA_DEPTH,
+            "max_pattern_length": MAX_PATTERN_LENGTH,
+            "max_pattern_stars": MAX_PATTERN_STARS,
             "clock_override": service.allow_clock_override,
             "storage_backends": [service.store.backend],
             "lifecycle_scheduler": {

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from .access import can_read
-from .models import HistoryEntry, MemoryCell, Status
+from .models import STORED, HistoryEntry, MemoryCell, Status
 from .store.base import CellFilter
 from .textindex import cjk_terms, query_terms
 
@@ -67,7 +67,7 @@ def _rewind(current: MemoryCell, entries: Sequence[HistoryEntry], keep: int) -> 
         lifecycle["last_updated_at"] = kept[-1].at.isoformat() if kept else lifecycle["created_at"]
     lifecycle["last_accessed_at"] = None
     doc["scoring"]["access_count"] = 0
-    return MemoryCell.model_validate(doc)
+    return MemoryCell.model_validate(doc, context=STORED)
 
 
 def cell_as_of(current: MemoryCell, entries: Sequence[HistoryEntry], at: datetime) -> Optional[MemoryCell]:

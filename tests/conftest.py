@@ -36,6 +36,9 @@ os.environ.update({
 TEST_CONTROLS = ("AMPKIT_HYPOTHESIS_PROFILE", "AMPKIT_FUZZ_EXAMPLES")
 for _var in [v for v in os.environ if v.startswith("AMPKIT_") and v not in TEST_CONTROLS]:
     del os.environ[_var]
+# Starlette's in-process TestClient sends `Host: testserver`, which a loopback server refuses
+# otherwise (the Host allow-list, ampkit.server.hosts). AppServer ignores the environment.
+os.environ["AMPKIT_ALLOWED_HOSTS"] = "testserver"
 
 import pytest  # noqa: E402
 from hypothesis import settings as hypothesis_settings  # noqa: E402

@@ -284,7 +284,7 @@ def _serve_overrides(args: Sequence[str], env: Optional[dict[str, str]]) -> dict
     given = {"host": flags["host"], "auth": flags["auth"], "rate_limit": flags["rate_limit"],
              "lifecycle_interval_seconds": flags["lifecycle_interval"],
              "allow_clock_override": flags["allow_clock_override"], "mcp_http": False if flags["no_mcp"] else None,
-             "ui": flags["ui"], "access_log": flags["access_log"]}
+             "ui": flags["ui"], "access_log": flags["access_log"], "allowed_hosts": flags["allowed_hosts"]}
     overrides.update({name: value for name, value in given.items() if value is not None})  # flags beat variables
     return overrides
 

@@ -481,7 +481,7 @@ def test_an_unexpected_error_answers_500_and_keeps_the_connection(tmp_path):
             stream = sock.makefile("rb")
             statuses = []
             for path in ("/amp/v1/test-boom", "/amp/v1/health", "/amp/v1/test-boom", "/amp/v1/health"):
-                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
                 statuses.append(int(stream.readline().split()[1]))
                 length = 0
                 while (line := stream.readline()) not in (b"\r\n", b""):

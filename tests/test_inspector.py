@@ -54,7 +54,7 @@ class Inspector:
 
 
 def _app(store_url: str, auth: bool, **settings: Any):
-    config = load_settings(env=False, store=store_url, embedder="none", mcp_http=False,
+    config = load_settings(env=False, store=store_url, embedder="none", mcp_http=False, allowed_hosts="testserver",
                            auth="required" if auth else "off", **settings)
     service = build_service(config)
     return create_app(config, service), service

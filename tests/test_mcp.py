@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, AsyncIterator, Optional
@@ -627,3 +628,84 @@ async def test_a_cell_written_through_mcp_reaches_langchain_and_autogen_and_back
     # An agent outside the team sees none of it through MCP either.
     async with over_http(mcp_url(server), {"X-AMP-Agent-ID": unique("outsider")}) as outsider:
         assert (await outsider.ok("recall", query="peanuts Thai morning", owner_id=user))["total"] == 0
+
+
+# ---------------------------------------------------------------- issue 42, item 8: non-finite numbers
+# Python's JSON decoder (the SDK's, over both transports) accepts NaN, Infinity and 1e999, and
+# the SDK re-encoded requests before a tool ran, so they arrived as null (metadata) or not at
+# all (a default importance). MCP clients built on the SDK turn them into null themselves, so
+# these send raw JSON-RPC.
+NON_FINITE_ARGUMENTS = [
+    ("remember", '{"text": "nan metadata", "metadata": {"k": NaN}}'),
+    ("remember", '{"text": "inf in a list", "metadata": {"k": [1, Infinity]}}'),
+    ("remember", '{"text": "overflow", "metadata": {"k": 1e999}}'),
+    ("remember", '{"text": "nan importance", "importance": NaN}'),
+    ("remember", '{"text": "inf importance", "importance": -Infinity}'),
+    ("update_memory", '{"id": "%s", "metadata": {"k": NaN}}'),
+    ("update_memory", '{"id": "%s", "confidence": Infinity}'),
+]
+
+
+def _tool_call(name: str, arguments: str) -> str:
+    return '{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "%s", "arguments": %s}}' % (
+        name, arguments)
+
+
+def _assert_refused_as_422(answer: dict) -> None:
+    assert answer["id"] == 7 and answer["result"]["isError"] is True, answer
+    envelope = json.loads(answer["result"]["content"][0]["text"])
+    assert envelope["error"]["code"] == "VALIDATION_ERROR" and "finite" in envelope["error"]["message"], envelope
+    assert answer["result"]["structuredContent"] == envelope
+
+
+def test_non_finite_numbers_are_a_tool_error_over_http_and_nothing_changes(server):
+    url, agent = mcp_url(server), f"nan-{uuid.uuid4().hex[:8]}"
+    headers = {"X-AMP-Agent-ID": agent, "Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    with httpx.Client(verify=TLS, timeout=30) as http:
+        kept = http.post(f"{server.base_url}/memories", headers={"X-AMP-Agent-ID": agent},
+                         json={"content": {"text": "kept as it is", "metadata": {"k": 1}}, "identity": {"owner_id": agent}})
+        assert kept.status_code == 201
+        cell = kept.json()
+        for name, arguments in NON_FINITE_ARGUMENTS:
+            answer = http.post(url, headers=headers, content=_tool_call(name, arguments.replace("%s", cell["id"])))
+            assert answer.status_code == 200, answer.text
+            _assert_refused_as_422(answer.json())
+        listed = http.get(f"{server.base_url}/memories", params={"owner_id": agent}, headers={"X-AMP-Agent-ID": agent}).json()
+        assert [c["id"] for c in listed["results"]] == [cell["id"]]
+        assert listed["results"][0]["content"]["metadata"] == {"k": 1} and listed["results"][0]["lifecycle"]["version"] == 1
+        # the same arguments, finite, are stored
+        fine = http.post(url, headers=headers, content=_tool_call("remember", '{"text": "fine", "metadata": {"k": 1.5}}'))
+        assert fine.json()["result"]["isError"] is False
+
+
+@pytest.mark.slow
+def test_non_finite_numbers_are_a_tool_error_over_stdio(tmp_path):
+    """`ampkit mcp` (stdio) answers the same, then serves the next request."""
+    store = f"sqlite:///{tmp_path}/stdio.db"
+    lines = [
+        '{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", '
+        '"capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}',
+        '{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+        _tool_call("remember", NON_FINITE_ARGUMENTS[0][1]),
+        _tool_call("remember", NON_FINITE_ARGUMENTS[3][1]),
+        '{"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "remember", "arguments": {"text": "fine"}}}',
+    ]
+    proc = subprocess.Popen([sys.executable, "-m", "ampkit.cli", "mcp", "--store", store, "--agent-id", "alice"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "AMPKIT_EMBEDDER": "none"})
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("\n".join(lines) + "\n")
+        proc.stdin.flush()
+        answers: dict[int, dict] = {}
+        while 8 not in answers:  # (stdin stays open until the last answer: EOF ends the server)
+            line = proc.stdout.readline()
+            assert line, f"the server ended before answering: {answers}"
+            answer = json.loads(line)
+            answers[answer.get("id")] = answer
+    finally:
+        proc.kill()
+        proc.wait()
+    _assert_refused_as_422(answers[7])
+    assert answers[8]["result"]["isError"] is False
+    assert answers[8]["result"]["structuredContent"]["cell"]["content"]["text"] == "fine"

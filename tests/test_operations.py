@@ -16,7 +16,7 @@ from ampkit.server.app import create_app
 
 @pytest.fixture(scope="module")
 def app():
-    return create_app(load_settings(env=False, store="memory://", lifecycle_interval_seconds=0))
+    return create_app(load_settings(env=False, store="memory://", lifecycle_interval_seconds=0, allowed_hosts="testserver"))
 
 
 def test_every_row_is_a_route_with_its_method_path_and_security(app):

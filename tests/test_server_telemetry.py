@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent('''
     from ampkit.server.app import create_app
 
     def app():
-        return create_app(load_settings(env=False, store="memory://", lifecycle_interval_seconds=0))
+        return create_app(load_settings(env=False, store="memory://", lifecycle_interval_seconds=0, allowed_hosts="testserver"))
 
     made_before = app()  # no provider yet: FastAPI's tracing off for this app
     exporter = InMemorySpanExporter()

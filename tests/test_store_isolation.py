@@ -220,6 +220,28 @@ def test_matcher_sqlite_glob_and_postgres_regex_agree(pg_conn, pattern, agents):
             pattern, parsed.postgres_regex(), agent)
 
 
+# Long patterns with many `*` over few characters, and long ids over the same ones: the matcher
+# takes each piece between `*`s at its leftmost place (`ampkit.glob._matches`), which these
+# exercise (near misses, several places a piece fits); ids the pattern matches are added.
+_long_items = st.one_of(st.just("*"), st.just("?"), st.sampled_from("ab"), st.sampled_from(["[ab]", "[!a]", "[b-b]"]))
+long_patterns = st.lists(_long_items, min_size=1, max_size=40).map("".join).filter(
+    lambda p: p.count("*") <= 16)
+long_agent_ids = st.one_of(st.text(alphabet="ab", min_size=1, max_size=8), st.text(alphabet="ab", min_size=1, max_size=60))
+
+
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pattern=long_patterns, agents=st.lists(long_agent_ids, min_size=1, max_size=8))
+def test_matcher_sqlite_glob_and_postgres_regex_agree_on_long_patterns(pg_conn, pattern, agents):
+    parsed = glob.parse(pattern)
+    lite = sqlite3.connect(":memory:")
+    for agent in agents + glob_witnesses(pattern) + [w + "ab" for w in glob_witnesses(pattern)]:
+        expected = parsed.matches(agent)
+        assert bool(lite.execute("SELECT ? GLOB ?", (agent, parsed.sqlite_glob())).fetchone()[0]) == expected, (
+            pattern, parsed.sqlite_glob(), agent)
+        assert pg_conn.execute("SELECT %s ~ %s", (agent, parsed.postgres_regex())).fetchone()[0] == expected, (
+            pattern, parsed.postgres_regex(), agent)
+
+
 # Patterns without wildcards, whose text is full of what a regular expression reads as syntax.
 literal_patterns = st.text(alphabet=ALPHABET + ".+()|{}$", min_size=1, max_size=5).map(glob.literal)
 

@@ -33,6 +33,7 @@ from ..models import (
     MemoryCell,
     MemoryType,
     MetadataValuesResponse,
+    STORED,
     PurgeResponse,
     SearchResponse,
     Status,
@@ -139,13 +140,13 @@ def _cell(cell_id: str) -> dict[str, str]:
 
 
 def _decode_cell(body: Any) -> MemoryCell:
-    return MemoryCell.model_validate(body)
+    return MemoryCell.model_validate(body, context=STORED)
 
 
 def _decode_search(body: Any) -> list[SearchResult]:
-    response = SearchResponse.model_validate(body)
+    response = SearchResponse.model_validate(body, context=STORED)
     return [
-        SearchResult(cell=MemoryCell.model_validate(hit.model_dump(exclude={"score", "explain"})),
+        SearchResult(cell=MemoryCell.model_validate(hit.model_dump(exclude={"score", "explain"}), context=STORED),
                      score=hit.score, explain=hit.explain)
         for hit in response.results
     ]
@@ -190,7 +191,7 @@ def remember_many(items: Iterable[Union[Mapping[str, Any], CellCreate]]) -> Call
         for item in items
     ]
     # A key without the read scope gets 204: the cells are stored, none is returned.
-    return call("create_memories", lambda body: [] if body is None else BatchCreateResponse.model_validate(body).results,
+    return call("create_memories", lambda body: [] if body is None else BatchCreateResponse.model_validate(body, context=STORED).results,
                 body={"cells": cells})
 
 
@@ -212,7 +213,7 @@ def rollback(cell_id: str, to_version: int, *, expected_version: Optional[int] =
 
 
 def _decode_optional_cell(body: Any) -> Optional[MemoryCell]:
-    return None if body is None else MemoryCell.model_validate(body)
+    return None if body is None else MemoryCell.model_validate(body, context=STORED)
 
 
 def update(cell_id: str, *, expected_version: Optional[int] = None, **changes: Any) -> Call[Optional[MemoryCell]]:
@@ -286,7 +287,7 @@ def list_page(*, owner_id: Optional[str] = None, types: Optional[Iterable[str]] 
         "cursor": cursor,
         **_as_of_query(as_of),
     }
-    return call("list_route", ListResponse.model_validate, query={k: v for k, v in query.items() if v is not None})
+    return call("list_route", lambda body: ListResponse.model_validate(body, context=STORED), query={k: v for k, v in query.items() if v is not None})
 
 
 def metadata_values(key: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
@@ -316,7 +317,7 @@ def history(cell_id: str) -> Call[list[HistoryEntry]]:
 
 def export(owner_id: Optional[str] = None) -> Call[list[MemoryCell]]:
     query = {} if owner_id is None else {"owner_id": owner_id}
-    return call("export", lambda body: [MemoryCell.model_validate(c) for c in body["cells"]], query=query)
+    return call("export", lambda body: [MemoryCell.model_validate(c, context=STORED) for c in body["cells"]], query=query)
 
 
 def run_lifecycle(as_of: Optional[datetime] = None) -> Call[LifecycleRunResponse]:

@@ -32,6 +32,7 @@ from ..limits import Limits
 from ..models import AMP_VERSION, ErrorEnvelope, IdString
 from ..operations import OPERATIONS, PREFIX, Answer, Context, Operation
 from ..service import MemoryService
+from .hosts import HostAllowList, allowed_hosts
 from .errors import BodySizeLimit, CatchUnexpected, HeaderSizeLimit, install_error_handlers
 from .identity import Caller, IdentityResolver
 from .routes import OperationRoute
@@ -139,6 +140,9 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=service.limits.max_request_bytes)
     app.add_middleware(HeaderSizeLimit, max_bytes=settings.max_header_bytes)
+    hosts = allowed_hosts(settings.host, settings.allowed_hosts)
+    if hosts is not None:
+        app.add_middleware(HostAllowList, allowed=hosts)
     app.add_middleware(CatchUnexpected)  # outermost of ours: see its docstring
     serves_mcp = _serves_mcp(settings)
 
@@ -300,7 +304,7 @@ def api_routes(limits: Limits, route_class: type[APIRoute] = OperationRoute) -> 
         body = await request.body()  # bounded by max_request_bytes; larger files: `ampkit import`
         service = _serving(request).service
         return await run_in_threadpool(
-            portable.import_lines, service.store, lambda: body.splitlines(), service.retriever)
+            portable.import_lines, service.store, lambda: body.splitlines(), service.retriever, limits=service.limits)
 
     return tuple(router.routes)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Optional, Sequence
 
-from ..models import MemoryCell
+from ..models import STORED, MemoryCell
 
 FILES_SCHEMA = """
 ALTER TABLE cells ADD COLUMN cell_path TEXT;
@@ -127,7 +127,7 @@ def cell_from_row(text: str, body: Any) -> MemoryCell:
     # SQLite keeps the body as JSON text, psycopg decodes JSON columns.
     data = json.loads(body) if isinstance(body, str) else body
     data["content"]["text"] = text
-    return MemoryCell.model_validate(data)
+    return MemoryCell.model_validate(data, context=STORED)
 
 
 class SQLFileTx:

@@ -16,7 +16,7 @@ from abc import abstractmethod
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Callable, ClassVar, Iterator, Mapping, Optional, Sequence
 
-from ...models import HistoryEntry, MemoryCell
+from ...models import STORED, HistoryEntry, MemoryCell
 from ...textindex import text_key
 from .._keys import SQLKeyStore
 from ..base import ApiKeyStore, CellFilter, FacetRow, HistoryPage, HistoryRecord, Store, WriteTx
@@ -39,7 +39,7 @@ def row_to_cell(text: str, body: Any) -> MemoryCell:
     with the text, which is stored once, in its own column."""
     data = json.loads(body) if isinstance(body, (str, bytes)) else body
     data["content"]["text"] = text
-    return MemoryCell.model_validate(data)
+    return MemoryCell.model_validate(data, context=STORED)
 
 
 def _history_entry(row: Sequence[Any]) -> HistoryEntry:
