@@ -122,6 +122,18 @@ def owner():
 
 
 # ---------------------------------------------------------------- behaviour, per backend
+def test_write_file_takes_the_access_policy_by_its_wire_name(connect_as, owner):
+    writer, reader = connect_as(owner), connect_as("reader-" + owner)
+    proposed = writer.write_file("notes/shared.md", "# shared\n", owner_id=owner,
+                                 access_policy={"readable_by": ["reader-*"]})
+    connect_as("human:ann").approve_proposal(proposed.proposal_id)
+    assert reader.read_file("notes/shared.md", owner_id=owner).content == "# shared\n"
+    with pytest.raises(TypeError, match="not both"):
+        writer.write_file("notes/other.md", "x\n", owner_id=owner, access_policy={"public": True}, public=True)
+    with pytest.raises(ValidationFailed):  # the server checks the policy, in the error envelope
+        writer.write_file("notes/other.md", "x\n", owner_id=owner, access_policy={"readable": ["x"]})
+
+
 
 
 def test_remember_maps_flat_fields_into_the_cell(mem, owner):
@@ -570,6 +582,7 @@ def test_connection_failure_raises_transport_error_not_httpx():
             client.health()
     assert not isinstance(info.value, httpx.HTTPError)
     assert isinstance(info.value.__cause__, httpx.ConnectError)
+    assert f"GET {url}/health" in str(info.value)  # which server could not be reached
 
 
 def test_base_url_without_prefix_means_amp_v1(client_server):

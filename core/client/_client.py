@@ -188,7 +188,8 @@ class Client(_BaseClient):
     def write_file(self, path: str, content: str, *, owner_id: str, reason: Optional[str] = None,
                    expected_version: Optional[int] = None, **access: Any) -> FileWriteResult:
         """Write a whole file; in `review` mode it becomes a proposal (`status == "proposed"`).
-        `readable_by`, `writable_by`, `public`: the access policy of a new file."""
+        The access policy of a new file: `access_policy={"readable_by": [...], ...}` (as on
+        the wire) or the keywords `readable_by`, `writable_by`, `public`."""
         return self._send(fcalls.write_file(path, content, owner_id, reason, expected_version, **access))
 
     def edit_file(self, path: str, old: str, new: str, *, owner_id: str, replace_all: bool = False,
@@ -370,7 +371,8 @@ class AsyncClient(_BaseClient):
     async def write_file(self, path: str, content: str, *, owner_id: str, reason: Optional[str] = None,
                    expected_version: Optional[int] = None, **access: Any) -> FileWriteResult:
         """Write a whole file; in `review` mode it becomes a proposal (`status == "proposed"`).
-        `readable_by`, `writable_by`, `public`: the access policy of a new file."""
+        The access policy of a new file: `access_policy={"readable_by": [...], ...}` (as on
+        the wire) or the keywords `readable_by`, `writable_by`, `public`."""
         return await self._send(fcalls.write_file(path, content, owner_id, reason, expected_version, **access))
 
     async def edit_file(self, path: str, old: str, new: str, *, owner_id: str, replace_all: bool = False,

@@ -107,8 +107,9 @@ class _RetryPolicy:
         return min(0.1 * 2 ** (attempt - 1), 2.0) + random.uniform(0, 0.1)
 
 
-def _transport_error(call: Call, exc: httpx.HTTPError) -> TransportError:
-    return TransportError(f"{call.method} {call.path}: {type(exc).__name__}: {exc}")
+def _transport_error(call: Call, url: httpx.URL, exc: httpx.HTTPError) -> TransportError:
+    # The whole URL: "connection refused" alone does not say which host or port was tried.
+    return TransportError(f"{call.method} {url}: {type(exc).__name__}: {exc}")
 
 
 def _base_url(url: str) -> str:
@@ -155,7 +156,7 @@ class HTTPTransport(_HTTPTransportBase):
         try:
             response = self._http.send(self._request(call))
         except httpx.HTTPError as exc:
-            raise _transport_error(call, exc) from exc
+            raise _transport_error(call, self._url(call.path), exc) from exc
         return decode_response(call, response)
 
     def open(self) -> None:
@@ -187,7 +188,7 @@ class AsyncHTTPTransport(_HTTPTransportBase):
         try:
             response = await self._http.send(self._request(call))
         except httpx.HTTPError as exc:
-            raise _transport_error(call, exc) from exc
+            raise _transport_error(call, self._url(call.path), exc) from exc
         return decode_response(call, response)
 
     async def open(self) -> None:
