@@ -664,3 +664,16 @@ def test_in_process_async_creates_wait_for_their_group_without_a_thread_each(tmp
     assert {name for _, name in ran} == {"ampkit-group-commit_0"}
     assert [c.content.text for c in batch] == ["batch 0", "batch 1", "batch 2"]
     assert {c.content.text for c in listed} == {"the taken name", *(f"fact {i}" for i in range(15)), "batch 0", "batch 1", "batch 2"}
+
+
+def test_ndjson_export_and_import_in_process(tmp_path):
+    source, target = f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"
+    with ampkit.connect(source, agent_id="ann") as mem:
+        mem.remember_many([{"text": f"note {i}", "owner_id": "ann"} for i in range(5)])
+        lines = list(mem.export_ndjson())
+        assert sum('"kind":"cell"' in line for line in lines) == 5 and lines[-1] == '{"kind":"end"}\n'
+        assert list(mem.export_ndjson(cursor=lines[2].split('"cursor":"')[1].split('"')[0])) == lines[3:]
+    with ampkit.connect(target, agent_id="ops") as other:
+        assert other.import_ndjson(lines).cells_written == 5
+        assert other.import_ndjson(line.rstrip("\n") for line in lines).cells_written == 0  # idempotent
+        assert list(other.export_ndjson()) == lines

@@ -35,6 +35,7 @@ from ..files.models import (
     GrepResponse,
     Proposal,
 )
+from ..portable import ImportReport
 from . import _calls as calls
 from . import _file_calls as fcalls
 from ._calls import Call, SearchResult
@@ -43,6 +44,11 @@ from ._http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, AsyncHTTPTransport, HTTPTra
 from ._local import AsyncLocalTransport, LocalTransport
 
 CellItem = Union[Mapping[str, Any], CellCreate]
+
+
+def _line_bytes(line: Union[str, bytes]) -> bytes:
+    data = line.encode("utf-8") if isinstance(line, str) else line
+    return data if data.endswith(b"\n") else data + b"\n"
 
 
 class _BaseClient:
@@ -100,6 +106,19 @@ class Client(_BaseClient):
 
     def close(self) -> None:
         self._transport.close()
+
+    # ------------------------------------------------------------ NDJSON export and import (docs/time-travel.md)
+    def export_ndjson(self, *, owner_id: Optional[str] = None, cursor: Optional[str] = None) -> Iterator[str]:
+        """The whole store's NDJSON export (or one owner's), line by line as it streams
+        (`GET /admin/export`; admin scope). `cursor`: resume after the line carrying it."""
+        return self._transport.export_lines(owner_id, cursor)
+
+    def import_ndjson(self, lines: Iterable[Union[str, bytes]]) -> ImportReport:
+        """Import an NDJSON export (`POST /admin/import`; admin scope): validated whole, one
+        transaction, idempotent. Over HTTP the file is one request body, bounded by the
+        server's `max_request_bytes`."""
+        chunks = (_line_bytes(line) for line in lines)
+        return ImportReport.model_validate(self._transport.import_lines(chunks))
 
     def __enter__(self) -> "Client":
         self._transport.open()
