@@ -122,6 +122,26 @@ def owner():
 
 
 # ---------------------------------------------------------------- behaviour, per backend
+def test_restore_brings_an_archived_cell_back(mem, owner):
+    cell = mem.remember("the spare key is under the mat", owner_id=owner, key="spare-key")
+    archived = mem.update(cell.id, status="archived")
+    with pytest.raises(InvalidTransition):
+        mem.update(cell.id, status="active")  # PATCH may not leave archived (spec section 7.2)
+    with pytest.raises(Conflict):
+        mem.restore(cell.id, expected_version=archived.lifecycle.version - 1)
+    restored = mem.restore(cell.id, expected_version=archived.lifecycle.version)
+    assert restored.lifecycle.status == "active" and restored.lifecycle.version == archived.lifecycle.version + 1
+    assert mem.history(cell.id)[-1].changes == {"lifecycle.status": ["archived", "active"], "reason": "restored"}
+    with pytest.raises(InvalidTransition):
+        mem.restore(cell.id)  # only an archived cell
+    mem.update(cell.id, status="archived")
+    mem.remember("the spare key is with the neighbour", owner_id=owner, key="spare-key")
+    with pytest.raises(Conflict):  # a live cell holds its key now, as a create would be refused
+        mem.restore(cell.id)
+    with pytest.raises(AccessDenied):
+        mem.restore(MISSING_ID)
+
+
 def test_write_file_takes_the_access_policy_by_its_wire_name(connect_as, owner):
     writer, reader = connect_as(owner), connect_as("reader-" + owner)
     proposed = writer.write_file("notes/shared.md", "# shared\n", owner_id=owner,

@@ -143,6 +143,10 @@ class Client(_BaseClient):
         """Restore version `to_version` (content, scoring, access policy, provenance) as a new version."""
         return self._send(calls.rollback(id, to_version, expected_version=expected_version))
 
+    def restore(self, id: str, *, expected_version: Optional[int] = None) -> Optional[MemoryCell]:
+        """An archived cell back to active (the way back from `update(status="archived")`)."""
+        return self._send(calls.restore(id, expected_version=expected_version))
+
     def update(self, id: str, *, expected_version: Optional[int] = None, **changes: Any) -> Optional[MemoryCell]:
         return self._send(calls.update(id, expected_version=expected_version, **changes))
 
@@ -322,6 +326,10 @@ class AsyncClient(_BaseClient):
     async def rollback(self, id: str, to_version: int, *, expected_version: Optional[int] = None) -> Optional[MemoryCell]:
         """Restore version `to_version` (content, scoring, access policy, provenance) as a new version."""
         return await self._send(calls.rollback(id, to_version, expected_version=expected_version))
+
+    async def restore(self, id: str, *, expected_version: Optional[int] = None) -> Optional[MemoryCell]:
+        """An archived cell back to active (the way back from `update(status="archived")`)."""
+        return await self._send(calls.restore(id, expected_version=expected_version))
 
     async def update(self, id: str, *, expected_version: Optional[int] = None, **changes: Any) -> Optional[MemoryCell]:
         return await self._send(calls.update(id, expected_version=expected_version, **changes))
