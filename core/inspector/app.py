@@ -195,9 +195,9 @@ def _in_words(error: dict[str, Any]) -> str:
 def form_problems(exc: ValidationError, problems: dict[str, list[str]]) -> None:
     """Add each of pydantic's errors to `problems`, under its form field (`form` for the rest)."""
     for error in exc.errors():
-        loc = tuple(error.get("loc", ()))
-        field = _FORM_FIELD.get(loc[:2], "form")
-        problems.setdefault(field, []).append(_in_words(error))
+        loc = [str(part) for part in error.get("loc", ())] + ["", ""]
+        field = _FORM_FIELD.get((loc[0], loc[1]), "form")
+        problems.setdefault(field, []).append(_in_words(dict(error)))
 
 
 def _unit(form: FormData, name: str, problems: dict[str, list[str]]) -> Optional[float]:

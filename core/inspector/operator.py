@@ -9,6 +9,7 @@ Writes always go through the service under the write rule, whoever is signed in.
 
 from __future__ import annotations
 
+import builtins
 from typing import Any, Optional, Sequence
 
 from ..errors import ValidationFailed, access_denied
@@ -30,7 +31,7 @@ class OperatorReads:
         self.service = service
         self.store = service.store
 
-    def owners(self, *, limit: int, cursor: Optional[str]) -> tuple[list[OwnerCounts], Optional[str]]:
+    def owners(self, *, limit: int, cursor: Optional[str]) -> "tuple[builtins.list[OwnerCounts], Optional[str]]":
         after = _text_cursor(cursor, lambda owner: None)
         flt = CellFilter(reader=None, statuses=list(LIVE), not_expired_at=self.service.clock())
         page: dict[str, OwnerCounts] = {}
@@ -39,11 +40,12 @@ class OperatorReads:
             counts.total += row.count
             counts.by_type[row.type] = counts.by_type.get(row.type, 0) + row.count
             counts.by_status[row.status] = counts.by_status.get(row.status, 0) + row.count
-        owners = list(page.values())
+        owners = builtins.list(page.values())
         next_cursor = encode_cursor(owners[limit - 1].owner_id) if len(owners) > limit else None
         return owners[:limit], next_cursor
 
-    def list(self, *, limit: int, cursor: Optional[str], **filters: Any) -> tuple[list[MemoryCell], int, Optional[str]]:
+    def list(self, *, limit: int, cursor: Optional[str],
+             **filters: Any) -> "tuple[builtins.list[MemoryCell], int, Optional[str]]":
         after = None
         if cursor:
             try:
@@ -56,7 +58,7 @@ class OperatorReads:
                          statuses=_statuses(filters.get("status")), session_id=filters.get("session_id"),
                          metadata=filters.get("metadata"), include_superseded=bool(filters.get("include_superseded")),
                          not_expired_at=self.service.clock())
-        page = list(self.store.list(flt, limit + 1, after))
+        page = builtins.list(self.store.list(flt, limit + 1, after))
         next_cursor = encode_cursor(page[limit - 1].id) if len(page) > limit else None
         return page[:limit], self.store.count(flt), next_cursor
 
@@ -66,6 +68,6 @@ class OperatorReads:
             raise access_denied()
         return cell
 
-    def history(self, cell_id: str) -> list[HistoryEntry]:
+    def history(self, cell_id: str) -> "builtins.list[HistoryEntry]":
         self.peek(cell_id)
         return [entry.model_copy(update={"seq": n}) for n, entry in enumerate(self.store.history(cell_id), start=1)]
