@@ -108,7 +108,7 @@ def test_export_and_import_through_a_running_server(tmp_path, server_factory):
     env = {"AMPKIT_URL": target.base_url, "AMPKIT_AGENT_ID": "ops"}
     imported = run_cli("import", str(dump), "--url", env=env)  # --url alone: AMPKIT_URL
     assert imported.returncode == 0, imported.stderr
-    assert f"imported 30 cells" in imported.stdout and target.base_url in imported.stdout
+    assert "imported 30 cells" in imported.stdout and target.base_url in imported.stdout
     with ampkit.connect(target.base_url, agent_id="ann") as mem:
         assert len(list(mem.list(owner_id="ann"))) == 30
     assert "imported 0 cells" in run_cli("import", str(dump), "--url", env=env).stdout

@@ -8,7 +8,8 @@ it and restore it, approve a pending edit of a memory file; a key with the admin
 operator view (every owner, any cell, a banner on every page); a second key sees none of the
 first key's private cells on any page; keyboard focus and a phone-sized screen; no console
 error anywhere. A screenshot of each page goes to SCREENSHOTS (`.tmp/inspector-screenshots/`,
-replaced on every run); those the docs show go to docs/img/ (DOC_IMAGES) as well.
+replaced on every run); the three docs/inspector.md shows are copied into docs/img/ when
+UPDATE_DOC_IMAGES=1 is set (so an ordinary run leaves the checked-in pictures alone).
 
 `make test` installs chromium first (`make browser`). Without chromium or Playwright the test
 is skipped on a developer machine and FAILS under CI (CI set), so a CI that lost its browser
@@ -30,7 +31,13 @@ from ampkit.store import store_from_url
 from support import TLS, ROOT, AppServer
 
 SCREENSHOTS = ROOT / ".tmp" / "inspector-screenshots"
-DOC_IMAGES = ROOT / "docs" / "img"  # the pictures docs/inspector.md shows, rewritten by every run
+DOC_IMAGES = ROOT / "docs" / "img"  # the pictures docs/inspector.md shows
+
+
+def _doc_image(shot: Path, name: str) -> None:
+    """Copy a screenshot the docs show into docs/img/, when asked (UPDATE_DOC_IMAGES=1)."""
+    if os.environ.get("UPDATE_DOC_IMAGES") == "1":
+        shutil.copy(shot, DOC_IMAGES / name)
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
@@ -209,7 +216,7 @@ def test_a_person_finds_reads_and_archives_a_memory(chromium, served, shots):
         assert page.get_by_label("Importance (0–1)").input_value() == "very"
         assert "{&#34;" not in page.content() and '{"param"' not in page.content()
         page.locator("form.card").screenshot(path=str(shots / "05b-edit-errors.png"))
-        shutil.copy(shots / "05b-edit-errors.png", DOC_IMAGES / "inspector-form-errors.png")
+        _doc_image(shots / "05b-edit-errors.png", "inspector-form-errors.png")
         page.get_by_role("link", name="Cancel").click()
 
         # Archive it: the same PATCH the API runs.
@@ -231,7 +238,7 @@ def test_a_person_finds_reads_and_archives_a_memory(chromium, served, shots):
         assert history.get_by_text("reason: restored").count() == 1
         page.set_viewport_size({"width": 1100, "height": 560})
         page.screenshot(path=str(shots / "06b-restored.png"))
-        shutil.copy(shots / "06b-restored.png", DOC_IMAGES / "inspector-restore.png")
+        _doc_image(shots / "06b-restored.png", "inspector-restore.png")
         page.set_viewport_size({"width": 1280, "height": 860})
 
         page.goto(f"{base}/ui/cells?owner=alice&status=active&status=archived")
@@ -318,7 +325,7 @@ def test_an_admin_key_gets_the_operator_view(chromium, served, shots):
         for owner in ("alice", "bob"):  # every owner, though ops wrote none of it
             assert page.get_by_role("rowheader", name=owner).count() == 1, owner
         page.screenshot(path=str(shots / "16-operator-owners.png"))
-        shutil.copy(shots / "16-operator-owners.png", DOC_IMAGES / "inspector-operator.png")
+        _doc_image(shots / "16-operator-owners.png", "inspector-operator.png")
         page.get_by_role("link", name="alice", exact=True).click()
         assert page.get_by_role("link", name=re.compile("water the ferns")).count() == 1  # alice's private cell
         assert page.get_by_role("note").filter(has_text="Acting as an administrator").count() == 1
