@@ -26,7 +26,17 @@ from pydantic import BaseModel, Field
 from ampkit.limits import DEFAULT_MIN_SCORE
 
 from ._instructions import ainstructions
-from ._mapping import LONG_TERM_TYPES, Clients, Sharing, forget_scope, render, run_async, search_text, tags
+from ._mapping import (
+    LONG_TERM_TYPES,
+    Clients,
+    Sharing,
+    forget_scope,
+    render,
+    run_async,
+    search_text,
+    tags,
+    user_metadata,
+)
 
 FRAMEWORK = "autogen"
 MIME_TAG = "autogen_mime_type"
@@ -57,6 +67,27 @@ def _content_text(content: MemoryContent) -> str:
     if isinstance(value, dict):
         return json.dumps(value, sort_keys=True)
     return str(value)
+
+
+def _memory_content(cell: Any, score: float) -> MemoryContent:
+    """A hit as the MemoryContent that was added: its mime type (JSON content as a dict again)
+    and its own metadata, plus the cell's id, score and author."""
+    metadata = cell.content.metadata or {}
+    mime = metadata.get(MIME_TAG) or MemoryMimeType.TEXT.value
+    content: Any = cell.content.text
+    if mime == MemoryMimeType.JSON.value:
+        try:
+            content = json.loads(content)
+        except ValueError:  # written as JSON by something else and not JSON: hand back the text
+            mime = MemoryMimeType.TEXT.value
+    known = {m.value: m for m in MemoryMimeType}
+    return MemoryContent(content=content, mime_type=known.get(mime, mime),
+                         metadata={**user_metadata(metadata), "id": cell.id, "score": score,
+                                   "created_by": cell.identity.created_by})
+
+
+def _shown(content: MemoryContent) -> str:
+    return json.dumps(content.content, sort_keys=True) if isinstance(content.content, dict) else str(content.content)
 
 
 class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
@@ -109,11 +140,7 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
             return MemoryQueryResult(results=[])
         c = self._config
         hits = await self._clients.aio.search(text, owner_id=c.owner_id, types=c.types, limit=c.k, min_score=min_score)
-        return MemoryQueryResult(results=[
-            MemoryContent(content=h.cell.content.text, mime_type=MemoryMimeType.TEXT,
-                          metadata={"id": h.cell.id, "score": h.score, "created_by": h.cell.identity.created_by})
-            for h in hits
-        ])
+        return MemoryQueryResult(results=[_memory_content(h.cell, h.score) for h in hits])
 
     async def update_context(self, model_context: ChatCompletionContext) -> UpdateContextResult:
         messages = await model_context.get_messages()
@@ -130,7 +157,7 @@ class AmpkitAutoGenMemory(Memory, Component[AmpkitMemoryConfig]):
                 await model_context.add_message(SystemMessage(content=block))
         result = await self._recall(latest[0], c.min_score) if latest else MemoryQueryResult(results=[])
         if result.results:
-            text = render(str(m.content) for m in result.results)
+            text = render(_shown(m) for m in result.results)
             await model_context.add_message(SystemMessage(content=text))
         return UpdateContextResult(memories=result)
 

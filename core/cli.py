@@ -4,7 +4,7 @@ from `AMPKIT_*` variables and flags override them."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 try:
     import click
@@ -12,8 +12,9 @@ except ModuleNotFoundError as missing:  # a base or framework-only install has n
     raise SystemExit(f"the ampkit command needs the server extra ({missing.name} is not installed): "
                      "pip install 'ampkit[server]'") from None
 
+from .cli_common import EXIT_STARTUP_FAILURE, STORE_HELP, check_store, progress, shown, store_option
+
 EXIT_USAGE = 2
-EXIT_STARTUP_FAILURE = 3
 
 # The module a command lacks -> the extra that installs it.
 EXTRA_OF_MODULE = {"psycopg": "postgres", "psycopg_pool": "postgres", "pgvector": "postgres", "hnswlib": "ann"}
@@ -50,7 +51,7 @@ _register_files()
 @main.command()
 @click.option("--host", default=None, help="interface to listen on [default: 127.0.0.1]")
 @click.option("--port", default=None, type=int, help="port [default: 8765]")
-@click.option("--store", "store", default=None, help="store URL: sqlite:///PATH, memory://, postgresql://...")
+@click.option("--store", "store", default=None, metavar="URL", help=STORE_HELP)
 @click.option("--lifecycle-interval", default=None, type=float, help="seconds between lifecycle runs (0 = off)")
 @click.option("--auth", "auth", flag_value="required", default=None,
               help="require API keys (Authorization: Bearer); same as AMPKIT_AUTH=required")
@@ -107,6 +108,7 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
         sys.exit(EXIT_USAGE)
     from .server import create_app, run, run_workers
 
+    check_store(settings.store_url())
     try:
         service = build_service(settings)
         # The app (FastAPI, MCP, the inspector: ~1 s of imports) is built before the store
@@ -148,8 +150,9 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
 # ---------------------------------------------------------------- MCP over stdio
 @main.command("mcp")
 @click.option("--url", default=None, help="an ampkit server, http(s)://HOST:PORT [default: AMPKIT_URL or the config file]")
-@click.option("--store", "store_url", default=None,
-              help="use a store in process instead: sqlite:///PATH, postgresql://... [default: AMPKIT_STORE or the user data dir]")
+@click.option("--store", "store_url", default=None, metavar="URL",
+              help="use a store in process instead: sqlite:///PATH, postgresql://... "
+                   "[default, without --url, AMPKIT_URL or a config file: AMPKIT_STORE, else memory.db in the user data dir]")
 @click.option("--agent-id", default=None, help="the agent to act as [default: AMPKIT_AGENT_ID]; a key in AMPKIT_API_KEY decides instead")
 def mcp_stdio(url: Optional[str], store_url: Optional[str], agent_id: Optional[str]) -> None:
     """Serve MCP over stdio (for desktop, IDE and CLI agents): the same memory, identities and
@@ -210,6 +213,7 @@ def _mcp_local(store_url: str, agent_id: Optional[str], api_key: Optional[str]) 
     from .mcp_server import ServiceGateway, build_mcp_server, fixed_caller
     from .server.identity import Caller
 
+    check_store(store_url)
     service = build_service(load_settings(store=store_url))
     try:
         service.store.open()
@@ -243,12 +247,9 @@ def _mcp_local(store_url: str, agent_id: Optional[str], api_key: Optional[str]) 
 
 # ---------------------------------------------------------------- keys
 def _store(url: Optional[str]):
-    from .bootstrap import load_settings
-    from .store import store_from_url
+    from .cli_common import store_url
 
-    store = store_from_url(load_settings(store=url).store_url())
-    store.open()
-    return store
+    return _open_or_exit(store_url(url))
 
 
 def _active_keys(store) -> int:
@@ -262,7 +263,6 @@ def _key_id(value: str) -> str:
     return value.split("_")[1] if value.startswith("ampk_") and value.count("_") >= 2 else value
 
 
-_store_option = click.option("--store", "store_url", default=None, help="store URL [default: AMPKIT_STORE or the user data dir]")
 
 
 @main.group()
@@ -272,9 +272,10 @@ def keys() -> None:
 
 @keys.command("create")
 @click.option("--agent", "agent_id", required=True, help="the agent id this key acts as")
-@click.option("--scopes", default="read,write", show_default=True, help="comma list of read, write, admin")
+@click.option("--scopes", default="read,write", show_default=True,
+              help="comma list of read, write, approve (decide memory-file proposals), admin")
 @click.option("--expires", default=None, help="lifetime, e.g. 30d, 12h [default: never]")
-@_store_option
+@store_option
 def keys_create(agent_id: str, scopes: str, expires: Optional[str], store_url: Optional[str]) -> None:
     """Create a key and print it once (on stdout; details on stderr)."""
     from .auth import create_key, parse_duration
@@ -297,7 +298,7 @@ def keys_create(agent_id: str, scopes: str, expires: Optional[str], store_url: O
 @keys.command("list")
 @click.option("--agent", "agent_id", default=None, help="only this agent's keys")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
-@_store_option
+@store_option
 def keys_list(agent_id: Optional[str], as_json: bool, store_url: Optional[str]) -> None:
     """List keys (ids, agents, scopes, state; never secrets)."""
     import json
@@ -310,18 +311,28 @@ def keys_list(agent_id: Optional[str], as_json: bool, store_url: Optional[str]) 
     finally:
         store.close()
     fmt = lambda dt: dt.isoformat(timespec="seconds") if dt else "-"  # noqa: E731
-    for rec in records:
-        row = {"key_id": rec.key_id, "agent_id": rec.agent_id, "scopes": list(rec.scopes), "state": key_state(rec),
-               "created_at": fmt(rec.created_at), "expires_at": fmt(rec.expires_at),
-               "revoked_at": fmt(rec.revoked_at), "replaced_by": rec.replaced_by}
-        click.echo(json.dumps(row) if as_json else
-                   f"{rec.key_id}  {row['state']:<8} {rec.agent_id}  {','.join(rec.scopes)}  "
-                   f"created {row['created_at']}  expires {row['expires_at']}")
+    rows = [{"key_id": rec.key_id, "agent_id": rec.agent_id, "scopes": list(rec.scopes), "state": key_state(rec),
+             "created_at": fmt(rec.created_at), "expires_at": fmt(rec.expires_at),
+             "revoked_at": fmt(rec.revoked_at), "replaced_by": rec.replaced_by} for rec in records]
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row))
+        return
+    if not rows:
+        click.echo("no keys" + (f" for agent {agent_id!r}" if agent_id else ""), err=True)
+        return
+    columns = (("KEY ID", "key_id"), ("STATE", "state"), ("AGENT", "agent_id"), ("SCOPES", "scopes"),
+               ("CREATED", "created_at"), ("EXPIRES", "expires_at"))
+    cells = [[title for title, _ in columns]] + [
+        [",".join(row[name]) if name == "scopes" else str(row[name]) for _, name in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    for line in cells:
+        click.echo("  ".join(value.ljust(width) for value, width in zip(line, widths)).rstrip())
 
 
 @keys.command("revoke")
 @click.argument("key_id")
-@_store_option
+@store_option
 def keys_revoke(key_id: str, store_url: Optional[str]) -> None:
     """Revoke a key now."""
     from .auth import revoke_key
@@ -339,7 +350,7 @@ def keys_revoke(key_id: str, store_url: Optional[str]) -> None:
 @keys.command("rotate")
 @click.argument("key_id")
 @click.option("--overlap", default="24h", show_default=True, help="how long the old key stays valid")
-@_store_option
+@store_option
 def keys_rotate(key_id: str, overlap: str, store_url: Optional[str]) -> None:
     """Issue a replacement key; the old one expires after the overlap. Prints the new key once."""
     from .auth import parse_duration, rotate_key
@@ -358,15 +369,13 @@ def keys_rotate(key_id: str, overlap: str, store_url: Optional[str]) -> None:
 
 
 # ---------------------------------------------------------------- stores
-def _shown(url: str) -> str:
-    from .store._pg_url import redact
-
-    return redact(url)  # never print a database password
+_shown = shown
 
 
-def _open_or_exit(url: str):
+def _open_or_exit(url: str, *, create: bool = True):
     from .store import store_from_url
 
+    check_store(url, create=create)
     try:
         store = store_from_url(url)
         store.open()
@@ -377,12 +386,16 @@ def _open_or_exit(url: str):
 
 
 @main.command()
-@click.option("--store", "store_url", required=True, help="store URL: sqlite:///PATH or postgresql://...")
+@store_option
 @click.option("--dry-run", is_flag=True, help="only list the migrations that would be applied")
-def migrate(store_url: str, dry_run: bool) -> None:
+def migrate(store_url: Optional[str], dry_run: bool) -> None:
     """Bring a store's schema up to date (servers also do this when they start)."""
+    from .cli_common import store_url as resolved
     from .store.transfer import pending_migrations
 
+    store_url = resolved(store_url)
+    if not dry_run:  # a dry run of a store not made yet lists every migration and creates nothing
+        check_store(store_url)
     try:
         pending = pending_migrations(store_url)
     except Exception as exc:  # noqa: BLE001
@@ -404,14 +417,15 @@ def migrate(store_url: str, dry_run: bool) -> None:
 def copy(source_url: str, dest_url: str, batch_size: int) -> None:
     """Copy every cell (any status), its history and the API keys into an empty store, then
     verify the counts. Vectors are recomputed with the configured embedder (AMPKIT_EMBEDDER)."""
-    from tqdm import tqdm
-
     from .bootstrap import load_settings, retriever_from_settings
     from .store.transfer import DestinationNotEmpty, copy_store, everything
 
-    source, dest = _open_or_exit(source_url), _open_or_exit(dest_url)
+    source = _open_or_exit(source_url, create=False)
+    dest = _open_or_exit(dest_url)
     try:
-        with tqdm(total=source.count(everything()), unit="cell", desc="copy", file=sys.stderr) as bar:
+        if dest.count(everything()) or dest.keys.list():  # refused before a bar is drawn
+            raise DestinationNotEmpty(f"{_shown(dest_url)} already holds cells or keys; copy only fills an empty store")
+        with progress("copy", "cell", source.count(everything())) as bar:
             report = copy_store(source, dest, retriever_from_settings(load_settings()), batch_size, bar.update)
     except DestinationNotEmpty as exc:
         click.echo(f"ampkit: {exc}", err=True)
@@ -429,16 +443,67 @@ def copy(source_url: str, dest_url: str, batch_size: int) -> None:
     click.echo("verified: cell counts per status, history per cell and API keys match")
 
 
+_url_option = click.option(
+    "--url", "server_url", is_flag=False, flag_value="", default=None, metavar="[URL]",
+    help="a running server instead of a store: http(s)://HOST:PORT[/amp/v1]; --url alone takes AMPKIT_URL "
+         "or the client config file. The caller is AMPKIT_API_KEY (a key with the admin scope; needed when "
+         "the server runs with --auth), else AMPKIT_AGENT_ID, else human:<your login name>")
+
+
+def _server(server_url: str, store_url: Optional[str]):
+    """A client of the server --url names, acting as the client settings say (docs/clients.md)."""
+    import getpass
+
+    import ampkit
+    from .client import ConfigError, resolve
+
+    if store_url:
+        raise click.UsageError("give --url (a server) or --store (a store), not both")
+    try:
+        config = resolve(server_url or None)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    if not config.is_http:
+        raise click.UsageError(f"--url names a server (http:// or https://), not {shown(config.url)}; use --store")
+    agent_id = config.agent_id or (None if config.api_key else f"human:{getpass.getuser()}")
+    return ampkit.connect(config.url, agent_id=agent_id, api_key=config.api_key)
+
+
+def _exit_on_api_error(exc: Exception, where: str) -> None:
+    from .errors import APIError
+
+    if isinstance(exc, APIError):
+        for err in exc.details.get("errors", []) if isinstance(exc.details.get("errors"), list) else []:
+            if isinstance(err, dict) and "line" in err:
+                click.echo(f"{where}:{err['line']}: {err['error']}", err=True)
+        if isinstance(exc.details.get("line"), int):  # one line the server could not decode
+            click.echo(f"{where}:{exc.details['line']}: {exc.message}", err=True)
+        click.echo(f"ampkit: {exc.code}: {exc.message}", err=True)
+    else:
+        click.echo(f"ampkit: {exc}", err=True)
+    sys.exit(1)
+
+
+def _is_cell_line(line: str) -> bool:
+    return line.startswith('{"kind":"cell"')
+
+
 @main.command("export")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--store", "store_url", required=True, help="store URL: sqlite:///PATH or postgresql://...")
+@store_option
+@_url_option
 @click.option("--owner", "owner_id", default=None, help="only this owner's cells (and their history)")
 @click.option("--resume", is_flag=True, help="continue an interrupted export into FILE after its last complete line")
 @click.option("--cursor", default=None, help="start after the line carrying this cursor (for FILE = -)")
-def export_command(file: str, store_url: str, owner_id: Optional[str], resume: bool, cursor: Optional[str]) -> None:
-    """Export a store as NDJSON (cells, history, supersession links), streamed page by page.
-    FILE - writes to stdout. The format is in docs/time-travel.md."""
-    from .errors import ValidationFailed
+def export_command(file: str, store_url: Optional[str], server_url: Optional[str], owner_id: Optional[str],
+                   resume: bool, cursor: Optional[str]) -> None:
+    """Export a store, or a running server's store (--url), as NDJSON (cells, history,
+    supersession links, file approvals), streamed page by page. FILE - writes to stdout.
+    The format is in docs/time-travel.md."""
+    import time
+
+    from .cli_common import store_url as resolved
+    from .errors import AmpkitError, ValidationFailed
     from .portable import check_cursor, export_lines, last_cursor
 
     try:
@@ -449,39 +514,61 @@ def export_command(file: str, store_url: str, owner_id: Optional[str], resume: b
         check_cursor(cursor)
     except (OSError, ValueError, ValidationFailed) as exc:
         raise click.BadParameter(str(exc)) from exc
-    store = _open_or_exit(store_url)
-    count = 0
+    client = store = None
+    if server_url is not None:
+        client = _server(server_url, store_url)
+        source = shown(client.url)
+        lines = client.export_ndjson(owner_id=owner_id, cursor=cursor)
+    else:
+        url = resolved(store_url)
+        store = _open_or_exit(url, create=False)
+        source = shown(url)
+        lines = export_lines(store, owner_id, cursor)
+    count = cells = 0
+    started = time.monotonic()
     try:
         out = sys.stdout if file == "-" else open(file, "a" if resume else "w", encoding="utf-8")
         try:
-            for line in export_lines(store, owner_id, cursor):
-                out.write(line)
-                count += 1
+            with progress("export", "line") as bar:
+                for line in lines:
+                    out.write(line)
+                    count += 1
+                    cells += _is_cell_line(line)
+                    bar.update()
         finally:
             if out is not sys.stdout:
                 out.close()
+    except AmpkitError as exc:
+        _exit_on_api_error(exc, file)
     finally:
-        store.close()
-    click.echo(f"exported {count} lines from {_shown(store_url)}" + (f" to {file}" if file != "-" else ""), err=True)
+        if store is not None:
+            store.close()
+        if client is not None:
+            client.close()
+    click.echo(f"exported {count} lines ({cells} cells) from {source}" + (f" to {file}" if file != "-" else "")
+               + f" in {time.monotonic() - started:.1f} s", err=True)
 
 
 @main.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--store", "store_url", required=True, help="store URL: sqlite:///PATH or postgresql://...")
+@store_option
+@_url_option
 @click.option("--from", "source_format", default="auto", show_default=True,
               type=click.Choice(["auto", "ampkit", "amp", "mem0", "letta", "langgraph"]),
               help="what FILE is: an ampkit NDJSON export or a peer's data (docs/time-travel.md#importers)")
 @click.option("--owner", "owner_id", default=None, help="owner id for peer data that names none (Letta .af)")
 @click.option("--agent", "agent_id", default=None, help="recorded as created_by where the peer data names no author")
-def import_command(file: str, store_url: str, source_format: str, owner_id: Optional[str], agent_id: Optional[str]) -> None:
-    """Import FILE into a store: all of it in one transaction, or nothing. Importing the same
-    file twice changes nothing; problems are reported by line number."""
-    from tqdm import tqdm
-
+def import_command(file: str, store_url: Optional[str], server_url: Optional[str], source_format: str,
+                   owner_id: Optional[str], agent_id: Optional[str]) -> None:
+    """Import FILE into a store, or into a running server's store (--url): all of it in one
+    transaction, or nothing. Importing the same file twice changes nothing; problems are
+    reported by line number. Over --url the file is one request, bounded by the server's
+    max_request_bytes (4 MiB by default); import larger files with --store."""
     from .bootstrap import load_settings, retriever_from_settings
+    from .cli_common import store_url as resolved
+    from .errors import AmpkitError
     from .importers import ImporterError, detect_format, to_export_lines
-    from .errors import MalformedRequest
-    from .portable import ImportConflict, ImportInvalid, import_lines, iter_file
+    from .portable import import_lines, iter_file
 
     open_lines: Callable[[], Iterable[Union[str, bytes]]]
     try:
@@ -495,39 +582,56 @@ def import_command(file: str, store_url: str, source_format: str, owner_id: Opti
         click.echo(f"ampkit: {exc}", err=True)
         sys.exit(1)
     total = sum(1 for _ in open_lines())
-    store = _open_or_exit(store_url)
-    try:
-        with tqdm(total=total, unit="line", desc=f"import ({fmt})", file=sys.stderr) as bar:
+    if server_url is not None:
+        client = _server(server_url, store_url)
+        target = shown(client.url)
+        try:
+            with progress(f"import ({fmt})", "line", total) as bar:
+                def sent() -> Iterator[Union[str, bytes]]:
+                    for line in open_lines():
+                        yield line
+                        bar.update()
+                report = client.import_ndjson(sent())
+        except AmpkitError as exc:
+            _exit_on_api_error(exc, file)
+        finally:
+            client.close()
+    else:
+        url = resolved(store_url)
+        target = shown(url)
+        store = _open_or_exit(url)
+        try:
             settings = load_settings()
-            report = import_lines(store, open_lines, retriever_from_settings(settings), bar.update, limits=settings.limits())
-    except (ImportInvalid, ImportConflict) as exc:
-        for err in exc.details.get("errors", []):
-            click.echo(f"{file}:{err['line']}: {err['error']}", err=True)
-        click.echo(f"ampkit: {exc}", err=True)
-        sys.exit(1)
-    except MalformedRequest as exc:
-        click.echo(f"{file}:{exc.details['line']}: {exc}", err=True)
-        sys.exit(1)
-    finally:
-        store.close()
+            with progress(f"import ({fmt})", "line", total) as bar:
+                report = import_lines(store, open_lines, retriever_from_settings(settings), bar.update,
+                                      limits=settings.limits())
+        except AmpkitError as exc:
+            _exit_on_api_error(exc, file)
+        finally:
+            store.close()
     click.echo(f"imported {report.cells_written} cells and {report.history_written} history entries "
                f"({report.cells_unchanged} cells and {report.history_unchanged} entries already there, unchanged) "
-               f"into {_shown(store_url)}")
+               f"into {target}")
     if report.folders_written + report.folders_unchanged + report.proposals_written + report.proposals_unchanged:
         click.echo(f"and {report.folders_written} folder settings and {report.proposals_written} file proposals "
                    f"({report.folders_unchanged} and {report.proposals_unchanged} already there, unchanged)")
+    if server_url is None and _is_ephemeral(url):
+        click.echo(f"ampkit: warning: {shown(url)} lives in this process only: what was imported is gone now "
+                   "that the command exits; import into sqlite:///PATH or postgresql://... to keep it", err=True)
+
+
+def _is_ephemeral(url: str) -> bool:
+    return url.lower().startswith("memory:") or url.lower() in ("sqlite://", "sqlite:///", "sqlite:///:memory:")
 
 
 @main.command()
-@click.option("--store", "store_url", default=None, help="store URL [default: AMPKIT_STORE or the user data dir]")
+@store_option
 @click.option("--embedder", default=None, help="embedder to use [default: AMPKIT_EMBEDDER]")
 @click.option("--all", "everything", is_flag=True, help="re-embed every cell, not only those from another model")
 @click.option("--batch-size", default=256, show_default=True, help="cells per embedding call and transaction")
 def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool, batch_size: int) -> None:
     """Re-embed a store's cells after an embedding-model change (a running server picks the
     new vectors up)."""
-    from tqdm import tqdm
-
     from .bootstrap import load_settings, retriever_from_settings
     from .embeddings import reindex as reindex_store
     from .store.transfer import everything as every_cell
@@ -540,7 +644,7 @@ def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool,
     store = _store(settings.store_url())
     try:
         total = store.count(every_cell())
-        with tqdm(total=total, unit="cell", desc="reindex", file=sys.stderr) as bar:
+        with progress("reindex", "cell", total) as bar:
             done = reindex_store(store, retriever, batch_size, bar.update, only_stale=not everything)
     finally:
         store.close()
@@ -559,14 +663,12 @@ def reindex(store_url: Optional[str], embedder: Optional[str], everything: bool,
               help="propose: also propose AGENTS.md edits (for `ampkit proposals` to approve)")
 @click.option("--dry-run", is_flag=True, help="decide everything, write nothing")
 @click.option("--json", "as_json", is_flag=True, help="print each session's response as one JSON line")
-@_store_option
+@store_option
 def consolidate(owner_id: str, session_id: Optional[str], agent_id: Optional[str], playbooks: str, files: str,
                 dry_run: bool, as_json: bool, store_url: Optional[str]) -> None:
     """Distil an owner's episodes into facts and playbooks with the configured model
     (AMPKIT_LLM_URL, AMPKIT_LLM_MODEL), printing every decision and its reason. A fact may
     be read by the agents that may read all of its episodes (docs/consolidation.md)."""
-    from tqdm import tqdm
-
     from .bootstrap import build_service, load_settings
     from .consolidation import sessions_of
     from .errors import APIError
@@ -579,6 +681,7 @@ def consolidate(owner_id: str, session_id: Optional[str], agent_id: Optional[str
         click.echo(f"ampkit: {NOT_CONFIGURED_MESSAGE}", err=True)
         sys.exit(EXIT_USAGE)
     agent = agent_id or owner_id
+    check_store(settings.store_url(), create=False)
     try:
         service.store.open()
     except Exception as exc:  # noqa: BLE001 - any failure to open is reported the same way
@@ -590,7 +693,7 @@ def consolidate(owner_id: str, session_id: Optional[str], agent_id: Optional[str
                                        files=files) for s in sessions]
         consolidator_episodes = service.consolidator().episodes
         total = sum(len(consolidator_episodes(agent, r)) for r in requests)
-        with tqdm(total=total, unit="episode", desc="consolidate", file=sys.stderr) as bar:
+        with progress("consolidate", "episode", total) as bar:
             for req in requests:
                 result = service.consolidate(agent, req, progress=bar.update)
                 if as_json:

@@ -15,13 +15,14 @@ from typing import Iterator, Optional
 
 import click
 
-from .errors import APIError
+from .cli_common import OWNER_HELP, check_store, store_option
+from .errors import AccessDenied, APIError
 from .files import FileService
 
 EXIT_INVALID = 1
 
-_store_option = click.option("--store", "store_url", default=None,
-                             help="store URL [default: AMPKIT_STORE or the user data dir]")
+_store_option = store_option
+_owner_option = click.option("--owner", "owner_id", required=True, help=OWNER_HELP)
 _as_option = click.option("--as", "actor", default=None,
                           help="who you are, as history records it [default: human:<your login name>]")
 
@@ -31,19 +32,24 @@ def _actor(actor: Optional[str]) -> str:
 
 
 @contextmanager
-def _files(store_url: Optional[str]) -> Iterator[FileService]:
+def _files(store_url: Optional[str], proposal_id: Optional[str] = None) -> Iterator[FileService]:
+    """The files service on the store; an error ends the command with its message. The command
+    line reads every proposal (it acts as the approver), so one it cannot find does not exist."""
     from .bootstrap import build_service, load_settings
 
-    service = build_service(load_settings(store=store_url))
+    settings = load_settings(store=store_url)
+    check_store(settings.store_url())
+    service = build_service(settings)
     service.store.open()
     try:
         yield service.files
-    except APIError as exc:
-        click.echo(f"ampkit: {exc.code}: {exc.message}", err=True)
-        for e in exc.details.get("errors") or []:
-            if isinstance(e, dict) and "path" in e:
-                click.echo(f"  {e['path']} {e.get('loc', '')}: {e.get('message', '')}", err=True)
+    except AccessDenied as exc:
+        if proposal_id is None:
+            _exit_with(exc)
+        click.echo(f"ampkit: proposal not found: {proposal_id}", err=True)
         sys.exit(EXIT_INVALID)
+    except APIError as exc:
+        _exit_with(exc)
     finally:
         service.store.close()
 
@@ -122,6 +128,20 @@ def folder_files(root: Path) -> tuple[dict[str, str], list[str]]:
     return dict(sorted(texts.items())), sorted(problems)
 
 
+def _exit_with(exc: APIError) -> None:
+    """The error, each listed problem once on a line of its own (the message repeats them all
+    on one line, for API callers that read only the message)."""
+    problems = [e for e in exc.details.get("errors") or [] if isinstance(e, dict) and "path" in e]
+    if problems:
+        click.echo(f"ampkit: {exc.code}: {len(problems)} problem(s), nothing was changed:", err=True)
+        for e in problems:
+            where = f"{e['path']} {e.get('loc', '')}".strip()
+            click.echo(f"  {where}: {e.get('message', '')}", err=True)
+    else:
+        click.echo(f"ampkit: {exc.code}: {exc.message}", err=True)
+    sys.exit(EXIT_INVALID)
+
+
 def _diff(text: str) -> None:
     """A unified diff, coloured when the terminal shows colour (click strips it otherwise)."""
     for line in text.splitlines():
@@ -137,25 +157,33 @@ def register(main: click.Group) -> None:
         """An owner's memory folder: AGENTS.md, skills/, subagents/, tools.json, notes."""
 
     @files.command("ls")
-    @click.option("--owner", "owner_id", required=True)
+    @_owner_option
     @click.option("--glob", default=None, help="only paths matching this glob (`*`, `**`)")
     @_store_option
     def files_ls(owner_id: str, glob: Optional[str], store_url: Optional[str]) -> None:
+        """List the folder's files: path, type, version, size."""
         with _files(store_url) as f:
             for info in f.list(None, owner_id, glob).results:
                 click.echo(f"{info.path}\t{info.type}\tv{info.version}\t{info.size} bytes")
 
     @files.command("read")
     @click.argument("path")
-    @click.option("--owner", "owner_id", required=True)
+    @_owner_option
     @_store_option
     def files_read(path: str, owner_id: str, store_url: Optional[str]) -> None:
+        """Print a file's current text (as stored, byte for byte)."""
         with _files(store_url) as f:
-            click.echo(f.folder(None, owner_id).get(path.lstrip("/"), ""), nl=False)
+            folder = f.folder(None, owner_id)
+        text = folder.get(path.lstrip("/"))
+        if text is None:
+            click.echo(f"ampkit: no file {path.lstrip('/')} in {owner_id}'s folder (`ampkit files ls --owner "
+                       f"{owner_id}` lists them)", err=True)
+            sys.exit(EXIT_INVALID)
+        click.echo(text, nl=False)
 
     @files.command("history")
     @click.argument("path")
-    @click.option("--owner", "owner_id", required=True)
+    @_owner_option
     @_store_option
     def files_history(path: str, owner_id: str, store_url: Optional[str]) -> None:
         """Every version: who wrote it, who approved it, the diff."""
@@ -168,7 +196,7 @@ def register(main: click.Group) -> None:
 
     @files.command("export")
     @click.argument("directory", type=click.Path(file_okay=False))
-    @click.option("--owner", "owner_id", required=True)
+    @_owner_option
     @_store_option
     def files_export(directory: str, owner_id: str, store_url: Optional[str]) -> None:
         """Write the folder as real files (what Deep Agents CLI or Claude Code-style harnesses read).
@@ -189,7 +217,7 @@ def register(main: click.Group) -> None:
 
     @files.command("import")
     @click.argument("directory", type=click.Path(exists=True, file_okay=False))
-    @click.option("--owner", "owner_id", required=True)
+    @_owner_option
     @_as_option
     @_store_option
     def files_import(directory: str, owner_id: str, actor: Optional[str], store_url: Optional[str]) -> None:
@@ -206,7 +234,7 @@ def register(main: click.Group) -> None:
 
     @files.command("mode")
     @click.argument("mode", type=click.Choice(["review", "yolo"]), required=False)
-    @click.option("--owner", "owner_id", required=True)
+    @_owner_option
     @_as_option
     @_store_option
     def files_mode(mode: Optional[str], owner_id: str, actor: Optional[str], store_url: Optional[str]) -> None:
@@ -223,11 +251,12 @@ def register(main: click.Group) -> None:
         """Proposed changes to memory files, awaiting a person's decision."""
 
     @proposals.command("list")
-    @click.option("--owner", "owner_id", default=None)
+    @click.option("--owner", "owner_id", default=None, help="only proposals for this owner's folder [default: every owner]")
     @click.option("--status", type=click.Choice(["pending", "approved", "rejected"]), default="pending",
-                  show_default=True)
+                  show_default=True, help="which proposals: those awaiting a decision, or those decided")
     @_store_option
     def proposals_list(owner_id: Optional[str], status: str, store_url: Optional[str]) -> None:
+        """List proposals, one a line: id, owner, action and path, who proposed it, why."""
         with _files(store_url) as f:
             for p in f.proposals(None, owner_id, status).results:
                 click.echo(f"{p.id}\t{p.owner_id}\t{p.action} {p.path}\tby {p.proposed_by}\t{p.reason or ''}")
@@ -236,7 +265,8 @@ def register(main: click.Group) -> None:
     @click.argument("proposal_id")
     @_store_option
     def proposals_show(proposal_id: str, store_url: Optional[str]) -> None:
-        with _files(store_url) as f:
+        """Show one proposal: what it changes, who proposed it and why, and the diff."""
+        with _files(store_url, proposal_id) as f:
             p = f.proposal(None, proposal_id)
         click.echo(click.style(f"{p.id}: {p.action} {p.path} in {p.owner_id}'s folder, by {p.proposed_by} "
                                f"({p.status})", bold=True))
@@ -248,15 +278,17 @@ def register(main: click.Group) -> None:
     @click.argument("proposal_id")
     @click.option("--content-file", type=click.Path(exists=True, dir_okay=False), default=None,
                   help="edit, then approve: write this file's text instead")
-    @click.option("--message", "-m", default=None)
+    @click.option("--message", "-m", default=None, help="a note on the decision, told to the agent that proposed it")
     @_as_option
     @_store_option
     def proposals_approve(proposal_id: str, content_file: Optional[str], message: Optional[str],
                           actor: Optional[str], store_url: Optional[str]) -> None:
+        """Apply a pending proposal (or, with --content-file, your edited text) as the file's
+        next version, recorded as written by the proposer and approved by you."""
         from .files import ApproveRequest
 
         content = Path(content_file).read_bytes().decode("utf-8") if content_file else None
-        with _files(store_url) as f:
+        with _files(store_url, proposal_id) as f:
             p = f.approve(_actor(actor), proposal_id, ApproveRequest(content=content, message=message),
                           may_approve=True)
         click.echo(f"approved {p.id}: {p.path} is now at version {p.result_version}")
@@ -268,8 +300,9 @@ def register(main: click.Group) -> None:
     @_store_option
     def proposals_reject(proposal_id: str, message: Optional[str], actor: Optional[str],
                          store_url: Optional[str]) -> None:
+        """Decline a pending proposal; the file stays as it is."""
         from .files import RejectRequest
 
-        with _files(store_url) as f:
+        with _files(store_url, proposal_id) as f:
             p = f.reject(_actor(actor), proposal_id, RejectRequest(message=message), may_approve=True)
         click.echo(f"rejected {p.id}; {p.path} is unchanged")

@@ -160,11 +160,33 @@ def from_mem0(data: Any, *, owner_id: Optional[str] = None, agent_id: Optional[s
 
 
 # ------------------------------------------------------------------ Letta
+LETTA_SUPPORTED = ("supported: the agent files of Letta 0.6.x (one agent, blocks in a top-level \"core_memory\" "
+                   "list) and of later versions (top-level \"agents\" and \"blocks\" lists)")
+
+
+def _letta_single_agent(agent: dict[str, Any]) -> dict[str, Any]:
+    """An older (Letta 0.6.x) agent file, one agent whose blocks are inline in `core_memory`,
+    in the shape of the newer files (`agents` naming their `block_ids`, `blocks`), so that both
+    map the same way."""
+    name = agent.get("name") or agent.get("id") or "letta-agent"
+    blocks = []
+    for i, block in enumerate(agent["core_memory"]):
+        if not isinstance(block, dict):
+            raise ImporterError(f"letta: core_memory[{i}] is not a block object; {LETTA_SUPPORTED}")
+        blocks.append({**block, "id": str(block.get("id") or f"{name}/core_memory/{i}"),
+                       "metadata": block.get("metadata") or block.get("metadata_")})
+    return {"created_at": agent.get("updated_at") or agent.get("created_at"), "blocks": blocks,
+            "agents": [{"name": name, "id": agent.get("id"), "block_ids": [b["id"] for b in blocks],
+                        "passages": agent.get("passages") or []}]}
+
+
 def from_letta(data: Any, *, owner_id: Optional[str] = None, agent_id: Optional[str] = None) -> list[str]:
     """A Letta agent file (`.af`): its core-memory blocks, and archival passages where the
     file carries them (`passages` at the top level or in an agent)."""
+    if isinstance(data, dict) and isinstance(data.get("core_memory"), list) and "agents" not in data:
+        data = _letta_single_agent(data)
     if not isinstance(data, dict) or not isinstance(data.get("agents"), list):
-        raise ImporterError("letta: expected an agent file with an \"agents\" list")
+        raise ImporterError(f"letta: not an agent file this importer reads; {LETTA_SUPPORTED}")
     exported = _time(data.get("created_at"), datetime.now(timezone.utc))
     blocks = {str(b.get("id")): b for b in data.get("blocks", []) if isinstance(b, dict)}
     users: dict[str, list[str]] = {}  # block id -> names of the agents that attach it
@@ -317,7 +339,7 @@ def detect_format(path: str) -> str:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except ValueError as exc:
         raise ImporterError(f"{path}: not JSON ({exc}); name the format with --from") from None
-    if isinstance(data, dict) and "agents" in data:
+    if isinstance(data, dict) and ("agents" in data or isinstance(data.get("core_memory"), list)):
         return "letta"
     items = data.get("results", data.get("items", data.get("cells"))) if isinstance(data, dict) else data
     sample = items[0] if isinstance(items, list) and items else items

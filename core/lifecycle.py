@@ -79,6 +79,15 @@ def check_patch_transition(current: str, requested: str) -> None:
     )
 
 
+def check_restore_transition(current: str) -> None:
+    """Restore (extension `restore`) brings an archived cell back to active, and nothing else."""
+    if current != Status.archived.value:
+        raise InvalidTransition(
+            f"restore brings an archived cell back to active; this one is {current}",
+            {"from": current, "to": Status.active.value},
+        )
+
+
 def check_delete_transition(current: str) -> None:
     if current != Status.archived.value:
         raise InvalidTransition(

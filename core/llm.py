@@ -110,19 +110,26 @@ class ChatModel:
             return schema.model_validate_json(json_text(content))
         except ValidationError as first:
             problems = _problems(first)
+            ask = ("Your answer is not a JSON object" if _not_json(first) else
+                   f"Your answer is not valid for the required JSON shape: {problems}")
         messages += [
             {"role": "assistant", "content": content},
-            {"role": "user", "content": "Your answer is not valid for the required JSON shape: "
-             f"{problems}. Answer again with only the corrected JSON object."},
+            {"role": "user", "content": f"{ask}. Answer again with only the corrected JSON object."},
         ]
         repaired = self._chat(messages)
         try:
             return schema.model_validate_json(json_text(repaired))
         except ValidationError as second:
             raise ModelError(
+                "the model's answer is not JSON, twice" if _not_json(second) else
                 "the model answered JSON that does not fit the expected shape, twice",
                 {"model": self.config.model, "errors": _problems(second), "answer": repaired[:500]},
             ) from None
+
+
+def _not_json(exc: ValidationError) -> bool:
+    """Whether the answer failed as JSON (unparseable text), not as the schema's shape."""
+    return any(e.get("type") == "json_invalid" for e in exc.errors())
 
 
 def _problems(exc: ValidationError) -> str:

@@ -42,6 +42,7 @@ from .lifecycle import (
     decay_score,
     check_delete_transition,
     check_patch_transition,
+    check_restore_transition,
     is_expired,
     purge_eligible,
     scheduled_status,
@@ -726,6 +727,36 @@ class MemoryService:
             tx.add_history(HistoryRecord(cell_id, now, agent, action, diff))
         return updated if may_read and can_read(updated, agent) else None
 
+    def restore(self, agent: str, cell_id: str, *, expected_version: Optional[int] = None,
+                may_read: bool = True) -> Optional[MemoryCell]:
+        """Bring an archived cell back to active (extension `restore`: the way back from an
+        archive, which PATCH may not take), under the write rule; history action `status` with
+        reason `restored`. Refused for a memory file (the files API owns a file's existence),
+        for a cell past its `expires_at` (the lifecycle would archive it again), and, as a
+        create is, when a live cell now holds its key. Returns None like `update` when the
+        caller may write but not read the cell."""
+        now = self.clock()
+        with self.store.write() as tx:
+            cell = self._writable(tx.get(cell_id), agent)
+            self._not_a_file(cell, "restore")
+            if expected_version is not None and expected_version != cell.lifecycle.version:
+                raise Conflict(
+                    f"cell is at version {cell.lifecycle.version}, not {expected_version}",
+                    {"current_version": cell.lifecycle.version},
+                )
+            check_restore_transition(cell.lifecycle.status)
+            if is_expired(cell, now):
+                raise InvalidTransition("this cell is past its expires_at: restored, it would be archived again",
+                                        {"from": cell.lifecycle.status, "to": Status.active.value})
+            if cell.identity.key is not None and cell.lifecycle.superseded_by is None:
+                self._claim_key(tx, cell, agent, now)
+            updated = self._with_status(cell, Status.active.value, now)
+            tx.update(updated)
+            tx.add_history(HistoryRecord(cell_id, now, agent, "status",
+                                         {"lifecycle.status": [cell.lifecycle.status, updated.lifecycle.status],
+                                          "reason": "restored"}))
+        return updated if may_read and can_read(updated, agent) else None
+
     def record_outcome(self, agent: str, cell_id: str, success: bool, note: Optional[str] = None) -> Optional[MemoryCell]:
         """One run of a playbook, under the write rule. Returns the cell, or None when the
         caller may write but not read it (as PATCH does)."""
@@ -1076,6 +1107,7 @@ EXTENSIONS = [
     "list_cursor",
     "as_of_reads",
     "rollback",
+    "restore",
     "ndjson_export",
     "cell_keys",
     "dedup_on_write",

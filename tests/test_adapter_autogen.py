@@ -65,13 +65,30 @@ async def test_query_json_content_and_clear_only_own_cells(backend):
     await memory.add(MemoryContent(content={"drink": "tea", "who": "Ada"}, mime_type=MemoryMimeType.JSON))
     backend.connect(user).remember("user's own tea note", owner_id=user)
     found = await memory.query("tea")  # the user's note is not shared with this agent
-    assert [json.loads(r.content) for r in found.results] == [{"drink": "tea", "who": "Ada"}]
+    assert [r.content for r in found.results] == [{"drink": "tea", "who": "Ada"}]
 
     colleague = AmpkitAutoGenMemory(backend.connect(unique("ag-agent")), owner_id=user, name="notes",
                              sharing=Sharing(readable_by=["ag-*"], writable_by=["ag-*"]))
     await colleague.add(MemoryContent(content="colleague's tea note", mime_type="text/plain"))
     await memory.clear()  # same name, and it may write the colleague's cell: still only its own goes
     assert sorted(backend.texts(user)) == ["colleague's tea note", "user's own tea note"]
+    await memory.close()
+
+
+async def test_content_comes_back_with_its_mime_type_and_metadata(backend):
+    user = unique("user")
+    memory = AmpkitAutoGenMemory(backend.connect(unique("ag-agent")), owner_id=user)
+    added = [MemoryContent(content={"drink": "tea", "sugar": 0}, mime_type=MemoryMimeType.JSON, metadata={"topic": "a"}),
+             MemoryContent(content="# tea\n- green", mime_type=MemoryMimeType.MARKDOWN),
+             MemoryContent(content="plain tea note", mime_type=MemoryMimeType.TEXT)]
+    for content in added:
+        await memory.add(content)
+    found = {json.dumps(r.content, sort_keys=True): r for r in (await memory.query("tea")).results}
+    for content in added:
+        hit = found[json.dumps(content.content, sort_keys=True)]
+        assert (hit.content, hit.mime_type) == (content.content, content.mime_type)
+        assert {k: hit.metadata[k] for k in content.metadata or {}} == (content.metadata or {})
+    assert "autogen_mime_type" not in found['"plain tea note"'].metadata
     await memory.close()
 
 

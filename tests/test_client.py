@@ -122,6 +122,38 @@ def owner():
 
 
 # ---------------------------------------------------------------- behaviour, per backend
+def test_restore_brings_an_archived_cell_back(mem, owner):
+    cell = mem.remember("the spare key is under the mat", owner_id=owner, key="spare-key")
+    archived = mem.update(cell.id, status="archived")
+    with pytest.raises(InvalidTransition):
+        mem.update(cell.id, status="active")  # PATCH may not leave archived (spec section 7.2)
+    with pytest.raises(Conflict):
+        mem.restore(cell.id, expected_version=archived.lifecycle.version - 1)
+    restored = mem.restore(cell.id, expected_version=archived.lifecycle.version)
+    assert restored.lifecycle.status == "active" and restored.lifecycle.version == archived.lifecycle.version + 1
+    assert mem.history(cell.id)[-1].changes == {"lifecycle.status": ["archived", "active"], "reason": "restored"}
+    with pytest.raises(InvalidTransition):
+        mem.restore(cell.id)  # only an archived cell
+    mem.update(cell.id, status="archived")
+    mem.remember("the spare key is with the neighbour", owner_id=owner, key="spare-key")
+    with pytest.raises(Conflict):  # a live cell holds its key now, as a create would be refused
+        mem.restore(cell.id)
+    with pytest.raises(AccessDenied):
+        mem.restore(MISSING_ID)
+
+
+def test_write_file_takes_the_access_policy_by_its_wire_name(connect_as, owner):
+    writer, reader = connect_as(owner), connect_as("reader-" + owner)
+    proposed = writer.write_file("notes/shared.md", "# shared\n", owner_id=owner,
+                                 access_policy={"readable_by": ["reader-*"]})
+    connect_as("human:ann").approve_proposal(proposed.proposal_id)
+    assert reader.read_file("notes/shared.md", owner_id=owner).content == "# shared\n"
+    with pytest.raises(TypeError, match="not both"):
+        writer.write_file("notes/other.md", "x\n", owner_id=owner, access_policy={"public": True}, public=True)
+    with pytest.raises(ValidationFailed):  # the server checks the policy, in the error envelope
+        writer.write_file("notes/other.md", "x\n", owner_id=owner, access_policy={"readable": ["x"]})
+
+
 
 
 def test_remember_maps_flat_fields_into_the_cell(mem, owner):
@@ -581,6 +613,7 @@ def test_connection_failure_raises_transport_error_not_httpx():
             client.health()
     assert not isinstance(info.value, httpx.HTTPError)
     assert isinstance(info.value.__cause__, httpx.ConnectError)
+    assert f"GET {url}/health" in str(info.value)  # which server could not be reached
 
 
 def test_base_url_without_prefix_means_amp_v1(client_server):
@@ -662,3 +695,16 @@ def test_in_process_async_creates_wait_for_their_group_without_a_thread_each(tmp
     assert {name for _, name in ran} == {"ampkit-group-commit_0"}
     assert [c.content.text for c in batch] == ["batch 0", "batch 1", "batch 2"]
     assert {c.content.text for c in listed} == {"the taken name", *(f"fact {i}" for i in range(15)), "batch 0", "batch 1", "batch 2"}
+
+
+def test_ndjson_export_and_import_in_process(tmp_path):
+    source, target = f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"
+    with ampkit.connect(source, agent_id="ann") as mem:
+        mem.remember_many([{"text": f"note {i}", "owner_id": "ann"} for i in range(5)])
+        lines = list(mem.export_ndjson())
+        assert sum('"kind":"cell"' in line for line in lines) == 5 and lines[-1] == '{"kind":"end"}\n'
+        assert list(mem.export_ndjson(cursor=lines[2].split('"cursor":"')[1].split('"')[0])) == lines[3:]
+    with ampkit.connect(target, agent_id="ops") as other:
+        assert other.import_ndjson(lines).cells_written == 5
+        assert other.import_ndjson(line.rstrip("\n") for line in lines).cells_written == 0  # idempotent
+        assert list(other.export_ndjson()) == lines

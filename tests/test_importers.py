@@ -107,6 +107,35 @@ def test_letta_agent_file(tmp_path):
     store.close()
 
 
+def test_letta_06_agent_file_maps_core_memory_like_blocks(tmp_path):
+    sample = json.loads((SAMPLES / "letta_06_agent.af").read_text())
+    assert detect_format(str(SAMPLES / "letta_06_agent.af")) == "letta"
+    cells, store = imported(tmp_path, "letta_06_agent.af", "letta")
+    by_label = {c.content.metadata["letta"]["label"]: c for c in cells}
+    assert sorted(by_label) == ["human", "persona"]  # the empty block holds no memory
+    for block in sample["core_memory"][:2]:
+        cell = by_label[block["label"]]
+        meta = cell.content.metadata["letta"]
+        assert cell.content.text == block["value"] and meta["limit"] == block["limit"]
+        assert meta["description"] == block["description"] and meta.get("metadata", {}) == block["metadata_"]
+        assert cell.identity.owner_id == "sam-support" and cell.identity.owner_type == "agent"
+        assert cell.provenance.source_ref == f"letta:sam-support/{block['label']}"
+        assert same_instant(cell.lifecycle.created_at, sample["updated_at"] + "+00:00")
+    assert by_label["persona"].type == "procedural" and by_label["human"].type == "semantic"
+    store.close()
+    done = ampkit("import", str(SAMPLES / "letta_06_agent.af"), "--store", f"sqlite:///{tmp_path}/m.db")
+    assert done.returncode == 0 and "imported 2 cells" in done.stdout, done.stderr
+
+
+def test_an_unknown_letta_shape_names_the_supported_versions(tmp_path):
+    odd = tmp_path / "odd.af"
+    odd.write_text(json.dumps({"agent": {"name": "x", "memory": {"blocks": []}}}))
+    with pytest.raises(ImporterError, match=r"0\.6\.x.*core_memory.*later versions.*agents.*blocks"):
+        to_export_lines("letta", str(odd))
+    refused = ampkit("import", str(odd), "--store", f"sqlite:///{tmp_path}/m.db")
+    assert refused.returncode == 1 and "supported: the agent files of Letta 0.6.x" in refused.stderr
+
+
 def test_langgraph_store_items_from_the_real_library(tmp_path):
     from langgraph.store.memory import InMemoryStore
 

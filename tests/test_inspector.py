@@ -207,7 +207,7 @@ def test_edit_archive_supersede_and_forget_go_through_the_service(world):
     assert stale.status_code == 409 and "lost update?" in stale.text
     # Bad input: 422 with the typed text kept.
     bad = alice.post(f"/ui/cells/{cell.id}/edit", {**form, "metadata": "[1, 2", "version": "2"})
-    assert bad.status_code == 422 and "metadata must be a JSON object" in bad.text and "9921" in bad.text
+    assert bad.status_code == 422 and 'id="e-metadata-err"><li>not JSON: ' in bad.text and "9921" in bad.text
     bad = alice.post(f"/ui/cells/{cell.id}/edit", {**form, "importance": "7", "version": "2"})
     assert bad.status_code == 422
     # Supersede: a new cell replacing this one.
@@ -326,7 +326,59 @@ def test_the_inspector_can_be_switched_off(store_url):
 
 
 def test_text_diff_marks_words():
-    assert text_diff("a b c", "a x c") == [("same", "a"), ("del", "b"), ("ins", "x"), ("same", "c")]
+    assert text_diff("a b c", "a x c") == [("same", "a "), ("del", "b"), ("ins", "x"), ("same", " c")]
+    # Words, not characters or space-separated chunks: "tea," is "tea" and a comma.
+    assert text_diff("green tea", "green tea, no sugar") == [("same", "green tea"), ("ins", ", no sugar")]
+    old, new = "Ada prefers tea (green).", "Ada prefers coffee (black), mornings."
+    ops = text_diff(old, new)
+    assert "".join(t for op, t in ops if op != "ins") == old and "".join(t for op, t in ops if op != "del") == new
+    assert ("del", "tea") in ops and ("ins", "coffee") in ops
+
+
+def test_every_form_problem_is_shown_in_words_next_to_its_field(world):
+    alice, service, cell = world["alice"], world["service"], world["cells"]["private"]
+    alice.sign_in(world["keys"]["alice"])
+    form = {"text": "  ", "metadata": '["a"]', "importance": "lots", "confidence": "7",
+            "readable_by": "bob\n", "writable_by": "", "version": "1"}
+    bad = alice.post(f"/ui/cells/{cell.id}/edit", form)
+    assert bad.status_code == 422
+    page = bad.text
+    assert "4 problems in the form; nothing was saved" in page
+    for field in ("text", "metadata", "importance", "confidence"):
+        assert f'id="e-{field}-err"' in page and f'aria-describedby="e-{field}-err"' in page, field
+    assert "text must contain a non-whitespace character" in page
+    assert "must be a JSON object, like" in page and "not a list" in page
+    assert "&#39;lots&#39; is not a number" in page
+    assert "less than or equal to 1" in page
+    assert "{&#34;param&#34;" not in page and '{"param"' not in page  # no raw JSON
+    assert service.store.get(cell.id).lifecycle.version == 1  # nothing saved
+    filtered = alice.get("/ui/cells?metadata=nope")
+    assert filtered.status_code == 422 and 'id="f-metadata-err"' in filtered.text and "not JSON" in filtered.text
+
+
+def test_decay_sentence_agrees_with_the_numbers():
+    from datetime import datetime, timedelta, timezone
+
+    from ampkit.inspector.charts import decay_sentence
+    from ampkit.models import MemoryCell
+
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+    def cell(importance: float, confidence: float, rate: float, days: float) -> MemoryCell:
+        return MemoryCell.model_validate({
+            "id": "mem_" + "1" * 26, "type": "semantic", "content": {"text": "x"},
+            "identity": {"owner_id": "a"}, "scoring": {"importance": importance, "confidence": confidence,
+                                                       "decay_rate": rate},
+            "lifecycle": {"created_at": (now - timedelta(days=days)).isoformat()}})
+
+    at = decay_sentence(cell(0.6, 0.5, 0.01, 0), now, 0.3)  # starts exactly at the threshold
+    assert "now 0.300, at the stale threshold 0.3" in at and "exactly the threshold" in at and "starts below" not in at
+    just_below = decay_sentence(cell(0.6, 0.5, 0.01, 0.1), now, 0.3)
+    assert "now 0.2997, below the stale threshold 0.3" in just_below  # not "0.300 ... below"
+    low = decay_sentence(cell(0.5, 0.5, 0.01, 0), now, 0.3)
+    assert "below the stale threshold" in low and "only 0.250" in low
+    assert "in 69 days" in decay_sentence(cell(1.0, 1.0, 0.0175, 0), now, 0.3)
+    assert "never goes stale" in decay_sentence(cell(1.0, 1.0, 0.0, 0), now, 0.3)
 
 
 # ---------------------------------------------------------------- memory files and approvals
@@ -395,3 +447,67 @@ def test_the_proposing_agent_cannot_approve_its_own_change(store_url):
         r = ui.post(f"/ui/proposals/{proposed.proposal_id}/approve", {"content": "hi\n"})
         assert r.status_code == 403 and "cannot decide" in r.text
         assert service.files.proposal("ada", proposed.proposal_id).status == "pending"
+
+
+def test_memory_files_are_shown_as_files_and_edits_named_edits(world):
+    from ampkit.files import ApprovalMode, FileEdit, FileWrite
+
+    alice, service = world["alice"], world["service"]
+    files = service.files
+    files.set_approval_mode("alice", ApprovalMode(owner_id="alice", approval_mode="yolo"))
+    files.write("helper", FileWrite(owner_id="alice", path="skills/tea/SKILL.md",
+                                    content="---\nname: tea\ndescription: brew green tea for alice\n---\nSteep 2 min.\n"))
+    files.set_approval_mode("alice", ApprovalMode(owner_id="alice", approval_mode="review"))
+    edit = files.edit("helper", FileEdit(owner_id="alice", path="skills/tea/SKILL.md", old="2 min", new="3 min"))
+    alice.sign_in(world["keys"]["alice"])
+    listed = alice.get("/ui/cells?owner=alice").text
+    link = '<a href="/ui/files/view?owner=alice&amp;path=skills%2Ftea%2FSKILL.md"><code>skills/tea/SKILL.md</code></a>'
+    assert link in listed and "---\nname: tea" not in listed and "name: tea" not in listed
+    found = alice.get("/ui/search?q=brew+green+tea&owner=alice").text
+    assert link in found and "description: brew" not in found
+    queue = alice.get("/ui/proposals").text
+    assert f'<a href="/ui/proposals/{edit.proposal_id}">alice: skills/tea/SKILL.md</a></td>\n    <td>edit' in queue
+    assert "<h1>Edit <code>skills/tea/SKILL.md</code></h1>" in alice.get(f"/ui/proposals/{edit.proposal_id}").text
+
+
+def test_an_admin_key_gets_the_operator_view_and_others_do_not(world):
+    alice, bob, service = world["alice"], world["bob"], world["service"]
+    admin = create_key(service.store, "ops", "read,admin").token
+    alice.sign_in(admin)
+    owners = alice.get("/ui/owners").text
+    assert "Acting as an administrator" in owners
+    for owner in ("alice", "alice-notes", "bob"):
+        assert f">{owner}</a></th>" in owners, owner
+    cells = alice.get("/ui/cells").text
+    assert "4 cells match." in cells and "vault code" in cells and "oak furniture" in cells
+    private = world["cells"]["private"]
+    page = alice.get(f"/ui/cells/{private.id}")
+    assert page.status_code == 200 and "vault code is 4812" in page.text and "Acting as an administrator" in page.text
+    assert f"/cells/{private.id}/edit" not in page.text  # read-only: ops may not write alice's cells
+    assert service.store.get(private.id).scoring.access_count == 0
+    assert alice.post(f"/ui/cells/{private.id}/archive", {"version": "1"}).status_code == 403
+    # bob (no admin scope) still sees only what he may read
+    bob.sign_in(world["keys"]["bob"])
+    assert "Acting as an administrator" not in bob.get("/ui/owners").text
+    assert bob.get(f"/ui/cells/{private.id}").status_code == 403
+    assert "vault code" not in bob.get("/ui/cells?status=active&status=archived").text
+
+
+def test_an_archived_cell_is_restored_through_the_service(world):
+    alice, service, cell = world["alice"], world["service"], world["cells"]["private2"]
+    alice.sign_in(world["keys"]["alice"])
+    assert alice.post(f"/ui/cells/{cell.id}/archive", {"version": "1"}).status_code == 303
+    page = alice.get(f"/ui/cells/{cell.id}").text
+    assert f'action="/ui/cells/{cell.id}/restore"' in page and "/archive" not in page
+    stale = alice.post(f"/ui/cells/{cell.id}/restore", {"version": "1"})
+    assert stale.status_code == 409 and service.store.get(cell.id).lifecycle.status == "archived"
+    r = alice.post(f"/ui/cells/{cell.id}/restore", {"version": "2"})
+    assert r.status_code == 303 and r.headers["location"].endswith("?done=restored")
+    assert service.store.get(cell.id).lifecycle.status == "active"
+    assert [(e.action, e.actor) for e in service.store.history(cell.id)][-1] == ("status", "alice")
+    bob = world["bob"]
+    bob.sign_in(world["keys"]["bob"])
+    service.update("alice", cell.id, __import__("ampkit.models", fromlist=["CellPatch"]).CellPatch.model_validate(
+        {"lifecycle": {"status": "archived"}}))
+    assert bob.post(f"/ui/cells/{cell.id}/restore", {"version": "3"}).status_code == 403  # not bob's to write
+    assert service.store.get(cell.id).lifecycle.status == "archived"

@@ -3,9 +3,13 @@ through `executable_path`, no browser download) against the app as `ampkit serve
 it (over real HTTP, in this process: `support.AppServer`) with two API keys.
 
 One walk through the pages as a person would: sign in, find a memory by search, open it, read
-its history, archive it, approve a pending edit of a memory file; a second key sees none of the first key's private cells on any page;
-keyboard focus and a phone-sized screen; no console error anywhere. A screenshot of each page
-goes to SCREENSHOTS (`.tmp/inspector-screenshots/`, replaced on every run).
+its history, make mistakes in the edit form (every problem shown next to its field), archive
+it and restore it, approve a pending edit of a memory file; a key with the admin scope gets the
+operator view (every owner, any cell, a banner on every page); a second key sees none of the
+first key's private cells on any page; keyboard focus and a phone-sized screen; no console
+error anywhere. A screenshot of each page goes to SCREENSHOTS (`.tmp/inspector-screenshots/`,
+replaced on every run); the three docs/inspector.md shows are copied into docs/img/ when
+UPDATE_DOC_IMAGES=1 is set (so an ordinary run leaves the checked-in pictures alone).
 
 `make test` installs chromium first (`make browser`). Without chromium or Playwright the test
 is skipped on a developer machine and FAILS under CI (CI set), so a CI that lost its browser
@@ -27,6 +31,13 @@ from ampkit.store import store_from_url
 from support import TLS, ROOT, AppServer
 
 SCREENSHOTS = ROOT / ".tmp" / "inspector-screenshots"
+DOC_IMAGES = ROOT / "docs" / "img"  # the pictures docs/inspector.md shows
+
+
+def _doc_image(shot: Path, name: str) -> None:
+    """Copy a screenshot the docs show into docs/img/, when asked (UPDATE_DOC_IMAGES=1)."""
+    if os.environ.get("UPDATE_DOC_IMAGES") == "1":
+        shutil.copy(shot, DOC_IMAGES / name)
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
@@ -66,6 +77,7 @@ def served(tmp_path_factory) -> Iterator[dict[str, Any]]:
     try:
         keys = {name: create_key(store, name, "read,write").token for name in ("alice", "bob", "helper")}
         keys["human:ann"] = create_key(store, "human:ann", "read,approve").token
+        keys["ops"] = create_key(store, "ops", "read,admin").token
     finally:
         store.close()
     with AppServer(url, args=["--auth"], log_path=tmp / "server.log") as server:
@@ -181,14 +193,32 @@ def test_a_person_finds_reads_and_archives_a_memory(chromium, served, shots):
         hit.click()
         page.wait_for_url(re.compile(rf".*/ui/cells/{cells['passport']}$"))
         history = page.locator("section", has=page.get_by_role("heading", name="History"))
-        assert history.locator("del").filter(has_text="P-77821,").count() == 1
-        assert history.locator("ins").filter(has_text="P-90113,").count() == 1
+        # Words, not characters: "P-77821," is a word, a dash, a number and a comma; the number changed.
+        assert history.locator("dd.words del").all_inner_texts() == ["77821"]
+        assert history.locator("dd.words ins").all_inner_texts() == ["90113"]
         assert page.locator("svg.chart.decay").count() == 1
         page.screenshot(path=str(shots / "04-cell.png"), full_page=True)
 
         page.get_by_role("link", name="Edit").click()
         assert page.get_by_label("Text").input_value().startswith("Alice's passport number is P-90113")
         page.screenshot(path=str(shots / "05-edit.png"), full_page=True)
+        # Three mistakes at once: each is named, in words, next to its field; what was typed stays.
+        page.get_by_label("Metadata (JSON object)").fill('{"topic": "travel",')
+        page.get_by_label("Importance (0–1)").fill("very")
+        page.get_by_label("Confidence (0–1)").fill("1.5")
+        page.get_by_role("button", name="Save").click()
+        alice.refused.add(page.url)  # the form again, answered 422 on purpose
+        assert page.get_by_role("alert").filter(has_text="3 problems in the form; nothing was saved").count() == 1
+        for label, words in (("Metadata (JSON object)", "not JSON"), ("Importance (0–1)", "'very' is not a number"),
+                             ("Confidence (0–1)", "less than or equal to 1")):
+            field = page.get_by_label(label)
+            assert field.get_attribute("aria-invalid") == "true", label
+            described = page.locator(f"#{field.get_attribute('aria-describedby')}")
+            assert words in described.inner_text(), (label, described.inner_text())
+        assert page.get_by_label("Importance (0–1)").input_value() == "very"
+        assert "{&#34;" not in page.content() and '{"param"' not in page.content()
+        page.locator("form.card").screenshot(path=str(shots / "05b-edit-errors.png"))
+        _doc_image(shots / "05b-edit-errors.png", "inspector-form-errors.png")
         page.get_by_role("link", name="Cancel").click()
 
         # Archive it: the same PATCH the API runs.
@@ -199,6 +229,19 @@ def test_a_person_finds_reads_and_archives_a_memory(chromium, served, shots):
                       headers={"Authorization": f"Bearer {served['keys']['alice']}"}, verify=TLS)
         assert r.json()["lifecycle"]["status"] == "archived"
         page.screenshot(path=str(shots / "06-archived.png"), full_page=True)
+        # Restore it: archived is not the end; the same service call as POST /memories/{id}/restore.
+        page.get_by_role("button", name="Restore").click()
+        page.wait_for_url(re.compile(r".*\?done=restored$"))
+        assert page.get_by_role("status").filter(has_text="Restored").count() == 1
+        r = httpx.get(f"{served['api']}/memories/{cells['passport']}",
+                      headers={"Authorization": f"Bearer {served['keys']['alice']}"}, verify=TLS)
+        assert r.json()["lifecycle"]["status"] == "active"
+        history = page.locator("section", has=page.get_by_role("heading", name="History"))
+        assert history.get_by_text("reason: restored").count() == 1
+        page.set_viewport_size({"width": 1100, "height": 560})
+        page.screenshot(path=str(shots / "06b-restored.png"))
+        _doc_image(shots / "06b-restored.png", "inspector-restore.png")
+        page.set_viewport_size({"width": 1280, "height": 860})
 
         page.goto(f"{base}/ui/cells?owner=alice&status=active&status=archived")
         assert page.get_by_role("link", name=re.compile("aisle seat")).count() == 1
@@ -272,3 +315,28 @@ def test_a_second_key_sees_none_of_the_first_keys_private_cells(chromium, served
         assert bob.errors() == []
     finally:
         bob.close()
+
+
+def test_an_admin_key_gets_the_operator_view(chromium, served, shots):
+    base, cells = served["base"], served["cells"]
+    ops = Watched(chromium, viewport={"width": 1100, "height": 640})
+    page = ops.page
+    try:
+        _sign_in(page, base, served["keys"]["ops"])
+        banner = page.get_by_role("note").filter(has_text="Acting as an administrator")
+        assert banner.count() == 1
+        for owner in ("alice", "bob"):  # every owner, though ops wrote none of it
+            assert page.get_by_role("rowheader", name=owner).count() == 1, owner
+        page.screenshot(path=str(shots / "16-operator-owners.png"))
+        _doc_image(shots / "16-operator-owners.png", "inspector-operator.png")
+        page.get_by_role("link", name="alice", exact=True).click()
+        assert page.get_by_role("link", name=re.compile("water the ferns")).count() == 1  # alice's private cell
+        assert page.get_by_role("note").filter(has_text="Acting as an administrator").count() == 1
+        page.get_by_role("link", name=re.compile("water the ferns")).click()
+        page.wait_for_url(re.compile(rf".*/ui/cells/{cells['diary']}$"))
+        assert page.get_by_role("note").filter(has_text="Acting as an administrator").count() == 1
+        assert page.get_by_role("button", name="Archive").count() == 0  # read-only: ops may not write it
+        page.screenshot(path=str(shots / "17-operator-cell.png"), full_page=True)
+        assert ops.errors() == []
+    finally:
+        ops.close()

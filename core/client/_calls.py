@@ -212,6 +212,13 @@ def rollback(cell_id: str, to_version: int, *, expected_version: Optional[int] =
                 path_params=_cell(cell_id), resend=expected_version is not None)
 
 
+def restore(cell_id: str, *, expected_version: Optional[int] = None) -> Call[Optional[MemoryCell]]:
+    """An archived cell back to active; conditional (and resendable) with `expected_version`."""
+    headers = {} if expected_version is None else {"If-Match": str(expected_version)}
+    return call("restore_memory", _decode_optional_cell, headers=headers, path_params=_cell(cell_id),
+                resend=expected_version is not None)
+
+
 def _decode_optional_cell(body: Any) -> Optional[MemoryCell]:
     return None if body is None else MemoryCell.model_validate(body, context=STORED)
 

@@ -35,6 +35,7 @@ from ..files.models import (
     GrepResponse,
     Proposal,
 )
+from ..portable import ImportReport
 from . import _calls as calls
 from . import _file_calls as fcalls
 from ._calls import Call, SearchResult
@@ -42,6 +43,11 @@ from ._config import ClientConfig, resolve
 from ._http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, AsyncHTTPTransport, HTTPTransport, TimeoutTypes
 
 CellItem = Union[Mapping[str, Any], CellCreate]
+
+
+def _line_bytes(line: Union[str, bytes]) -> bytes:
+    data = line.encode("utf-8") if isinstance(line, str) else line
+    return data if data.endswith(b"\n") else data + b"\n"
 
 
 class _BaseClient:
@@ -105,6 +111,19 @@ class Client(_BaseClient):
     def close(self) -> None:
         self._transport.close()
 
+    # ------------------------------------------------------------ NDJSON export and import (docs/time-travel.md)
+    def export_ndjson(self, *, owner_id: Optional[str] = None, cursor: Optional[str] = None) -> Iterator[str]:
+        """The whole store's NDJSON export (or one owner's), line by line as it streams
+        (`GET /admin/export`; admin scope). `cursor`: resume after the line carrying it."""
+        return self._transport.export_lines(owner_id, cursor)
+
+    def import_ndjson(self, lines: Iterable[Union[str, bytes]]) -> ImportReport:
+        """Import an NDJSON export (`POST /admin/import`; admin scope): validated whole, one
+        transaction, idempotent. Over HTTP the file is one request body, bounded by the
+        server's `max_request_bytes`."""
+        chunks = (_line_bytes(line) for line in lines)
+        return ImportReport.model_validate(self._transport.import_lines(chunks))
+
     def __enter__(self) -> "Client":
         self._transport.open()
         return self
@@ -127,6 +146,10 @@ class Client(_BaseClient):
     def rollback(self, id: str, to_version: int, *, expected_version: Optional[int] = None) -> Optional[MemoryCell]:
         """Restore version `to_version` (content, scoring, access policy, provenance) as a new version."""
         return self._send(calls.rollback(id, to_version, expected_version=expected_version))
+
+    def restore(self, id: str, *, expected_version: Optional[int] = None) -> Optional[MemoryCell]:
+        """An archived cell back to active (the way back from `update(status="archived")`)."""
+        return self._send(calls.restore(id, expected_version=expected_version))
 
     def update(self, id: str, *, expected_version: Optional[int] = None, **changes: Any) -> Optional[MemoryCell]:
         return self._send(calls.update(id, expected_version=expected_version, **changes))
@@ -194,7 +217,8 @@ class Client(_BaseClient):
     def write_file(self, path: str, content: str, *, owner_id: str, reason: Optional[str] = None,
                    expected_version: Optional[int] = None, **access: Any) -> FileWriteResult:
         """Write a whole file; in `review` mode it becomes a proposal (`status == "proposed"`).
-        `readable_by`, `writable_by`, `public`: the access policy of a new file."""
+        The access policy of a new file: `access_policy={"readable_by": [...], ...}` (as on
+        the wire) or the keywords `readable_by`, `writable_by`, `public`."""
         return self._send(fcalls.write_file(path, content, owner_id, reason, expected_version, **access))
 
     def edit_file(self, path: str, old: str, new: str, *, owner_id: str, replace_all: bool = False,
@@ -309,6 +333,10 @@ class AsyncClient(_BaseClient):
         """Restore version `to_version` (content, scoring, access policy, provenance) as a new version."""
         return await self._send(calls.rollback(id, to_version, expected_version=expected_version))
 
+    async def restore(self, id: str, *, expected_version: Optional[int] = None) -> Optional[MemoryCell]:
+        """An archived cell back to active (the way back from `update(status="archived")`)."""
+        return await self._send(calls.restore(id, expected_version=expected_version))
+
     async def update(self, id: str, *, expected_version: Optional[int] = None, **changes: Any) -> Optional[MemoryCell]:
         return await self._send(calls.update(id, expected_version=expected_version, **changes))
 
@@ -378,7 +406,8 @@ class AsyncClient(_BaseClient):
     async def write_file(self, path: str, content: str, *, owner_id: str, reason: Optional[str] = None,
                    expected_version: Optional[int] = None, **access: Any) -> FileWriteResult:
         """Write a whole file; in `review` mode it becomes a proposal (`status == "proposed"`).
-        `readable_by`, `writable_by`, `public`: the access policy of a new file."""
+        The access policy of a new file: `access_policy={"readable_by": [...], ...}` (as on
+        the wire) or the keywords `readable_by`, `writable_by`, `public`."""
         return await self._send(fcalls.write_file(path, content, owner_id, reason, expected_version, **access))
 
     async def edit_file(self, path: str, old: str, new: str, *, owner_id: str, replace_all: bool = False,

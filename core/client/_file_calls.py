@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional, Union
 
 from ..files.models import (
     ApprovalMode,
@@ -15,6 +15,7 @@ from ..files.models import (
     Proposal,
     ProposalList,
 )
+from ..models import AccessPolicy
 from ._calls import Call, call
 
 
@@ -37,9 +38,17 @@ def read_file(path: str, owner_id: str, offset: int = 0, limit: int = 2000) -> C
 
 def write_file(path: str, content: str, owner_id: str, reason: Optional[str] = None,
                expected_version: Optional[int] = None, readable_by: Optional[Iterable[str]] = None,
-               writable_by: Optional[Iterable[str]] = None, public: Optional[bool] = None) -> Call[FileWriteResult]:
+               writable_by: Optional[Iterable[str]] = None, public: Optional[bool] = None,
+               access_policy: Union[AccessPolicy, Mapping[str, Any], None] = None) -> Call[FileWriteResult]:
+    """The policy of a new file: `access_policy` (the wire's name and shape) or its three
+    fields as keywords, not both."""
     policy = _body(readable_by=None if readable_by is None else list(readable_by),
                    writable_by=None if writable_by is None else list(writable_by), public=public)
+    if access_policy is not None:
+        if policy:
+            raise TypeError("write_file: give access_policy or readable_by/writable_by/public, not both")
+        # A mapping goes as it is: the server validates it and answers in the error envelope.
+        policy = access_policy.model_dump() if isinstance(access_policy, AccessPolicy) else dict(access_policy)
     return call("write_file", FileWriteResult.model_validate,
                 body=_body(owner_id=owner_id, path=path, content=content, reason=reason,
                            expected_version=expected_version, access_policy=policy or None))

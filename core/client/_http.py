@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Iterator, Optional, Union
 
 import httpx
 
@@ -32,6 +32,10 @@ DEFAULT_RETRIES = 2
 """Extra attempts after the first, for calls that are safe to resend."""
 MAX_RETRY_AFTER = 30.0
 """A Retry-After longer than this is not waited for: the RateLimited error is raised."""
+
+STREAM_TIMEOUT = httpx.Timeout(300.0, connect=5.0)
+"""The NDJSON export and import: a large store's stream or a whole import's transaction."""
+EXPORT_PATH, IMPORT_PATH, NDJSON = "admin/export", "admin/import", "application/x-ndjson"
 
 TimeoutTypes = Union[None, float, httpx.Timeout]
 USER_AGENT = f"ampkit-python/{AMP_VERSION}"
@@ -56,8 +60,8 @@ def build_request(http: Union[httpx.Client, httpx.AsyncClient], call: Call, url:
                               json=call.body if has_body else None, headers=call.headers, **extra)
 
 
-def decode_response(call: Call, response: httpx.Response) -> Any:
-    """The call's result, or the exception the server answered with."""
+def raise_for_error(response: httpx.Response) -> None:
+    """The exception an error answer carries (its envelope's class), if it is one."""
     if response.status_code >= 400:
         try:
             body = response.json()
@@ -68,6 +72,11 @@ def decode_response(call: Call, response: httpx.Response) -> Any:
         if retry_after and "retry_after" not in exc.details:
             exc.details["retry_after"] = retry_after
         raise exc
+
+
+def decode_response(call: Call, response: httpx.Response) -> Any:
+    """The call's result, or the exception the server answered with."""
+    raise_for_error(response)
     if response.status_code == 204 or not response.content:
         return call.decode(None)
     try:
@@ -107,8 +116,9 @@ class _RetryPolicy:
         return min(0.1 * 2 ** (attempt - 1), 2.0) + random.uniform(0, 0.1)
 
 
-def _transport_error(call: Call, exc: httpx.HTTPError) -> TransportError:
-    return TransportError(f"{call.method} {call.path}: {type(exc).__name__}: {exc}")
+def _transport_error(call: Call, url: httpx.URL, exc: httpx.HTTPError) -> TransportError:
+    # The whole URL: "connection refused" alone does not say which host or port was tried.
+    return TransportError(f"{call.method} {url}: {type(exc).__name__}: {exc}")
 
 
 def _base_url(url: str) -> str:
@@ -155,7 +165,7 @@ class HTTPTransport(_HTTPTransportBase):
         try:
             response = self._http.send(self._request(call))
         except httpx.HTTPError as exc:
-            raise _transport_error(call, exc) from exc
+            raise _transport_error(call, self._url(call.path), exc) from exc
         return decode_response(call, response)
 
     def open(self) -> None:
@@ -176,6 +186,31 @@ class HTTPTransport(_HTTPTransportBase):
     def close(self) -> None:
         self._http.close()
 
+    # The NDJSON export and import are byte streams, not operations of the table (their
+    # routes are declared in server/app.py), so they bypass `Call`.
+    def export_lines(self, owner_id: Optional[str], cursor: Optional[str]) -> Iterator[str]:
+        params = {k: v for k, v in (("owner_id", owner_id), ("cursor", cursor)) if v is not None}
+        url = self._url(EXPORT_PATH)
+        try:
+            with self._http.stream("GET", url, params=params, timeout=STREAM_TIMEOUT) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise_for_error(response)
+                for line in response.iter_lines():
+                    yield line + "\n"
+        except httpx.HTTPError as exc:
+            raise TransportError(f"GET {url}: {type(exc).__name__}: {exc}") from exc
+
+    def import_lines(self, chunks: Iterable[bytes]) -> dict[str, Any]:
+        url = self._url(IMPORT_PATH)
+        try:
+            response = self._http.post(url, content=chunks, timeout=STREAM_TIMEOUT,
+                                       headers={"Content-Type": NDJSON})
+        except httpx.HTTPError as exc:
+            raise TransportError(f"POST {url}: {type(exc).__name__}: {exc}") from exc
+        raise_for_error(response)
+        return dict(response.json())
+
 
 class AsyncHTTPTransport(_HTTPTransportBase):
     def __init__(self, url: str, *, agent_id: Optional[str], api_key: Optional[str] = None,
@@ -187,7 +222,7 @@ class AsyncHTTPTransport(_HTTPTransportBase):
         try:
             response = await self._http.send(self._request(call))
         except httpx.HTTPError as exc:
-            raise _transport_error(call, exc) from exc
+            raise _transport_error(call, self._url(call.path), exc) from exc
         return decode_response(call, response)
 
     async def open(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Awaitable, Callable, Mapping, Optional
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, Optional
 
 import anyio.to_thread
 
@@ -103,6 +103,21 @@ class LocalTransport:
                 self._embedding.stop()
                 self.service.store.close()
                 self._opened = False
+
+    def export_lines(self, owner_id: Optional[str], cursor: Optional[str]) -> Iterator[str]:
+        from ..portable import check_cursor, export_lines
+
+        check_cursor(cursor)
+        self.open()
+        return export_lines(self.service.store, owner_id, cursor)
+
+    def import_lines(self, chunks: Iterable[bytes]) -> dict[str, Any]:
+        from ..portable import import_lines
+
+        self.open()
+        body = b"".join(chunks)
+        report = import_lines(self.service.store, body.splitlines, self.service.retriever)
+        return report.model_dump()
 
 
 class AsyncLocalTransport:

@@ -2,8 +2,9 @@
 
 A Starlette app that `ampkit.server.app.create_app` mounts at /ui when `settings.ui` is on.
 Pages call the same `MemoryService` methods as the /amp/v1 routes, with the signed-in agent as
-the caller, so the one access rule decides what every page shows; actions (edit, archive,
-forget, supersede) are the API's own service calls. No JavaScript: forms and links only.
+the caller, so the one access rule decides what every page shows (a key with the admin scope
+reads every owner's cells: inspector/operator.py); actions (edit, archive, restore, forget,
+supersede) are the API's own service calls. No JavaScript: forms and links only.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import functools
 import json
 import logging
 import math
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional
@@ -31,11 +33,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..access import can_write
 from ..errors import APIError, MethodNotAllowed, NotFound, ValidationFailed, validation_to_api_error
-from ..files import ApproveRequest, FileInfo, RejectRequest
+from ..files import ApproveRequest, FileInfo, Proposal, RejectRequest
 from ..models import CellCreate, CellPatch, HistoryEntry, MemoryCell, MemoryType, SearchRequest, Status
-from ..operations import metadata_filter, split_values
+from ..operations import split_values
 from ..service import MemoryService
 from . import charts
+from .operator import OperatorReads
 from .session import SESSION_COOKIE, SESSION_LIFETIME, SIGNIN_COOKIE, SessionSigner, UiSession
 
 log = logging.getLogger("ampkit.inspector")
@@ -58,6 +61,7 @@ SECURITY_HEADERS = [
 DONE_MESSAGES = {
     "updated": "Saved: the cell has a new version.",
     "archived": "Archived: the cell no longer appears in searches.",
+    "restored": "Restored: the cell is active again and appears in searches.",
     "forgotten": "Forgotten: the cell is deleted (purged after the retention window).",
     "superseded": "Superseded: this cell replaces the old one, which stays readable with its history.",
     "approved": "Approved: the file has a new version, written by the proposer and approved by you.",
@@ -105,19 +109,33 @@ def _ago(value: Optional[datetime], now: datetime) -> str:
     return "just now"
 
 
+# Words, runs of punctuation and runs of white space: "tea," is the word "tea" and a comma,
+# so adding ", no sugar" after "tea" inserts just that and keeps "tea".
+_TOKENS = re.compile(r"\w+|\s+|[^\w\s]+")
+
+
 def text_diff(old: str, new: str) -> list[tuple[str, str]]:
-    """Word-level diff: (op, text) with op in "same", "del", "ins"."""
-    a, b = old.split(" "), new.split(" ")
+    """Word-level diff: (op, text) with op in "same", "del", "ins"; the texts, joined with
+    nothing between them, give `old` (same and del) and `new` (same and ins)."""
+    a, b = _TOKENS.findall(old), _TOKENS.findall(new)
     out: list[tuple[str, str]] = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
         if op == "equal":
-            out.append(("same", " ".join(a[i1:i2])))
+            out.append(("same", "".join(a[i1:i2])))
             continue
         if i2 > i1:
-            out.append(("del", " ".join(a[i1:i2])))
+            out.append(("del", "".join(a[i1:i2])))
         if j2 > j1:
-            out.append(("ins", " ".join(b[j1:j2])))
+            out.append(("ins", "".join(b[j1:j2])))
     return out
+
+
+def change_label(p: Proposal) -> str:
+    """What a proposal does to its file, in words: a write to a file that exists is an edit
+    (edit_file proposes the whole new text as a write)."""
+    if p.action == "delete":
+        return "delete"
+    return "edit" if p.base_version is not None else "create"
 
 
 def history_rows(entries: list[HistoryEntry]) -> list[dict[str, Any]]:
@@ -149,14 +167,73 @@ def _lines(raw: Optional[str]) -> list[str]:
     return [part.strip() for part in (raw or "").replace(",", "\n").splitlines() if part.strip()]
 
 
-def _unit(form: FormData, name: str) -> Optional[float]:
+class FormInvalid(ValidationFailed):
+    """A form with problems: each one in words, by the form field it is about (the page shows
+    it next to that field), every problem at once rather than the first."""
+
+    def __init__(self, fields: dict[str, list[str]]):
+        count = sum(len(problems) for problems in fields.values())
+        super().__init__(f"{count} problem{'' if count == 1 else 's'} in the form; nothing was saved",
+                         {"fields": fields})
+
+
+# pydantic's location of a value in the cell -> the form field that holds it
+_FORM_FIELD = {("content", "text"): "text", ("content", "metadata"): "metadata",
+               ("scoring", "importance"): "importance", ("scoring", "confidence"): "confidence",
+               ("access_policy", "readable_by"): "readable_by", ("access_policy", "writable_by"): "writable_by",
+               ("access_policy", "public"): "public"}
+
+
+def _in_words(error: dict[str, Any]) -> str:
+    msg = str(error.get("msg", "is not valid"))
+    msg = msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
+    loc = error.get("loc", ())
+    entry = f"line {loc[2] + 1}: " if len(loc) > 2 and isinstance(loc[2], int) else ""
+    return entry + msg[:1].lower() + msg[1:]
+
+
+def form_problems(exc: ValidationError, problems: dict[str, list[str]]) -> None:
+    """Add each of pydantic's errors to `problems`, under its form field (`form` for the rest)."""
+    for error in exc.errors():
+        loc = [str(part) for part in error.get("loc", ())] + ["", ""]
+        field = _FORM_FIELD.get((loc[0], loc[1]), "form")
+        problems.setdefault(field, []).append(_in_words(dict(error)))
+
+
+def _unit(form: FormData, name: str, problems: dict[str, list[str]]) -> Optional[float]:
     raw = str(form.get(name) or "").strip()
     if not raw:
         return None
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
-        raise ValidationFailed(f"{name} must be a number between 0 and 1", {"field": name}) from None
+        value = math.nan
+    if not math.isfinite(value):
+        problems.setdefault(name, []).append(f"{raw!r} is not a number: write one between 0 and 1, like 0.7")
+        return None
+    return value
+
+
+def _metadata_filter(raw: Optional[str], problems: dict[str, list[str]]) -> Optional[dict[str, Any]]:
+    return None if raw is None else _json_object(raw, problems)
+
+
+def _metadata(form: FormData, problems: dict[str, list[str]]) -> dict[str, Any]:
+    return _json_object(str(form.get("metadata") or "").strip() or "{}", problems)
+
+
+def _json_object(raw: str, problems: dict[str, list[str]]) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        problems.setdefault("metadata", []).append(f"not JSON: {getattr(exc, 'msg', exc)} "
+                                                    "(write an object, like {\"topic\": \"travel\"})")
+        return {}
+    if not isinstance(value, dict):
+        problems.setdefault("metadata", []).append("must be a JSON object, like {\"topic\": \"travel\"}, "
+                                                    f"not a {type(value).__name__}")
+        return {}
+    return value
 
 
 def _version(form: FormData) -> Optional[int]:
@@ -176,6 +253,7 @@ def _templates() -> Environment:
     env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
     env.globals["types"] = [t.value for t in MemoryType]
     env.globals["statuses"] = [s.value for s in Status if s != Status.deleted]
+    env.filters["change"] = change_label
     return env
 
 
@@ -185,6 +263,7 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
     agent id, marked unverified). `secret` signs the cookies (random per process when None).
     `rate_check(agent)` applies the server's per-agent rate limit to pages too."""
     signer = SessionSigner(service.store, auth_required=auth_required, secret=secret, clock=service.clock)
+    operator = OperatorReads(service)
     env = _templates()
     weights = {"relevance": service.retriever.config.relevance_weight, "decay": service.retriever.config.decay_weight}
 
@@ -286,7 +365,10 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
     async def owners(request: Request, session: UiSession) -> Response:
         agent = session.need("read")
         cursor = request.query_params.get("cursor") or None
-        rows, next_cursor = await run_in_threadpool(service.owners, agent, limit=PAGE_SIZE, cursor=cursor)
+        if session.operator:
+            rows, next_cursor = await run_in_threadpool(lambda: operator.owners(limit=PAGE_SIZE, cursor=cursor))
+        else:
+            rows, next_cursor = await run_in_threadpool(service.owners, agent, limit=PAGE_SIZE, cursor=cursor)
         return render(request, "owners.html", session, rows=rows, next_cursor=next_cursor, cursor=cursor)
 
     # ------------------------------------------------------------ cells
@@ -299,11 +381,19 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
         filters: dict[str, Any] = {"owner": owner, "type": kinds, "status": statuses, "session": session_id,
                                    "metadata": metadata, "superseded": superseded}
         cursor = q.get("cursor") or None
-        results, total, next_cursor = await run_in_threadpool(
-            lambda: service.list(
-                agent, owner_id=owner, types=split_values(kinds, MemoryType), status=split_values(statuses, Status),
-                session_id=session_id, metadata=metadata_filter(metadata), include_superseded=superseded,
-                limit=PAGE_SIZE, cursor=cursor))
+        problems: dict[str, list[str]] = {}
+        wanted = _metadata_filter(metadata, problems)
+        if problems:  # the filters again, the problem next to its field
+            error = FormInvalid(problems)
+            return render(request, "cells.html", session, status=error.status, results=[], total=0, next_cursor=None,
+                          cursor=None, filters=filters, error=error)
+        chosen: dict[str, Any] = dict(owner_id=owner, types=split_values(kinds, MemoryType),
+                                      status=split_values(statuses, Status), session_id=session_id, metadata=wanted,
+                                      include_superseded=superseded, limit=PAGE_SIZE, cursor=cursor)
+        if session.operator:
+            results, total, next_cursor = await run_in_threadpool(lambda: operator.list(**chosen))
+        else:
+            results, total, next_cursor = await run_in_threadpool(lambda: service.list(agent, **chosen))
         return render(request, "cells.html", session, results=results, total=total, next_cursor=next_cursor,
                       cursor=cursor, filters=filters)
 
@@ -329,7 +419,11 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
                       charts=charts_by_id, weights=weights)
 
     # ------------------------------------------------------------ one cell
-    def _chain(agent: str, cell: MemoryCell) -> tuple[list[Optional[MemoryCell]], list[Optional[MemoryCell]]]:
+    def _peek(session: UiSession) -> Callable[[str], MemoryCell]:
+        """How the session reads one cell: under the read rule, or as the operator."""
+        return operator.peek if session.operator else functools.partial(service.peek, session.agent)
+
+    def _chain(peek: Callable[[str], MemoryCell], cell: MemoryCell) -> tuple[list[Optional[MemoryCell]], list[Optional[MemoryCell]]]:
         """The supersession chain around `cell`: older cells (nearest first) and newer ones.
         A link the caller cannot read ends its side with None (shown as 'not available',
         exactly as a missing cell would be)."""
@@ -342,17 +436,18 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
                 if link is None:
                     break
                 try:
-                    current = service.peek(agent, link)
+                    current = peek(link)
                 except APIError:
                     side.append(None)
                     break
                 side.append(current)
         return older, newer
 
-    def _cell_context(agent: str, cell_id: str) -> dict[str, Any]:
-        cell = service.peek(agent, cell_id)
-        history = service.history(agent, cell_id)
-        older, newer = _chain(agent, cell)
+    def _cell_context(session: UiSession, cell_id: str) -> dict[str, Any]:
+        agent, peek = session.agent, _peek(session)
+        cell = peek(cell_id)
+        history = operator.history(cell_id) if session.operator else service.history(agent, cell_id)
+        older, newer = _chain(peek, cell)
         now = service.clock()
         threshold = service.policy.stale_threshold
         consolidation = cell.content.metadata.get("consolidation") if isinstance(
@@ -360,20 +455,20 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
         episodes: list[tuple[str, Optional[MemoryCell]]] = []
         for episode_id in cell.provenance.supporting_episode_ids or []:
             try:
-                episodes.append((episode_id, service.peek(agent, episode_id)))
+                episodes.append((episode_id, peek(episode_id)))
             except APIError:
                 episodes.append((episode_id, None))
         return {
             "cell": cell, "history": history_rows(history), "older": older, "newer": newer,
             "decay_chart": charts.decay_chart(cell, now, threshold), "threshold": threshold,
-            "decay": charts.decay_summary(cell, now, threshold), "writable": can_write(cell, agent),
+            "decay_sentence": charts.decay_sentence(cell, now, threshold), "writable": can_write(cell, agent),
             "consolidation": consolidation, "episodes": episodes, "isfinite": math.isfinite,
         }
 
     @page
     async def cell_page(request: Request, session: UiSession) -> Response:
-        agent = session.need("read")
-        context = await run_in_threadpool(_cell_context, agent, request.path_params["cell_id"])
+        session.need("read")
+        context = await run_in_threadpool(_cell_context, session, request.path_params["cell_id"])
         context["writable"] = context["writable"] and session.may("write")
         return render(request, "cell.html", session, **context)
 
@@ -392,20 +487,23 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
         }
 
     def _patch_from(form: FormData) -> CellPatch:
-        raw_metadata = str(form.get("metadata") or "").strip() or "{}"
-        metadata = metadata_filter(raw_metadata)
+        """The form as a PATCH; every problem at once (FormInvalid), each by its field."""
+        problems: dict[str, list[str]] = {}
+        text = str(form.get("text") or "").replace("\r\n", "\n")  # a textarea sends CRLF; texts keep LF
         body: dict[str, Any] = {
-            # A form sends a textarea's lines with CRLF; a memory's text keeps plain newlines.
-            "content": {"text": str(form.get("text") or "").replace("\r\n", "\n"), "metadata": metadata},
-            "scoring": {k: v for k in ("importance", "confidence") if (v := _unit(form, k)) is not None},
+            "content": {"text": text, "metadata": _metadata(form, problems)},
+            "scoring": {k: v for k in ("importance", "confidence") if (v := _unit(form, k, problems)) is not None},
             "access_policy": {"readable_by": _lines(str(form.get("readable_by") or "")),
                               "writable_by": _lines(str(form.get("writable_by") or "")),
                               "public": form.get("public") == "1"},
         }
         try:
-            return CellPatch.model_validate(body)
+            patch = CellPatch.model_validate(body)
         except ValidationError as exc:
-            raise validation_to_api_error([{**e, "loc": ("form", *e.get("loc", ()))} for e in exc.errors()]) from None
+            form_problems(exc, problems)
+        if problems:
+            raise FormInvalid({field: list(dict.fromkeys(found)) for field, found in problems.items()})
+        return patch
 
     @page
     async def edit(request: Request, session: UiSession) -> Response:
@@ -438,6 +536,15 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
         form = await _form(request)
         await run_in_threadpool(_archive, writer, cell_id, _version(form))
         return redirect(request, f"/cells/{quote(cell_id)}", "archived")
+
+    @page
+    async def restore(request: Request, session: UiSession) -> Response:
+        writer = session.need("write")
+        cell_id = request.path_params["cell_id"]
+        form = await _form(request)
+        await run_in_threadpool(lambda: service.restore(writer, cell_id, expected_version=_version(form),
+                                                        may_read=session.may("read")))
+        return redirect(request, f"/cells/{quote(cell_id)}", "restored")
 
     @page
     async def forget(request: Request, session: UiSession) -> Response:
@@ -491,7 +598,9 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
             try:
                 create = CellCreate.model_validate(body)
             except ValidationError as exc:
-                raise validation_to_api_error([{**e, "loc": ("form", *e.get("loc", ()))} for e in exc.errors()]) from None
+                found: dict[str, list[str]] = {}
+                form_problems(exc, found)
+                raise FormInvalid(found) from None
             new = await run_in_threadpool(service.create, writer, create)
         except APIError as exc:
             return render(request, "edit.html", session, status=exc.status, cell=cell, values=values, error=exc,
@@ -612,6 +721,7 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
         Route("/cells/{cell_id}", cell_page),
         Route("/cells/{cell_id}/edit", edit, methods=["GET", "POST"]),
         Route("/cells/{cell_id}/archive", archive, methods=["POST"]),
+        Route("/cells/{cell_id}/restore", restore, methods=["POST"]),
         Route("/cells/{cell_id}/forget", forget, methods=["GET", "POST"]),
         Route("/cells/{cell_id}/supersede", supersede, methods=["GET", "POST"]),
         Route("/files", files),

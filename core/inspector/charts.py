@@ -73,7 +73,7 @@ def decay_points(cell: MemoryCell, now: datetime, threshold: float, samples: int
     s = cell.scoring
     peak = s.importance * s.confidence
     now_day = max(0.0, (now - start).total_seconds() / SECONDS_PER_DAY)
-    if peak <= threshold:
+    if peak < threshold:
         cross = 0.0
     elif s.decay_rate <= 0:
         cross = math.inf
@@ -101,11 +101,8 @@ def decay_chart(cell: MemoryCell, now: datetime, threshold: float) -> Markup:
 
     line = " ".join(f"{x(d):.1f},{y(v):.1f}" for d, v in points)
     now_score = decay_score(cell, now)
-    crossing = (f"it falls below the stale threshold {threshold:g} after {cross:.0f} days" if math.isfinite(cross)
-                and cross > 0 else "it is already below the stale threshold" if cross == 0
-                else "it never falls below the stale threshold")
-    desc = (f"Decay score from {points[0][1]:.2f} at the last access (day 0) over {span:.0f} days; "
-            f"now (day {now_day:.0f}) it is {now_score:.2f}; {crossing}.")
+    desc = (f"Decay score from {_score(points[0][1], threshold)} at the last access (day 0) over {span:.0f} days. "
+            + decay_sentence(cell, now, threshold))
     parts = [f'<svg class="chart decay" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
              f'aria-labelledby="decay-title decay-desc">',
              '<title id="decay-title">Decay score over time</title>',
@@ -129,8 +126,33 @@ def decay_chart(cell: MemoryCell, now: datetime, threshold: float) -> Markup:
     return Markup("".join(parts))
 
 
-def decay_summary(cell: MemoryCell, now: datetime, threshold: float) -> dict[str, object]:
+def _score(value: float, threshold: float) -> str:
+    """A score with three decimals, or more where three would make it look equal to the
+    threshold it is not equal to (0.2996 is below 0.3, not "0.300")."""
+    text = f"{value:.3f}"
+    if value != threshold and float(text) == threshold:
+        text = f"{value:.6f}".rstrip("0")
+    return text
+
+
+def decay_sentence(cell: MemoryCell, now: datetime, threshold: float) -> str:
+    """The decay score now and what it will do, in words that agree with the numbers: the
+    lifecycle marks a cell stale when its score is below (strictly) the threshold."""
     _, _, now_day, cross = decay_points(cell, now, threshold)
-    return {"now": decay_score(cell, now), "days_since_use": now_day,
-            "stale_after_days": cross if math.isfinite(cross) else None}
+    score, peak, rate = decay_score(cell, now), cell.scoring.importance * cell.scoring.confidence, cell.scoring.decay_rate
+    where = "below" if score < threshold else "at" if score == threshold else "above"
+    days = f"{now_day:.0f} day{'' if f'{now_day:.0f}' == '1' else 's'}"
+    first = (f"Decay score now {_score(score, threshold)}, {where} the stale threshold {threshold:g} "
+             f"({days} since its last use).")
+    if peak < threshold:
+        then = (f"Even right after a use its score is only {_score(peak, threshold)} (importance × confidence), "
+                "below the threshold, so lifecycle runs mark it stale.")
+    elif rate <= 0:
+        then = "Its decay rate is 0: the score never falls, so it never goes stale."
+    elif cross == 0:
+        then = "Right after a use its score is exactly the threshold; it falls below as soon as time passes."
+    else:
+        then = (f"After a use it falls below the threshold in {cross:.0f} day{'' if f'{cross:.0f}' == '1' else 's'}; "
+                "a read restarts the clock.")
+    return f"{first} {then}"
 

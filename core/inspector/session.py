@@ -59,6 +59,12 @@ class UiSession:
         return scope in self.scopes
 
     @property
+    def operator(self) -> bool:
+        """Signed in with a key that has the `admin` scope: the pages read every owner's cells
+        (inspector/operator.py). Never with auth off, where the identity is only typed."""
+        return self.verified and "admin" in self.scopes
+
+    @property
     def may_approve(self) -> bool:
         """Decides file proposals for any owner (the files API's approver rule)."""
         return "approve" in self.scopes or "admin" in self.scopes
