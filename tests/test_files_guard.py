@@ -177,7 +177,8 @@ async def test_mcp_forget_and_supersede_refuse_a_file_and_change_nothing(service
 
 
 def test_inspector_forms_cannot_archive_forget_edit_or_supersede_a_file(store_url):
-    config = load_settings(env=False, store=store_url, embedder="none", mcp_http=False, auth="off")
+    config = load_settings(env=False, store=store_url, embedder="none", mcp_http=False, auth="off",
+                           allowed_hosts="testserver")
     service = build_service(config)
     with TestClient(create_app(config, service)) as client:
         file_id = a_file(service)

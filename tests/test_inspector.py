@@ -455,8 +455,9 @@ def test_memory_files_are_shown_as_files_and_edits_named_edits(world):
     alice, service = world["alice"], world["service"]
     files = service.files
     files.set_approval_mode("alice", ApprovalMode(owner_id="alice", approval_mode="yolo"))
-    files.write("helper", FileWrite(owner_id="alice", path="skills/tea/SKILL.md",
-                                    content="---\nname: tea\ndescription: brew green tea for alice\n---\nSteep 2 min.\n"))
+    files.write("alice", FileWrite(owner_id="alice", path="skills/tea/SKILL.md",
+                                    content="---\nname: tea\ndescription: brew green tea for alice\n---\nSteep 2 min.\n",
+                                    access_policy={"readable_by": ["helper"], "writable_by": ["helper"]}))
     files.set_approval_mode("alice", ApprovalMode(owner_id="alice", approval_mode="review"))
     edit = files.edit("helper", FileEdit(owner_id="alice", path="skills/tea/SKILL.md", old="2 min", new="3 min"))
     alice.sign_in(world["keys"]["alice"])

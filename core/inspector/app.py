@@ -409,7 +409,8 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
             try:
                 req = SearchRequest(query=query, owner_id=filters["owner"],
                                     types=split_values(filters["type"], MemoryType),  # type: ignore[arg-type]
-                                    include_stale=filters["stale"], limit=SEARCH_LIMIT, explain=True)
+                                    include_stale=filters["stale"], limit=SEARCH_LIMIT, explain=True,
+                                    include_files=True)  # a person sees files too, shown as files
             except ValidationError as exc:
                 raise validation_to_api_error([{**e, "loc": ("query", *e.get("loc", ()))} for e in exc.errors()]) from None
             response = await run_in_threadpool(service.search, agent, req)
