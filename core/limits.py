@@ -10,6 +10,7 @@ MAX_SEARCH_LIMIT = 100
 MAX_PAGE_SIZE = 200
 MAX_BATCH_CELLS = 500
 DEFAULT_PAGE_SIZE = 20
+MAX_OUTCOME_NOTE = 2048  # characters of an outcome note (POST /memories/{id}/outcome)
 
 
 @dataclass(frozen=True)
@@ -24,4 +25,4 @@ class Limits:
     max_batch_cells: int = MAX_BATCH_CELLS
 
 
-__all__ = ["DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT"]
+__all__ = ["DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_OUTCOME_NOTE", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT"]

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, field_validator
 
-from .limits import MAX_BATCH_CELLS, MAX_PAGE_SIZE, MAX_SEARCH_LIMIT  # noqa: F401 - re-exported
+from .limits import MAX_BATCH_CELLS, MAX_OUTCOME_NOTE, MAX_PAGE_SIZE, MAX_SEARCH_LIMIT  # noqa: F401 - re-exported
 
 from .glob import GlobError, check as check_glob
 
@@ -515,7 +515,7 @@ class OutcomeRequest(Closed):
     """POST /memories/{id}/outcome: one run of a playbook (a procedural cell)."""
 
     success: StrictBool
-    note: Optional[str] = Field(default=None, max_length=2048)
+    note: Optional[str] = Field(default=None, max_length=MAX_OUTCOME_NOTE)
 
 
 MAX_CONSOLIDATE_EPISODES = 1000
