@@ -443,6 +443,17 @@ def _tools() -> list[Tool]:
         linked to its replacement, and is no longer recalled. Returns the new memory."""
         return await _drive(_gateway(ctx), ctx, calls.supersede_flow(id, text, _drop_none(importance=importance, metadata=metadata)))
 
+    @tool(annotations=WRITE)
+    async def pin(ctx: Context, id: MemoryId) -> UpdateResult:
+        """Pin a memory that must never be missed (a standing instruction, a hard constraint):
+        every recall of its owner's memories returns it first, whatever the query."""
+        return UpdateResult(cell=await _gateway(ctx).send(ctx, calls.pin(id)))
+
+    @tool(annotations=WRITE)
+    async def unpin(ctx: Context, id: MemoryId) -> UpdateResult:
+        """Unpin a memory: recall ranks it like any other again."""
+        return UpdateResult(cell=await _gateway(ctx).send(ctx, calls.unpin(id)))
+
     @tool(annotations=READ)
     async def list_memories(
         ctx: Context,

@@ -423,7 +423,7 @@ def writes(*names: str) -> tuple[McpTool, ...]:
     return tuple(McpTool(name, read_only=False) for name in names)
 
 
-PERSON_DECIDES = "a person decides approvals, in the inspector or with a client (docs/files.md#approval)"
+PERSON_DECIDES = "a person decides approvals (docs/files.md), in the inspector or a client"
 MCP_HANDSHAKE = "the MCP handshake already names the server and its version"
 
 
@@ -474,7 +474,7 @@ FILE_OPERATIONS: tuple[Operation, ...] = (
     Operation("file_history", "GET", "/files/history",
               _files(lambda f, c, i: f.history(c.agent, required(i, "owner_id"), required(i, "path"))),
               response=FileHistoryResponse, params=(FILE_OWNER, FILE_PATH), tags=("files",),
-              client=("file_history",), mcp_opt_out="a file's versions are reviewed by a person (inspector, clients)"),
+              client=("file_history",), mcp_opt_out="a person reviews a file's versions, in the inspector or a client"),
     Operation("write_file", "POST", "/files/write", _files(lambda f, c, i: f.write(c.agent, i["body"])),
               request=FileWrite, response=FileWriteResult, scope="write", idempotent=False, tags=("files",),
               client=("write_file",), mcp=writes("write_file")),
@@ -576,6 +576,15 @@ OPERATIONS: tuple[Operation, ...] = (
               request=OutcomeRequest, response=MemoryCell, scope="write", idempotent=False, params=(MEMORY_ID,),
               tags=("playbooks",), responses=WRITER_ONLY_204,
               client=("record_outcome",), mcp=writes("record_outcome")),
+    # Pinning twice changes nothing: both rows are safe to resend.
+    Operation("pin_memory", "PUT", "/memories/{memory_id}/pin",
+              lambda c, i: c.service.set_pinned(c.agent, i["memory_id"], True, may_read=c.may_read),
+              response=MemoryCell, scope="write", params=(MEMORY_ID,), responses=WRITER_ONLY_204,
+              client=("pin",), mcp=writes("pin")),
+    Operation("unpin_memory", "DELETE", "/memories/{memory_id}/pin",
+              lambda c, i: c.service.set_pinned(c.agent, i["memory_id"], False, may_read=c.may_read),
+              response=MemoryCell, scope="write", params=(MEMORY_ID,), responses=WRITER_ONLY_204,
+              client=("unpin",), mcp=writes("unpin")),
     Operation("memory_history", "GET", "/memories/{memory_id}/history",
               lambda c, i: HistoryResponse(results=c.service.history(c.agent, i["memory_id"])),
               response=HistoryResponse, params=(MEMORY_ID,),

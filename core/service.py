@@ -12,7 +12,7 @@ import contextlib
 import json
 from json.encoder import encode_basestring
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
@@ -79,7 +79,7 @@ from .models import (
     utcnow,
 )
 from .playbooks import playbook_score
-from .retrieval import Retriever
+from .retrieval import Retriever, ScoredCell
 from .store.base import CellFilter, HistoryRecord, Store, WriteTx, decode_cursor, decode_text_cursor, encode_cursor
 
 if TYPE_CHECKING:
@@ -177,6 +177,18 @@ def _check_params(*, metadata: Optional[dict[str, Any]] = None, **ids: Optional[
             check_json_value(metadata)
         except ValueError as exc:
             raise ValidationFailed(f"metadata: {exc}", {"param": "metadata"}) from None
+
+
+def with_pinned(pinned: Sequence[MemoryCell], hits: Sequence[ScoredCell], limit: int) -> list[ScoredCell]:
+    """The first `limit` results of a search: the owner's pinned cells first (the best-scored
+    first; one outside the ranked hits scores 0), then the other hits in rank order. `pinned`
+    and `hits` hold only cells the caller may read."""
+    ranked = {hit.cell.id: hit for hit in hits}
+    top = [ScoredCell(ranked[c.id].cell, ranked[c.id].score, {**ranked[c.id].explain, "pinned": 1.0})
+           if c.id in ranked else ScoredCell(c, 0.0, {"pinned": 1.0}) for c in pinned]
+    top.sort(key=lambda h: (-h.score, h.cell.id))
+    ids = {c.id for c in pinned}
+    return (top + [hit for hit in hits if hit.cell.id not in ids])[:limit]
 
 
 def _diff(old: Any, new: Any, prefix: str = "") -> dict[str, list[Any]]:
@@ -750,6 +762,24 @@ class MemoryService:
             tx.add_history(HistoryRecord(cell_id, now, agent, "outcome", changes))
         return updated if can_read(updated, agent) else None
 
+    def set_pinned(self, agent: str, cell_id: str, pinned: bool, *, may_read: bool = True) -> Optional[MemoryCell]:
+        """Pin (always in its owner's searches) or unpin a cell, under the write rule; pinning
+        a pinned cell changes nothing. Returns the cell, or None when the caller may write but
+        not read it (as PATCH does)."""
+        now = self.clock()
+        with self.store.write() as tx:
+            cell = self._writable(tx.get(cell_id), agent)
+            self._not_a_file(cell, "pin")
+            updated = cell
+            if cell.lifecycle.pinned != pinned:
+                lifecycle = cell.lifecycle.model_copy(
+                    update={"pinned": pinned, "last_updated_at": now, "version": cell.lifecycle.version + 1})
+                updated = cell.model_copy(update={"lifecycle": lifecycle})
+                tx.update(updated)
+                tx.add_history(HistoryRecord(cell_id, now, agent, "pin" if pinned else "unpin",
+                                             {"lifecycle.pinned": [cell.lifecycle.pinned, pinned]}))
+        return updated if may_read and can_read(updated, agent) else None
+
     def delete(self, agent: str, cell_id: str) -> None:
         now = self.clock()
         with self.store.write() as tx:
@@ -818,16 +848,19 @@ class MemoryService:
             metadata=req.metadata,
             not_expired_at=now,
         )
+        pinned = [c for c in self.store.list(replace(flt, owner_id=req.owner_id or agent, pinned_only=True), req.limit)
+                  if can_read(c, agent)]
         fetch = min(self.limits.max_search_limit, req.limit * 4) if req.rank_playbooks else req.limit
         hits, total = self.retriever.search(
-            self.store, req.query, flt, fetch, now, keep=lambda c: can_read(c, agent)
+            self.store, req.query, flt, fetch + len(pinned), now, keep=lambda c: can_read(c, agent)
         )
         if req.rank_playbooks:
             for hit in hits:
                 hit.score, wilson = playbook_score(hit.cell, hit.score)
                 if hit.cell.type == MemoryType.procedural.value:
                     hit.explain = {**hit.explain, "wilson": wilson, "score": hit.score}
-            hits = sorted(hits, key=lambda h: (-h.score, h.cell.id))[: req.limit]
+            hits = sorted(hits, key=lambda h: (-h.score, h.cell.id))
+        hits = with_pinned(pinned, hits, req.limit)
         results = [
             SearchHit(**h.cell.model_dump(), score=round(h.score, 6), explain=h.explain if req.explain else None)
             for h in hits
@@ -845,6 +878,9 @@ class MemoryService:
             statuses=self._statuses(req.status, req.include_stale), include_superseded=req.include_superseded,
             session_id=req.session_id, metadata=req.metadata,
         )
+        cells = builtins.list(cells)
+        owner = req.owner_id or agent
+        pinned = [c for c in cells if c.lifecycle.pinned and c.identity.owner_id == owner][: req.limit]
         scored = versions.bm25_scores(req.query, cells)
         cfg = self.retriever.config
         best = max((score for _, score in scored), default=1.0)
@@ -854,9 +890,10 @@ class MemoryService:
             score = cfg.relevance_weight * relevance + cfg.decay_weight * decay
             hits.append((cell, score, {"keyword": raw, "relevance": relevance, "decay": decay, "score": score}))
         hits.sort(key=lambda h: (-h[1], h[0].id))
+        ranked = with_pinned(pinned, [ScoredCell(cell, score, parts) for cell, score, parts in hits], req.limit)
         results = [
-            SearchHit(**cell.model_dump(), score=round(score, 6), explain=parts if req.explain else None)
-            for cell, score, parts in hits[: req.limit]
+            SearchHit(**h.cell.model_dump(), score=round(h.score, 6), explain=h.explain if req.explain else None)
+            for h in ranked
         ]
         return SearchResponse(results=results, total=len(hits), query=req.query)
 
@@ -1055,6 +1092,7 @@ EXTENSIONS = [
     "dedup_on_write",
     "playbook_outcomes",
     "consolidation",
+    "pin",
 ]
 # Advertised only by a server that accepts clock overrides (conformance cases that move the
 # clock require it and are skipped elsewhere).

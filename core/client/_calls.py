@@ -231,6 +231,15 @@ def record_outcome(cell_id: str, success: bool, note: Optional[str] = None) -> C
     return call("record_outcome", _decode_optional_cell, body=body, path_params=_cell(cell_id))
 
 
+def pin(cell_id: str) -> Call[Optional[MemoryCell]]:
+    """Decodes to None when the caller may write but not read the cell (the server answers 204)."""
+    return call("pin_memory", _decode_optional_cell, path_params=_cell(cell_id))
+
+
+def unpin(cell_id: str) -> Call[Optional[MemoryCell]]:
+    return call("unpin_memory", _decode_optional_cell, path_params=_cell(cell_id))
+
+
 CONSOLIDATE_TIMEOUT = 300.0
 """Seconds a consolidation call may take over HTTP: it waits for the model."""
 
