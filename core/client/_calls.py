@@ -349,17 +349,22 @@ def spec() -> Call[dict[str, Any]]:
 # drives it with a loop, the async client with an async loop. The steps are written once.
 
 
-def forget_flow(cell_id: str) -> Generator[Call[Any], Any, None]:
+def forget_flow(cell_id: str, expected_version: Optional[int] = None) -> Generator[Call[Any], Any, None]:
     """Archive (a no-op when already archived), then delete: the only order the lifecycle
-    allows (active|stale -> archived -> deleted)."""
-    archive = update(cell_id, status=Status.archived.value)
+    allows (active|stale -> archived -> deleted). With `expected_version`, only a cell still
+    at that version is forgotten (the archive is conditional)."""
+    archive = update(cell_id, expected_version=expected_version, status=Status.archived.value)
     yield replace(archive, resend=True)  # archiving twice is a no-op, so this PATCH may be resent
     yield delete(cell_id)
 
 
-def supersede_flow(old_id: str, text: str, cell_fields: dict[str, Any]) -> Generator[Call[Any], Any, MemoryCell]:
-    """A new cell replacing `old_id`; owner, type and access policy default to the old cell's."""
-    old: MemoryCell = yield get(old_id)
+def supersede_flow(old_id: str, text: str, cell_fields: dict[str, Any],
+                   old: Optional[MemoryCell] = None) -> Generator[Call[Any], Any, MemoryCell]:
+    """A new cell replacing `old_id`; owner, type and access policy default to the old cell's
+    (`old`, when the caller has it: otherwise a GET, which counts as a use)."""
+    if old is None:
+        old = yield get(old_id)
+    assert old is not None
     inherited = {
         "owner_id": old.identity.owner_id,
         "owner_type": old.identity.owner_type,
