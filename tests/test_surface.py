@@ -65,3 +65,20 @@ def test_mcp_bounds_are_the_wire_limits():
     assert schemas["read_file"]["limit"]["maximum"] == MAX_READ_LINES
     note = schemas["record_outcome"]["note"]
     assert limits.MAX_OUTCOME_NOTE in [alt.get("maxLength") for alt in note.get("anyOf", [note])]
+
+
+def test_the_names_table_in_the_architecture_doc_is_the_rows():
+    """docs/architecture.md lists each row's route, client methods and tools (the one
+    vocabulary): the table must say what the rows say."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text()
+    rows = [line for line in text.splitlines() if re.match(r"\| `\w+` \| `[A-Z]+ /", line)]
+    listed = {}
+    for line in rows:
+        name, route, client, tools = (cell.strip() for cell in line.strip("|").split("|"))
+        listed[name.strip("`")] = (route.strip("`"), re.findall(r"`(\w+)`", client),
+                                   re.findall(r"`(\w+)`", tools) if not tools.startswith("none") else [])
+    assert listed == {op.name: (f"{op.method} {op.path}", list(op.client), [t.name for t in op.mcp])
+                      for op in OPERATIONS}
