@@ -878,10 +878,10 @@ class MemoryService:
             statuses=self._statuses(req.status, req.include_stale), include_superseded=req.include_superseded,
             session_id=req.session_id, metadata=req.metadata,
         )
-        cells = builtins.list(cells)
+        readable = builtins.list(cells)
         owner = req.owner_id or agent
-        pinned = [c for c in cells if c.lifecycle.pinned and c.identity.owner_id == owner][: req.limit]
-        scored = versions.bm25_scores(req.query, cells)
+        pinned = [c for c in readable if c.lifecycle.pinned and c.identity.owner_id == owner][: req.limit]
+        scored = versions.bm25_scores(req.query, readable)
         cfg = self.retriever.config
         best = max((score for _, score in scored), default=1.0)
         hits = []
