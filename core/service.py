@@ -769,7 +769,7 @@ class MemoryService:
         now = self.clock()
         with self.store.write() as tx:
             cell = self._writable(tx.get(cell_id), agent)
-            self._not_a_file(cell, "pin")
+            self._not_a_file(cell, "change")
             updated = cell
             if cell.lifecycle.pinned != pinned:
                 lifecycle = cell.lifecycle.model_copy(

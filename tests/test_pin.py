@@ -121,3 +121,16 @@ def test_in_process_pin_and_as_of_search(store_url):
         assert _ids(ada.search("kilometres", owner_id="ada", limit=1, as_of=now)) == [rule.id]
         ada.unpin(rule.id)
         assert _ids(ada.search("kilometres", owner_id="ada", limit=1)) != [rule.id]
+
+
+def test_a_memory_file_is_not_pinned(tmp_path):
+    from ampkit.errors import FileManaged
+
+    with ampkit.connect(f"sqlite:///{tmp_path}/files.db", agent_id="ada") as ada:
+        ada.set_approval_mode("ada", "yolo")
+        ada.write_file("AGENTS.md", "Answer briefly.\n", owner_id="ada")
+        file_id = next(f.id for f in ada.list_files("ada").results if f.path == "AGENTS.md")
+        assert file_id is not None
+        with pytest.raises(FileManaged):
+            ada.pin(file_id)
+        assert ada.get(file_id).lifecycle.pinned is False
