@@ -20,6 +20,7 @@ DEFAULT_MIN_SCORE = 0.0
 # pattern and the id whatever the pattern; the bounds keep every engine's work per row small.
 MAX_PATTERN_LENGTH = 256
 MAX_PATTERN_STARS = 16
+MAX_OUTCOME_NOTE = 2048  # characters of an outcome note (POST /memories/{id}/outcome)
 
 
 @dataclass(frozen=True)
@@ -34,5 +35,5 @@ class Limits:
     max_batch_cells: int = MAX_BATCH_CELLS
 
 
-__all__ = ["DEFAULT_MIN_SCORE", "DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_PAGE_SIZE", "MAX_PATTERN_LENGTH",
-           "MAX_PATTERN_STARS", "MAX_SEARCH_LIMIT"]
+__all__ = ["DEFAULT_MIN_SCORE", "DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_OUTCOME_NOTE", "MAX_PAGE_SIZE",
+           "MAX_PATTERN_LENGTH", "MAX_PATTERN_STARS", "MAX_SEARCH_LIMIT"]

@@ -51,8 +51,10 @@ from .errors import (
     validation_to_api_error,
 )
 from .mcp_http import CALLER_SCOPE_KEY, INVALID_PARAMS, envelope_text, non_finite_refusal
-from .files.models import FileContent, FileListResponse, FileWriteResult, GrepResponse
+from .files.models import MAX_READ_LINES, FileContent, FileListResponse, FileWriteResult, GrepResponse
+from .limits import MAX_OUTCOME_NOTE, MAX_PAGE_SIZE, MAX_SEARCH_LIMIT
 from .models import ConsolidateResponse, HistoryResponse, ListResponse, MemoryCell, SearchResponse
+from .operations import OPERATIONS
 from .service import MemoryService
 
 log = logging.getLogger("ampkit.mcp")
@@ -399,7 +401,7 @@ def _tools() -> list[Tool]:
     async def recall(
         ctx: Context,
         query: Annotated[str, Field(description="What you want to know, in natural language or keywords")],
-        limit: Annotated[int, Field(ge=1, le=100, description="At most this many memories, best first")] = 10,
+        limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT, description="At most this many memories, best first")] = 10,
         owner_id: Annotated[Optional[str], Field(description="Only memories of this owner (user or agent id)")] = None,
         types: Annotated[Optional[list[MemoryKind]], Field(description="Only these kinds")] = None,
         session_id: Annotated[Optional[str], Field(description="Only memories of this conversation or run")] = None,
@@ -463,6 +465,17 @@ def _tools() -> list[Tool]:
         linked to its replacement, and is no longer recalled. Returns the new memory."""
         return await _drive(_gateway(ctx), ctx, calls.supersede_flow(id, text, _drop_none(importance=importance, metadata=metadata)))
 
+    @tool(annotations=WRITE)
+    async def pin(ctx: Context, id: MemoryId) -> UpdateResult:
+        """Pin a memory that must never be missed (a standing instruction, a hard constraint):
+        every recall of its owner's memories returns it first, whatever the query."""
+        return UpdateResult(cell=await _gateway(ctx).send(ctx, calls.pin(id)))
+
+    @tool(annotations=WRITE)
+    async def unpin(ctx: Context, id: MemoryId) -> UpdateResult:
+        """Unpin a memory: recall ranks it like any other again."""
+        return UpdateResult(cell=await _gateway(ctx).send(ctx, calls.unpin(id)))
+
     @tool(annotations=READ)
     async def list_memories(
         ctx: Context,
@@ -472,7 +485,7 @@ def _tools() -> list[Tool]:
         session_id: Annotated[Optional[str], Field(description="Only memories of this conversation or run")] = None,
         include_stale: bool = False,
         include_superseded: Annotated[bool, Field(description="Also memories replaced by newer ones")] = False,
-        limit: Annotated[int, Field(ge=1, le=200, description="Page size")] = 20,
+        limit: Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE, description="Page size")] = 20,
         cursor: Annotated[Optional[str], Field(description="next_cursor from the previous page")] = None,
         as_of: AsOf = None,
     ) -> ListResponse:
@@ -506,7 +519,7 @@ def _tools() -> list[Tool]:
         path: FilePathArg,
         owner_id: OwnerId = None,
         offset: Annotated[int, Field(ge=0, description="First line to return, 0-based")] = 0,
-        limit: Annotated[int, Field(ge=1, le=10000, description="How many lines")] = 2000,
+        limit: Annotated[int, Field(ge=1, le=MAX_READ_LINES, description="How many lines")] = 2000,
     ) -> FileContent:
         """Read lines of a memory file (with their numbers: start_line, end_line, total_lines)."""
         owner, _ = _owner_or_self(ctx, owner_id)
@@ -558,7 +571,7 @@ def _tools() -> list[Tool]:
         ctx: Context,
         id: Annotated[str, Field(description="The id of the playbook (a procedural memory) you followed")],
         success: Annotated[bool, Field(description="Did following it work?")],
-        note: Annotated[Optional[str], Field(max_length=2048, description="What happened, briefly (especially on failure)")] = None,
+        note: Annotated[Optional[str], Field(max_length=MAX_OUTCOME_NOTE, description="What happened, briefly (especially on failure)")] = None,
     ) -> UpdateResult:
         """Report whether following a playbook worked. Outcomes rank playbooks in recall and tell
         consolidation which ones to refine."""
@@ -601,7 +614,7 @@ def _tools() -> list[Tool]:
         ctx: Context,
         query: str,
         owner_id: Annotated[str, Field(description="Whose memories to search")],
-        limit: Annotated[int, Field(ge=1, le=100)] = 5,
+        limit: Annotated[int, Field(ge=1, le=MAX_SEARCH_LIMIT)] = 5,
         include_stale: bool = False,
     ) -> SearchResponse:
         """AMP amp-mcp compatible: search one owner's memories (same as `recall`)."""
@@ -623,7 +636,7 @@ def _tools() -> list[Tool]:
         ctx: Context,
         owner_id: Annotated[str, Field(description="Whose memories to list")],
         type: Optional[MemoryKind] = None,
-        limit: Annotated[int, Field(ge=1, le=200)] = 20,
+        limit: Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE)] = 20,
     ) -> ListResponse:
         """AMP amp-mcp compatible: list one owner's memories (same as `list_memories`)."""
         call = calls.list_page(owner_id=owner_id, types=[type] if type else None, page_size=limit)
@@ -659,13 +672,9 @@ def _transport_security(host: str) -> TransportSecuritySettings:
     return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
-TOOL_NAMES: Sequence[str] = (
-    "remember", "recall", "get_memory", "update_memory", "forget", "supersede", "list_memories", "memory_history",
-    "record_outcome", "consolidate", "ls_files", "read_file", "grep_files", "write_file", "edit_file",
-    "amp_remember", "amp_recall", "amp_forget", "amp_list_memories",
-)
-READ_TOOLS: Sequence[str] = ("recall", "get_memory", "list_memories", "memory_history",
-                             "amp_recall", "amp_list_memories", "ls_files", "read_file", "grep_files")
+# From the operations table: every row names its tools (or why it has none).
+TOOL_NAMES: Sequence[str] = tuple(tool.name for op in OPERATIONS for tool in op.mcp)
+READ_TOOLS: Sequence[str] = tuple(tool.name for op in OPERATIONS for tool in op.mcp if tool.read_only)
 """The tools that only read: the differential non-interference test calls these."""
 
 __all__ = [

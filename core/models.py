@@ -22,7 +22,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, Strict, Stri
                       field_validator)
 
 from .limits import (  # noqa: F401 - re-exported
-    MAX_BATCH_CELLS, MAX_PAGE_SIZE, MAX_PATTERN_LENGTH, MAX_PATTERN_STARS, MAX_SEARCH_LIMIT, Limits)
+    MAX_BATCH_CELLS, MAX_OUTCOME_NOTE, MAX_PAGE_SIZE, MAX_PATTERN_LENGTH, MAX_PATTERN_STARS, MAX_SEARCH_LIMIT, Limits)
 
 from .errors import PayloadTooLarge
 from .glob import GlobError, check as check_glob, check_bounds as check_glob_bounds
@@ -236,6 +236,9 @@ class Lifecycle(Closed):
     version: int = Field(default=1, ge=1, description="extension: increments on every change")
     supersedes: Optional[CellId] = Field(default=None, description="extension: the cell this one replaced")
     superseded_by: Optional[CellId] = Field(default=None, description="extension: the cell that replaced this one")
+    pinned: StrictBool = Field(default=False, description=(
+        "extension pin: always in its owner's searches, for callers that may read it; "
+        "set by PUT and DELETE /memories/{id}/pin"))
 
 
 class Scoring(Closed):
@@ -387,6 +390,7 @@ class LifecyclePatch(Closed):
     last_accessed_at: Optional[UtcDatetime] = Field(default=None, description=_IGNORED)
     last_updated_at: Optional[UtcDatetime] = Field(default=None, description=_IGNORED)
     version: Optional[Annotated[int, Field(ge=1)]] = Field(default=None, description=_IGNORED)
+    pinned: Optional[StrictBool] = Field(default=None, description=_SERVER_MANAGED + " (PUT/DELETE /memories/{id}/pin)")
 
 
 class IdentityPatch(Closed):
@@ -545,7 +549,7 @@ class OutcomeRequest(Closed):
     """POST /memories/{id}/outcome: one run of a playbook (a procedural cell)."""
 
     success: StrictBool
-    note: Optional[str] = Field(default=None, max_length=2048)
+    note: Optional[str] = Field(default=None, max_length=MAX_OUTCOME_NOTE)
 
 
 MAX_CONSOLIDATE_EPISODES = 1000
@@ -656,6 +660,7 @@ PATCH_SERVER_MANAGED: tuple[tuple[Optional[str], str], ...] = (
     ("identity", "owner_id"), ("identity", "owner_type"), ("identity", "created_by"), ("identity", "key"),
     ("identity", "path"),
     ("lifecycle", "created_at"), ("lifecycle", "supersedes"), ("lifecycle", "superseded_by"),
+    ("lifecycle", "pinned"),  # pinned and unpinned by its own route
     ("scoring", "success_count"), ("scoring", "failure_count"),  # outcomes are recorded, not patched
     ("provenance", "extraction_model"), ("provenance", "supporting_episode_ids"),  # set by consolidation
 )

@@ -147,6 +147,17 @@ class Answer:
 
 
 @dataclass(frozen=True)
+class McpTool:
+    """An MCP tool made from a row (`ampkit.mcp_server`): its name, and whether it only reads
+    (the tool's `readOnlyHint`; the differential non-interference test calls every read tool).
+    Its description and argument descriptions are the tool function's docstring and
+    annotations, next to the arguments they explain."""
+
+    name: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
 class Operation:
     name: str  # also the route's name, hence its OpenAPI operationId and summary
     method: str
@@ -167,10 +178,19 @@ class Operation:
     responses: Mapping[int, Any] = field(default_factory=dict)  # extra documented answers
     aliases: tuple[tuple[str, str], ...] = ()  # (path, summary): the same operation at another path
     extra_scopes: tuple[str, ...] = ()  # scopes needed besides `scope` (consolidation reads and writes)
+    # The callable surface (docs/architecture.md#the-callable-surface): the `Client` and
+    # `AsyncClient` methods that send this row (hand-written, typed and documented twins;
+    # `tests/test_surface.py` checks both exist with one signature), and its MCP tools, or
+    # `mcp_opt_out`, the reason it has none.
+    client: tuple[str, ...] = ()
+    mcp: tuple[McpTool, ...] = ()
+    mcp_opt_out: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.scope is not None and self.scope not in SCOPES:
             raise ValueError(f"{self.name}: unknown scope {self.scope!r}")
+        if bool(self.mcp) == bool(self.mcp_opt_out):
+            raise ValueError(f"{self.name}: name its MCP tools or give mcp_opt_out, a reason for none (not both)")
 
     def grouped(self, service: "MemoryService") -> Optional[Callable[[Context, Inputs], Awaitable[Any]]]:
         """`run_grouped`, when the row has one and `service` commits creates in groups: then an
@@ -395,6 +415,18 @@ FILE_GLOB = Param("glob", Optional[str], "query", description="only paths matchi
 PROPOSAL_ID = Param("proposal_id", str, "path")
 
 
+def reads(*names: str) -> tuple[McpTool, ...]:
+    return tuple(McpTool(name, read_only=True) for name in names)
+
+
+def writes(*names: str) -> tuple[McpTool, ...]:
+    return tuple(McpTool(name, read_only=False) for name in names)
+
+
+PERSON_DECIDES = "a person decides approvals (docs/files.md), in the inspector or a client"
+MCP_HANDSHAKE = "the MCP handshake already names the server and its version"
+
+
 def required(inputs: Inputs, name: str) -> str:
     value = inputs[name]
     if value is None or not str(value).strip():
@@ -417,7 +449,8 @@ def _decide(decision: str) -> Callable[[Context, Inputs], Any]:
 FILE_OPERATIONS: tuple[Operation, ...] = (
     Operation("list_files", "GET", "/files",
               _files(lambda f, c, i: f.list(c.agent, required(i, "owner_id"), i["glob"])),
-              response=FileListResponse, params=(FILE_OWNER, FILE_GLOB), tags=("files",)),
+              response=FileListResponse, params=(FILE_OWNER, FILE_GLOB), tags=("files",),
+              client=("list_files",), mcp=reads("ls_files")),
     Operation("read_file", "GET", "/files/read",
               _files(lambda f, c, i: f.read(c.agent, required(i, "owner_id"), required(i, "path"), i["offset"], i["limit"])),
               response=FileContent, tags=("files",),
@@ -425,112 +458,152 @@ FILE_OPERATIONS: tuple[Operation, ...] = (
                       Param("offset", int, "query", default=0, description="first line, 0-based",
                             bounds=lambda limits: {"ge": 0}),
                       Param("limit", int, "query", default=2000, description="lines to return",
-                            bounds=lambda limits: {"ge": 1, "le": MAX_READ_LINES}))),
+                            bounds=lambda limits: {"ge": 1, "le": MAX_READ_LINES})),
+              client=("read_file",), mcp=reads("read_file")),
     Operation("grep_files", "GET", "/files/grep",
               _files(lambda f, c, i: f.grep(c.agent, required(i, "owner_id"), required(i, "pattern"), i["glob"],
                                             i["max_count"])),
               response=GrepResponse, tags=("files",),
               params=(FILE_OWNER, Param("pattern", Optional[str], "query", description="a literal string (required)"),
                       FILE_GLOB, Param("max_count", int, "query", default=200,
-                                       bounds=lambda limits: {"ge": 1, "le": MAX_GREP_MATCHES}))),
+                                       bounds=lambda limits: {"ge": 1, "le": MAX_GREP_MATCHES})),
+              client=("grep_files",), mcp=reads("grep_files")),
     Operation("search_files", "POST", "/files/search", _files(lambda f, c, i: f.search(c.agent, i["body"])),
-              request=FileSearchRequest, response=FileSearchResponse, tags=("files",)),
+              request=FileSearchRequest, response=FileSearchResponse, tags=("files",),
+              client=("search_files",), mcp_opt_out="few short files: agents use ls_files, grep_files"),
     Operation("file_history", "GET", "/files/history",
               _files(lambda f, c, i: f.history(c.agent, required(i, "owner_id"), required(i, "path"))),
-              response=FileHistoryResponse, params=(FILE_OWNER, FILE_PATH), tags=("files",)),
+              response=FileHistoryResponse, params=(FILE_OWNER, FILE_PATH), tags=("files",),
+              client=("file_history",), mcp_opt_out="a person reviews a file's versions, in the inspector or a client"),
     Operation("write_file", "POST", "/files/write", _files(lambda f, c, i: f.write(c.agent, i["body"])),
-              request=FileWrite, response=FileWriteResult, scope="write", idempotent=False, tags=("files",)),
+              request=FileWrite, response=FileWriteResult, scope="write", idempotent=False, tags=("files",),
+              client=("write_file",), mcp=writes("write_file")),
     Operation("edit_file", "POST", "/files/edit", _files(lambda f, c, i: f.edit(c.agent, i["body"])),
-              request=FileEdit, response=FileWriteResult, scope="write", idempotent=False, tags=("files",)),
+              request=FileEdit, response=FileWriteResult, scope="write", idempotent=False, tags=("files",),
+              client=("edit_file",), mcp=writes("edit_file")),
     Operation("delete_file", "POST", "/files/delete", _files(lambda f, c, i: f.delete(c.agent, i["body"])),
-              request=FileDelete, response=FileWriteResult, scope="write", idempotent=False, tags=("files",)),
+              request=FileDelete, response=FileWriteResult, scope="write", idempotent=False, tags=("files",),
+              client=("delete_file",), mcp_opt_out="deleting a file is left to a person; an agent edits"),
     Operation("get_approval_mode", "GET", "/files/mode",
               _files(lambda f, c, i: f.approval_mode(required(i, "owner_id"))),
-              response=ApprovalMode, params=(FILE_OWNER,), tags=("files",)),
+              response=ApprovalMode, params=(FILE_OWNER,), tags=("files",),
+              client=("get_approval_mode",), mcp_opt_out=PERSON_DECIDES),
     Operation("set_approval_mode", "PUT", "/files/mode", _files(lambda f, c, i: f.set_approval_mode(c.agent, i["body"])),
-              request=ApprovalMode, response=ApprovalMode, scope="admin", tags=("files",)),
+              request=ApprovalMode, response=ApprovalMode, scope="admin", tags=("files",),
+              client=("set_approval_mode",), mcp_opt_out=PERSON_DECIDES),
     Operation("list_proposals", "GET", "/proposals",
               _files(lambda f, c, i: f.proposals(c.agent, i["owner_id"], i["status"], i["proposed_by"],
                                                  may_approve=c.may_approve)),
               response=ProposalList, tags=("files",),
               params=(Param("owner_id", Optional[str], "query"), Param("status", Optional[ProposalStatus], "query"),
-                      Param("proposed_by", Optional[str], "query"))),
+                      Param("proposed_by", Optional[str], "query")),
+              client=("list_proposals",), mcp_opt_out=PERSON_DECIDES),
     Operation("get_proposal", "GET", "/proposals/{proposal_id}",
               _files(lambda f, c, i: f.proposal(c.agent, i["proposal_id"], may_approve=c.may_approve)),
-              response=Proposal, params=(PROPOSAL_ID,), tags=("files",)),
+              response=Proposal, params=(PROPOSAL_ID,), tags=("files",),
+              client=("get_proposal",), mcp_opt_out=PERSON_DECIDES),
     # Deciding needs the owner (with write) or the approve/admin scope (a new file another agent
     # put in the folder: the approve/admin scope): checked by the service.
     Operation("approve_proposal", "POST", "/proposals/{proposal_id}/approve", _decide("approve"),
               request=ApproveRequest, body_required=False, response=Proposal, idempotent=False,
-              params=(PROPOSAL_ID,), tags=("files",)),
+              params=(PROPOSAL_ID,), tags=("files",),
+              client=("approve_proposal",), mcp_opt_out=PERSON_DECIDES),
     Operation("reject_proposal", "POST", "/proposals/{proposal_id}/reject", _decide("reject"),
               request=RejectRequest, body_required=False, response=Proposal, idempotent=False,
-              params=(PROPOSAL_ID,), tags=("files",)),
+              params=(PROPOSAL_ID,), tags=("files",),
+              client=("reject_proposal",), mcp_opt_out=PERSON_DECIDES),
 )
 
 ERROR_503 = {503: {"model": ErrorEnvelope, "description": "the store cannot be reached"}}
 
 # Registration order matters: the static /memories/... paths come before /memories/{memory_id}.
 OPERATIONS: tuple[Operation, ...] = (
-    Operation("health", "GET", "/health", _health, response=Health, scope=None, tags=("meta",), responses=ERROR_503),
-    Operation("spec", "GET", "/spec", _spec, response=dict[str, Any], scope=None, tags=("meta",)),
+    Operation("health", "GET", "/health", _health, response=Health, scope=None, tags=("meta",), responses=ERROR_503,
+              client=("health",), mcp_opt_out=MCP_HANDSHAKE),
+    Operation("spec", "GET", "/spec", _spec, response=dict[str, Any], scope=None, tags=("meta",),
+              client=("spec",), mcp_opt_out=MCP_HANDSHAKE),
     Operation("create_memory", "POST", "/memories", _create, run_grouped=_create_async, request=CellCreate,
               response=MemoryCell, status_code=201, scope="write", idempotent=False,
               responses={**WRITE_ONLY_KEY_204,
-                         200: {"model": MemoryCell, "description": "a duplicate: the existing cell (header X-AMP-Dedup)"}}),
+                         200: {"model": MemoryCell, "description": "a duplicate: the existing cell (header X-AMP-Dedup)"}},
+              client=("remember", "supersede"), mcp=writes("remember", "supersede", "amp_remember")),
     Operation("create_memories", "POST", "/memories/batch", _create_many, run_grouped=_create_many_async,
               request=BatchCreate,
               response=BatchCreateResponse, status_code=201, scope="write", idempotent=False,
-              responses=WRITE_ONLY_KEY_204),
+              responses=WRITE_ONLY_KEY_204,
+              client=("remember_many",), mcp_opt_out="a bulk import; an agent remembers one at a time"),
     Operation("consolidate", "POST", "/memories/consolidate",
               lambda c, i: c.service.consolidate(c.agent, i["body"]),
               request=ConsolidateRequest, response=ConsolidateResponse, scope="write", extra_scopes=("read",),
               tags=("learning",),
               responses={501: {"model": ErrorEnvelope, "description": "no model is configured"},
-                         502: {"model": ErrorEnvelope, "description": "the model failed; nothing was written"}}),
+                         502: {"model": ErrorEnvelope, "description": "the model failed; nothing was written"}},
+              client=("consolidate", "remember_conversation"), mcp=writes("consolidate")),
     Operation("search_memories", "POST", "/memories/search", lambda c, i: c.service.search(c.agent, i["body"]),
-              request=SearchRequest, response=SearchResponse),
+              request=SearchRequest, response=SearchResponse,
+              client=("search",), mcp=reads("recall", "amp_recall")),
     Operation("list_route", "GET", "/memories", _list, response=ListResponse, params=LIST_PARAMS,
-              aliases=(("/memories/query", "Alias of GET /memories (AMP v0.1 name)"),)),
+              aliases=(("/memories/query", "Alias of GET /memories (AMP v0.1 name)"),),
+              client=("list",), mcp=reads("list_memories", "amp_list_memories")),
     Operation("list_metadata_values", "GET", "/memories/values", _metadata_values, response=MetadataValuesResponse,
               params=(Param("key", Optional[str], "query", description="the metadata key (required)"),
-                      *(p for p in LIST_PARAMS if p.name not in ("include_superseded", "as_of")))),
-    Operation("export", "GET", "/export", _export, response=dict[str, Any], params=(Param("owner_id", Optional[str], "query"),)),
+                      *(p for p in LIST_PARAMS if p.name not in ("include_superseded", "as_of"))),
+              client=("metadata_values",), mcp_opt_out="filter menus of browsing UIs; agents filter list_memories"),
+    Operation("export", "GET", "/export", _export, response=dict[str, Any], params=(Param("owner_id", Optional[str], "query"),),
+              client=("export",), mcp_opt_out="a bulk copy for backups, too large for a conversation"),
     Operation("get_memory", "GET", "/memories/{memory_id}",
               lambda c, i: c.service.get(c.agent, i["memory_id"], as_of=i["as_of"]),
-              response=MemoryCell, params=(MEMORY_ID, AS_OF)),
+              response=MemoryCell, params=(MEMORY_ID, AS_OF),
+              client=("get",), mcp=reads("get_memory")),
     Operation("patch_memory", "PATCH", "/memories/{memory_id}",
               lambda c, i: c.service.update(c.agent, i["memory_id"], i["body"], expected_version=i["if_match"],
                                             may_read=c.may_read, admin_key=c.admin_key),
               request=CellPatch, response=MemoryCell, scope="write", idempotent=False,
-              params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
+              params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204,
+              client=("update",), mcp=writes("update_memory")),
     Operation("delete_memory", "DELETE", "/memories/{memory_id}", lambda c, i: c.service.delete(c.agent, i["memory_id"]),
-              status_code=204, scope="write", params=(MEMORY_ID,)),
+              status_code=204, scope="write", params=(MEMORY_ID,),
+              client=("forget",), mcp=writes("forget", "amp_forget")),
     Operation("rollback_memory", "POST", "/memories/{memory_id}/rollback",
               lambda c, i: c.service.rollback(c.agent, i["memory_id"], i["body"].to_version,
                                               expected_version=i["if_match"], may_read=c.may_read,
                                               admin_key=c.admin_key),
               request=RollbackRequest, response=MemoryCell, scope="write", idempotent=False,
-              params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
+              params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204,
+              client=("rollback",), mcp_opt_out="restoring a version is an operator's call, history in view"),
     Operation("restore_memory", "POST", "/memories/{memory_id}/restore",
               lambda c, i: c.service.restore(c.agent, i["memory_id"], expected_version=i["if_match"],
                                              may_read=c.may_read),
               response=MemoryCell, scope="write", idempotent=False,
-              params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204),
+              params=(MEMORY_ID, IF_MATCH), responses=WRITER_ONLY_204,
+              client=("restore",), mcp_opt_out="bringing an archived memory back is a person's call (the inspector)"),
     Operation("record_outcome", "POST", "/memories/{memory_id}/outcome",
               _outcome,
               request=OutcomeRequest, response=MemoryCell, scope="write", idempotent=False, params=(MEMORY_ID,),
-              tags=("playbooks",), responses=WRITER_ONLY_204),
+              tags=("playbooks",), responses=WRITER_ONLY_204,
+              client=("record_outcome",), mcp=writes("record_outcome")),
+    # Pinning twice changes nothing: both rows are safe to resend.
+    Operation("pin_memory", "PUT", "/memories/{memory_id}/pin",
+              lambda c, i: c.service.set_pinned(c.agent, i["memory_id"], True, may_read=c.may_read),
+              response=MemoryCell, scope="write", params=(MEMORY_ID,), responses=WRITER_ONLY_204,
+              client=("pin",), mcp=writes("pin")),
+    Operation("unpin_memory", "DELETE", "/memories/{memory_id}/pin",
+              lambda c, i: c.service.set_pinned(c.agent, i["memory_id"], False, may_read=c.may_read),
+              response=MemoryCell, scope="write", params=(MEMORY_ID,), responses=WRITER_ONLY_204,
+              client=("unpin",), mcp=writes("unpin")),
     Operation("memory_history", "GET", "/memories/{memory_id}/history",
               lambda c, i: HistoryResponse(results=c.service.history(c.agent, i["memory_id"])),
-              response=HistoryResponse, params=(MEMORY_ID,)),
+              response=HistoryResponse, params=(MEMORY_ID,),
+              client=("history",), mcp=reads("memory_history")),
     # A lifecycle run only moves cells whose schedule says so: running it twice is harmless.
     Operation("run_lifecycle", "POST", "/admin/lifecycle/run",
               lambda c, i: c.service.run_lifecycle(as_of=i["body"].as_of if i["body"] else None),
               request=LifecycleRunRequest, body_required=False, response=LifecycleRunResponse, scope="admin",
-              tags=("admin",)),
+              tags=("admin",),
+              client=("run_lifecycle",), mcp_opt_out="admin: the server runs it on a schedule"),
     Operation("purge", "POST", "/admin/purge", _purge, request=PurgeRequest, body_required=False,
-              response=PurgeResponse, scope="admin", tags=("admin",)),
+              response=PurgeResponse, scope="admin", tags=("admin",),
+              client=("purge",), mcp_opt_out="admin: erases deleted cells for good"),
     *FILE_OPERATIONS,
 )
 

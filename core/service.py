@@ -12,7 +12,7 @@ import contextlib
 import json
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
@@ -83,7 +83,7 @@ from .models import (
     utcnow,
 )
 from .playbooks import playbook_score
-from .retrieval import Retriever, clears
+from .retrieval import Retriever, ScoredCell, clears
 from .store.base import CellFilter, HistoryRecord, Store, WriteTx, decode_cursor, decode_text_cursor, encode_cursor
 
 if TYPE_CHECKING:
@@ -187,6 +187,18 @@ def _check_params(*, metadata: Optional[dict[str, Any]] = None, **ids: Optional[
             check_json_value(metadata)
         except ValueError as exc:
             raise ValidationFailed(f"metadata: {exc}", {"param": "metadata"}) from None
+
+
+def with_pinned(pinned: Sequence[MemoryCell], hits: Sequence[ScoredCell], limit: int) -> list[ScoredCell]:
+    """The first `limit` results of a search: the owner's pinned cells first (the best-scored
+    first; one outside the ranked hits scores 0), then the other hits in rank order. `pinned`
+    and `hits` hold only cells the caller may read."""
+    ranked = {hit.cell.id: hit for hit in hits}
+    top = [ScoredCell(ranked[c.id].cell, ranked[c.id].score, {**ranked[c.id].explain, "pinned": 1.0})
+           if c.id in ranked else ScoredCell(c, 0.0, {"pinned": 1.0}) for c in pinned]
+    top.sort(key=lambda h: (-h.score, h.cell.id))
+    ids = {c.id for c in pinned}
+    return (top + [hit for hit in hits if hit.cell.id not in ids])[:limit]
 
 
 def _diff(old: Any, new: Any, prefix: str = "") -> dict[str, list[Any]]:
@@ -782,6 +794,24 @@ class MemoryService:
             tx.add_history(HistoryRecord(cell_id, now, agent, "outcome", changes))
         return updated if can_read(updated, agent) else None
 
+    def set_pinned(self, agent: str, cell_id: str, pinned: bool, *, may_read: bool = True) -> Optional[MemoryCell]:
+        """Pin (always in its owner's searches) or unpin a cell, under the write rule; pinning
+        a pinned cell changes nothing. Returns the cell, or None when the caller may write but
+        not read it (as PATCH does)."""
+        now = self.clock()
+        with self.store.write() as tx:
+            cell = self._writable(tx.get(cell_id), agent)
+            self._not_a_file(cell, "change")
+            updated = cell
+            if cell.lifecycle.pinned != pinned:
+                lifecycle = cell.lifecycle.model_copy(
+                    update={"pinned": pinned, "last_updated_at": now, "version": cell.lifecycle.version + 1})
+                updated = cell.model_copy(update={"lifecycle": lifecycle})
+                tx.update(updated)
+                tx.add_history(HistoryRecord(cell_id, now, agent, "pin" if pinned else "unpin",
+                                             {"lifecycle.pinned": [cell.lifecycle.pinned, pinned]}))
+        return updated if may_read and can_read(updated, agent) else None
+
     def delete(self, agent: str, cell_id: str) -> None:
         now = self.clock()
         with self.store.write() as tx:
@@ -870,9 +900,14 @@ class MemoryService:
             not_expired_at=now,
         )
         self._embed_own_pending(agent, flt)
+        # The owner's pinned cells come first whatever the query and `min_score` (a person
+        # asked for them), among those the caller may read and the search's filters admit.
+        pinned = [c for c in self.store.list(replace(flt, owner_id=req.owner_id or agent, pinned_only=True), req.limit)
+                  if can_read(c, agent) and searched(c, req)]
         fetch = min(self.limits.max_search_limit, req.limit * 4) if req.rank_playbooks else req.limit
         hits, total = self.retriever.search(
-            self.store, req.query, flt, fetch, now, keep=lambda c: can_read(c, agent) and searched(c, req),
+            self.store, req.query, flt, fetch + len(pinned), now,
+            keep=lambda c: can_read(c, agent) and searched(c, req),
             min_score=0.0 if req.rank_playbooks else req.min_score,
         )
         if req.rank_playbooks:
@@ -882,7 +917,8 @@ class MemoryService:
                     hit.explain = {**hit.explain, "wilson": wilson, "score": hit.score}
             # min_score applies to the final (re-scored) score; the total counts the re-scored.
             hits = sorted((h for h in hits if clears(h.score, req.min_score)), key=lambda h: (-h.score, h.cell.id))
-            hits, total = hits[: req.limit], len(hits)
+            total = len(hits)
+        hits = with_pinned(pinned, hits, req.limit)
         results = [
             SearchHit(**h.cell.model_dump(), score=round(h.score, 6), explain=h.explain if req.explain else None)
             for h in hits
@@ -900,7 +936,10 @@ class MemoryService:
             statuses=self._statuses(req.status, req.include_stale), include_superseded=req.include_superseded,
             session_id=req.session_id, metadata=req.metadata,
         )
-        scored = versions.bm25_scores(req.query, (c for c in cells if searched(c, req)))
+        readable = [c for c in cells if searched(c, req)]
+        owner = req.owner_id or agent
+        pinned = [c for c in readable if c.lifecycle.pinned and c.identity.owner_id == owner][: req.limit]
+        scored = versions.bm25_scores(req.query, readable)
         cfg = self.retriever.config
         best = max((score for _, score in scored), default=1.0)
         hits = []
@@ -910,9 +949,10 @@ class MemoryService:
             if clears(score, req.min_score):
                 hits.append((cell, score, {"keyword": raw, "relevance": relevance, "decay": decay, "score": score}))
         hits.sort(key=lambda h: (-h[1], h[0].id))
+        ranked = with_pinned(pinned, [ScoredCell(cell, score, parts) for cell, score, parts in hits], req.limit)
         results = [
-            SearchHit(**cell.model_dump(), score=round(score, 6), explain=parts if req.explain else None)
-            for cell, score, parts in hits[: req.limit]
+            SearchHit(**h.cell.model_dump(), score=round(h.score, 6), explain=h.explain if req.explain else None)
+            for h in ranked
         ]
         return SearchResponse(results=results, total=len(hits), query=req.query)
 
@@ -1113,6 +1153,7 @@ EXTENSIONS = [
     "dedup_on_write",
     "playbook_outcomes",
     "consolidation",
+    "pin",
 ]
 # Advertised only by a server that accepts clock overrides (conformance cases that move the
 # clock require it and are skipped elsewhere).

@@ -290,6 +290,30 @@ READ_PATHS += [
     ReadPath("as_of_search", _as_of_search),
 ]
 
+# Pins (PUT/DELETE /memories/{id}/pin): a pinned cell is in its owner's searches, first, for
+# callers that may read it. The noise agent pins every noise cell; the caller pins every id
+# (unreadable and missing ids answer alike) and searches, with few places and many, for each
+# owner and for itself (no owner: its own pinned cells), then unpins.
+def _pin_search(service: MemoryService, caller: str, world: World) -> Iterator[bytes]:
+    for cid in world.noise_ids:
+        try:
+            service.set_pinned(NOISE_AGENT, cid, True)
+        except APIError:
+            pass  # deleted or purged noise
+    for cid in world.visible_ids + world.noise_ids:
+        yield answer(lambda: service.set_pinned(caller, cid, True))
+    for owner in world.owners:
+        for word in world.query_words[:3]:
+            for limit in (1, 3, 20):
+                req = SearchRequest(query=word, owner_id=owner, explain=True, limit=limit,
+                                    status=["active", "archived"])
+                yield answer(lambda: service.search(caller, req))
+    for cid in world.visible_ids + world.noise_ids:
+        yield answer(lambda: service.set_pinned(caller, cid, False))
+
+
+READ_PATHS += [ReadPath("pin_search", _pin_search, keyword=True)]
+
 # MCP (issue 13): the read tools and the cell resources, called on one MCP server (built once:
 # its gateway is pointed at each world's service and caller). The in-process, stdio and HTTP
 # transports are tested in test_mcp.py; here it is what the tools answer.

@@ -239,6 +239,15 @@ def record_outcome(cell_id: str, success: bool, note: Optional[str] = None) -> C
     return call("record_outcome", _decode_optional_cell, body=body, path_params=_cell(cell_id))
 
 
+def pin(cell_id: str) -> Call[Optional[MemoryCell]]:
+    """Decodes to None when the caller may write but not read the cell (the server answers 204)."""
+    return call("pin_memory", _decode_optional_cell, path_params=_cell(cell_id))
+
+
+def unpin(cell_id: str) -> Call[Optional[MemoryCell]]:
+    return call("unpin_memory", _decode_optional_cell, path_params=_cell(cell_id))
+
+
 CONSOLIDATE_TIMEOUT = 300.0
 """Seconds a consolidation call may take over HTTP: it waits for the model."""
 
@@ -354,17 +363,22 @@ def spec() -> Call[dict[str, Any]]:
 # drives it with a loop, the async client with an async loop. The steps are written once.
 
 
-def forget_flow(cell_id: str) -> Generator[Call[Any], Any, None]:
+def forget_flow(cell_id: str, expected_version: Optional[int] = None) -> Generator[Call[Any], Any, None]:
     """Archive (a no-op when already archived), then delete: the only order the lifecycle
-    allows (active|stale -> archived -> deleted)."""
-    archive = update(cell_id, status=Status.archived.value)
+    allows (active|stale -> archived -> deleted). With `expected_version`, only a cell still
+    at that version is forgotten (the archive is conditional)."""
+    archive = update(cell_id, expected_version=expected_version, status=Status.archived.value)
     yield replace(archive, resend=True)  # archiving twice is a no-op, so this PATCH may be resent
     yield delete(cell_id)
 
 
-def supersede_flow(old_id: str, text: str, cell_fields: dict[str, Any]) -> Generator[Call[Any], Any, MemoryCell]:
-    """A new cell replacing `old_id`; owner, type and access policy default to the old cell's."""
-    old: MemoryCell = yield get(old_id)
+def supersede_flow(old_id: str, text: str, cell_fields: dict[str, Any],
+                   old: Optional[MemoryCell] = None) -> Generator[Call[Any], Any, MemoryCell]:
+    """A new cell replacing `old_id`; owner, type and access policy default to the old cell's
+    (`old`, when the caller has it: otherwise a GET, which counts as a use)."""
+    if old is None:
+        old = yield get(old_id)
+    assert old is not None
     inherited = {
         "owner_id": old.identity.owner_id,
         "owner_type": old.identity.owner_type,

@@ -167,6 +167,15 @@ class Client(_BaseClient):
         """Count one run of a playbook (a procedural cell) as a success or a failure."""
         return self._send(calls.record_outcome(id, success, note))
 
+    def pin(self, id: str) -> Optional[MemoryCell]:
+        """Pin a cell: its owner's searches always include it, first, for callers that may read
+        it (docs/clients.md#pinning). None when you may write but not read it."""
+        return self._send(calls.pin(id))
+
+    def unpin(self, id: str) -> Optional[MemoryCell]:
+        """Undo `pin`: the cell is ranked like any other again."""
+        return self._send(calls.unpin(id))
+
     # ------------------------------------------------------------ finding
     def search(self, query: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,
                limit: int = 10, min_score: Optional[float] = None, include_files: bool = False,
@@ -355,6 +364,15 @@ class AsyncClient(_BaseClient):
     async def record_outcome(self, id: str, success: bool, *, note: Optional[str] = None) -> Optional[MemoryCell]:
         """Count one run of a playbook (a procedural cell) as a success or a failure."""
         return await self._send(calls.record_outcome(id, success, note))
+
+    async def pin(self, id: str) -> Optional[MemoryCell]:
+        """Pin a cell: its owner's searches always include it, first, for callers that may read
+        it (docs/clients.md#pinning). None when you may write but not read it."""
+        return await self._send(calls.pin(id))
+
+    async def unpin(self, id: str) -> Optional[MemoryCell]:
+        """Undo `pin`: the cell is ranked like any other again."""
+        return await self._send(calls.unpin(id))
 
     # ------------------------------------------------------------ finding
     async def search(self, query: str, *, owner_id: Optional[str] = None, types: Optional[Iterable[str]] = None,

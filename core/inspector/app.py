@@ -32,9 +32,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..access import can_write
+from ..client import _calls as calls
+from ..client._calls import Call
+from ..client._local import run_call
 from ..errors import APIError, MethodNotAllowed, NotFound, ValidationFailed, validation_to_api_error
 from ..files import ApproveRequest, FileInfo, Proposal, RejectRequest
-from ..models import CellCreate, CellPatch, HistoryEntry, MemoryCell, MemoryType, SearchRequest, Status
+from ..models import CellPatch, HistoryEntry, MemoryCell, MemoryType, SearchRequest, Status
 from ..operations import split_values
 from ..service import MemoryService
 from . import charts
@@ -526,6 +529,16 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
                           mode="edit")
         return redirect(request, f"/cells/{quote(cell_id)}", "updated")
 
+    def _drive(agent: str, session: UiSession, flow: Any) -> Any:
+        """Run a client flow (`ampkit.client._calls`) through the operations rows, as the API's
+        in-process transport does, with the session's scopes."""
+        try:
+            item: Call[Any] = next(flow)
+            while True:
+                item = flow.send(run_call(service, agent, item, scopes=session.scopes))
+        except StopIteration as stop:
+            return stop.value
+
     def _archive(agent: str, cell_id: str, version: Optional[int]) -> None:
         archive = CellPatch.model_validate({"lifecycle": {"status": Status.archived.value}})
         service.update(agent, cell_id, archive, expected_version=version)
@@ -557,15 +570,8 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
         writer = session.need("write")
         form = await _form(request)
 
-        def run() -> None:  # DELETE needs an archived cell: archive first, as a client would
-            version = _version(form)
-            cell = service.peek(agent, cell_id)
-            if cell.lifecycle.status != Status.archived.value:
-                _archive(writer, cell_id, version)
-            elif version is not None and version != cell.lifecycle.version:
-                _archive(writer, cell_id, version)  # raises the version conflict
-            service.delete(writer, cell_id)
-        await run_in_threadpool(run)
+        # The clients' forget: archive (conditional on the version shown), then delete.
+        await run_in_threadpool(_drive, writer, session, calls.forget_flow(cell_id, _version(form)))
         return redirect(request, "/cells", "forgotten")
 
     @page
@@ -580,29 +586,25 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
         try:
             patch = _patch_from(form)
             writer = session.need("write")
-            assert patch.content is not None and patch.access_policy is not None
-            body = {
-                "type": cell.type,
-                "content": {"text": patch.content.text, "metadata": patch.content.metadata},
-                "identity": {"owner_id": cell.identity.owner_id, "owner_type": cell.identity.owner_type,
-                             "session_id": cell.identity.session_id, "key": cell.identity.key},
-                "scoring": {"importance": patch.scoring.importance if patch.scoring and patch.scoring.importance is not None
-                            else cell.scoring.importance,
-                            "confidence": patch.scoring.confidence if patch.scoring and patch.scoring.confidence is not None
-                            else cell.scoring.confidence,
-                            "decay_rate": cell.scoring.decay_rate},
-                "access_policy": patch.access_policy.model_dump(mode="json"),
-                "provenance": {"source_type": "user_explicit", "extraction_method": "user_explicit",
-                               "source_ref": "ampkit:inspector"},
-                "supersedes": cell_id, "dedup": "off",
+            assert patch.content is not None and patch.content.text is not None and patch.access_policy is not None
+            scoring = patch.scoring.model_dump(exclude_none=True) if patch.scoring else {}
+            fields = {
+                "metadata": patch.content.metadata, "session_id": cell.identity.session_id, "key": cell.identity.key,
+                "importance": scoring.get("importance", cell.scoring.importance),
+                "confidence": scoring.get("confidence", cell.scoring.confidence),
+                "decay_rate": cell.scoring.decay_rate, **patch.access_policy.model_dump(mode="json"),
+                "source_type": "user_explicit", "extraction_method": "user_explicit", "source_ref": "ampkit:inspector",
+                "dedup": "off",
             }
+            # The clients' supersede (the create row with `supersedes`), from the cell shown:
+            # a person looking is not a use, so no GET.
             try:
-                create = CellCreate.model_validate(body)
+                new = await run_in_threadpool(_drive, writer, session,
+                                              calls.supersede_flow(cell_id, patch.content.text, fields, old=cell))
             except ValidationError as exc:
                 found: dict[str, list[str]] = {}
                 form_problems(exc, found)
                 raise FormInvalid(found) from None
-            new = await run_in_threadpool(service.create, writer, create)
         except APIError as exc:
             return render(request, "edit.html", session, status=exc.status, cell=cell, values=values, error=exc,
                           mode="supersede")

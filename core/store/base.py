@@ -51,6 +51,7 @@ class CellFilter:
     session_id: Optional[str] = None
     metadata: Optional[dict[str, Any]] = None
     not_expired_at: Optional[datetime] = None  # hide cells whose expires_at <= this
+    pinned_only: bool = False  # only cells with lifecycle.pinned (a search's pinned cells)
 
 
 @dataclass

@@ -76,4 +76,6 @@ def compile_filter(flt: CellFilter, dialect: Dialect, alias: str = "c") -> SQLFr
         add((f"({a}.expires_at IS NULL OR {a}.expires_at > {p})", [dialect.expiry(flt.not_expired_at)]))
     for key, value in (flt.metadata or {}).items():
         add(dialect.metadata_equals(a, str(key), value))
+    if flt.pinned_only:
+        add((dialect.pinned(a), []))
     return " AND ".join(where), params

@@ -67,6 +67,12 @@ class Dialect:
         null matches only an explicit null, a missing key matches nothing."""
         raise NotImplementedError
 
+    def pinned(self, alias: str) -> str:
+        """A condition that the row `alias` holds `lifecycle.pinned: true` (in its body: a
+        pin needs no column of its own, and an owner's cells are few next to the index scan
+        that finds them)."""
+        raise NotImplementedError
+
     def metadata_text(self, alias: str, key: str) -> SQLFragment:
         """The string `content.metadata[key]` of row `alias`; NULL when missing or not a string."""
         raise NotImplementedError
@@ -120,6 +126,9 @@ class SQLiteDialect(Dialect):
         condition = self._json_equals("m0", value, 1, params)
         return (f"EXISTS (SELECT 1 FROM json_each({alias}.body, '$.content.metadata') m0 "
                 f"WHERE m0.key = ? AND {condition})", params)
+
+    def pinned(self, alias: str) -> str:
+        return f"json_extract({alias}.body, '$.lifecycle.pinned') = 1"
 
     def metadata_text(self, alias: str, key: str) -> SQLFragment:
         return (f"(SELECT mv.atom FROM json_each({alias}.body, '$.content.metadata') mv "
@@ -211,6 +220,9 @@ class PostgresDialect(Dialect):
 
         # JSONB equality is already structural: key order never counts, 3 = 3.0, true != 1.
         return f"{alias}.metadata -> %s = %s::jsonb", [str(key), json.dumps(value)]
+
+    def pinned(self, alias: str) -> str:
+        return f"({alias}.body -> 'lifecycle' ->> 'pinned') = 'true'"
 
     def metadata_text(self, alias: str, key: str) -> SQLFragment:
         return (f"(CASE WHEN jsonb_typeof({alias}.metadata -> %s) = 'string' THEN {alias}.metadata ->> %s END)",
