@@ -698,3 +698,17 @@ def check_cell_size(cell: MemoryCell, limits: Limits, measured: bool = True) -> 
                               {"max_cell_size_bytes": limits.max_cell_size_bytes})
     raise PayloadTooLarge(f"cell content is {size} bytes; the maximum is {limits.max_cell_size_bytes}",
                           {"size_bytes": size, "max_cell_size_bytes": limits.max_cell_size_bytes})
+
+
+class ImportReport(Closed):
+    """What an import did (`POST /admin/import` answers with it)."""
+
+    cells_written: int = 0
+    cells_unchanged: int = 0
+    history_written: int = 0
+    history_unchanged: int = 0
+    folders_written: int = 0
+    folders_unchanged: int = 0
+    proposals_written: int = 0
+    proposals_unchanged: int = 0
+    lines: int = 0

@@ -39,7 +39,7 @@ from pydantic import Field, ValidationError
 
 from .errors import Conflict, MalformedRequest, PayloadTooLarge, ValidationFailed
 from .limits import Limits
-from .models import AMP_VERSION, CellId, Closed, IdString, MemoryCell, StorableStr, UtcDatetime, check_cell_size
+from .models import AMP_VERSION, CellId, Closed, IdString, ImportReport, MemoryCell, StorableStr, UtcDatetime, check_cell_size
 from .retrieval import Retriever
 from .store.base import CellFilter, FolderRecord, HistoryEntry, HistoryRecord, ProposalRecord, Store
 
@@ -306,20 +306,6 @@ DEFAULT_LIMITS = Limits()
 class LineError:
     line: int
     error: str
-
-
-class ImportReport(Closed):
-    """What an import did (`POST /admin/import` answers with it)."""
-
-    cells_written: int = 0
-    cells_unchanged: int = 0
-    history_written: int = 0
-    history_unchanged: int = 0
-    folders_written: int = 0
-    folders_unchanged: int = 0
-    proposals_written: int = 0
-    proposals_unchanged: int = 0
-    lines: int = 0
 
 
 class ImportInvalid(ValidationFailed):

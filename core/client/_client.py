@@ -19,6 +19,7 @@ from ..models import (
     ConsolidateResponse,
     Health,
     HistoryEntry,
+    ImportReport,
     LifecycleRunResponse,
     MemoryCell,
     MemoryType,
@@ -35,7 +36,6 @@ from ..files.models import (
     GrepResponse,
     Proposal,
 )
-from ..portable import ImportReport
 from . import _calls as calls
 from . import _file_calls as fcalls
 from ._calls import Call, SearchResult
