@@ -10,6 +10,10 @@ MAX_SEARCH_LIMIT = 100
 MAX_PAGE_SIZE = 200
 MAX_BATCH_CELLS = 500
 DEFAULT_PAGE_SIZE = 20
+# The search score below which a hit is taken not to answer the query (adapters inject none
+# of those): search scores are calibrated probabilities of relevance (core/ranker.py), and
+# this is the threshold chosen on the precision dev stores (docs/retrieval.md).
+DEFAULT_MIN_SCORE = 0.05
 
 
 @dataclass(frozen=True)
@@ -24,4 +28,4 @@ class Limits:
     max_batch_cells: int = MAX_BATCH_CELLS
 
 
-__all__ = ["DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT"]
+__all__ = ["DEFAULT_MIN_SCORE", "DEFAULT_PAGE_SIZE", "Limits", "MAX_BATCH_CELLS", "MAX_PAGE_SIZE", "MAX_SEARCH_LIMIT"]

@@ -78,7 +78,7 @@ from .models import (
     utcnow,
 )
 from .playbooks import playbook_score
-from .retrieval import Retriever
+from .retrieval import Retriever, tie_broken
 from .store.base import CellFilter, HistoryRecord, Store, WriteTx, decode_cursor, decode_text_cursor, encode_cursor
 
 if TYPE_CHECKING:
@@ -813,13 +813,12 @@ class MemoryService:
             session_id=req.session_id, metadata=req.metadata,
         )
         scored = versions.bm25_scores(req.query, cells)
-        cfg = self.retriever.config
-        best = max((score for _, score in scored), default=1.0)
+        relevance = self.retriever.keyword_relevance(req.query, scored)
         hits = []
-        for cell, raw in scored:
-            relevance, decay = raw / best, decay_score(cell, at)
-            score = cfg.relevance_weight * relevance + cfg.decay_weight * decay
-            hits.append((cell, score, {"keyword": raw, "relevance": relevance, "decay": decay, "score": score}))
+        for (cell, _), parts in zip(scored, relevance):
+            decay = decay_score(cell, at)
+            score = tie_broken(parts["relevance"], decay, self.retriever.config.decay_weight)
+            hits.append((cell, score, {**parts, "decay": decay, "score": score}))
         hits.sort(key=lambda h: (-h[1], h[0].id))
         results = [
             SearchHit(**cell.model_dump(), score=round(score, 6), explain=parts if req.explain else None)
