@@ -51,7 +51,7 @@ from scale import TEAMS, fact_plan, plan_batches, query_for
 from ampkit.bootstrap import retriever_from_settings
 from ampkit.config import Settings
 from ampkit.models import CellCreate
-from ampkit.ranker import FEATURES, RelevanceModel, model_kind
+from ampkit.ranker import DEFAULT_MODELS, FEATURES, RelevanceModel, model_kind
 from ampkit.retrieval import Retriever, tie_broken
 from ampkit.service import MemoryService
 from ampkit.store.base import CellFilter
@@ -75,8 +75,19 @@ def candidates(retriever: Retriever, store: SQLiteStore, query: str, flt: CellFi
     """The candidates the model sees (first pass order), their features and their decay."""
     hits, _ = retriever.search(store, query, flt, CANDIDATES + retriever.config.date_extra, NOW, keep=keep)
     hits.sort(key=lambda h: (-h.explain["first_pass"], h.cell.id))
-    x = np.array([[h.explain[f"x_{name}"] for name in FEATURES] for h in hits], dtype=float).reshape(len(hits), len(FEATURES))
-    return hits, x, np.array([h.explain["decay"] for h in hits], dtype=float)
+    return hits, features_of(hits), np.array([h.explain["decay"] for h in hits], dtype=float)
+
+
+def features_of(hits: list) -> np.ndarray:
+    return np.array([[h.explain[f"x_{name}"] for name in FEATURES] for h in hits], dtype=float).reshape(len(hits), len(FEATURES))
+
+
+def scored_by(retriever: Retriever, query: str, hits: list) -> str:
+    """The model kind search uses for this query (`Retriever.dense_evidence`): a CJK query,
+    or one the default embedder's multilingual leg found candidates for, is scored by e5's."""
+    legs = [("multilingual", 0.0, [h for h in hits if "multilingual" in h.explain])] if retriever.cjk_model else []
+    name = retriever.embedder.name if retriever.embedder is not None else None
+    return model_kind(name, multilingual_leg=retriever.dense_evidence(query, legs) == "multilingual")
 
 
 def open_store(tmp: str, name: str, retriever: Retriever) -> SQLiteStore:
@@ -102,7 +113,7 @@ def collect_precision(embedder: str, split: str, data_dir: Path) -> list[dict]:
             for q in data["questions"]:
                 flt = CellFilter(reader=owner, statuses=statuses, not_expired_at=NOW)
                 hits, x, decay = candidates(retriever, store, q["q"], flt, keep=lambda c: can_read(c, owner))
-                questions.append({"kind": "precision", "group": data["name"], "set": data["kind"], "split": data["split"],
+                questions.append({"kind": "precision", "model": scored_by(retriever, q["q"], hits), "group": data["name"], "set": data["kind"], "split": data["split"],
                                   "category": q["kind"], "x": x, "decay": decay, "ids": [h.cell.id for h in hits],
                                   "y": np.array([data_of.get(h.cell.id) in q["answer"] for h in hits], dtype=float),
                                   "answerable": bool(q["answer"]), "evidence": len(q["answer"])})
@@ -121,7 +132,7 @@ def collect_locomo(data: Path, embedder: str) -> list[dict]:
         service.drain_embeddings()
         for owner, q in workload:
             hits, x, decay = candidates(retriever, store, q["question"], CellFilter(reader=owner, owner_id=owner))
-            questions.append({"kind": "locomo", "group": owner, "set": "locomo", "split": "dev", "category": q["category"],
+            questions.append({"kind": "locomo", "model": scored_by(retriever, q["question"], hits), "group": owner, "set": "locomo", "split": "dev", "category": q["category"],
                               "x": x, "decay": decay, "ids": [h.cell.id for h in hits],
                               "y": np.array([dia_of[h.cell.id] in q["evidence"] for h in hits], dtype=float),
                               "answerable": True, "evidence": len(q["evidence"])})
@@ -159,7 +170,7 @@ def collect_facts(cells: int, targets: int, seed: int, embedder: str) -> list[di
             for kind, reader, query, owner_id in asks:
                 hits, x, decay = candidates(retriever, store, query, CellFilter(reader=reader, owner_id=owner_id))
                 if hits:
-                    questions.append({"kind": "facts", "group": f"facts-{seed}", "set": "facts", "split": "dev",
+                    questions.append({"kind": "facts", "model": scored_by(retriever, query, hits), "group": f"facts-{seed}", "set": "facts", "split": "dev",
                                       "category": kind, "x": x, "decay": decay, "ids": [h.cell.id for h in hits],
                                       "y": np.array([h.cell.id == target or h.cell.content.text == text for h in hits], dtype=float),
                                       "answerable": True, "evidence": 1})
@@ -327,17 +338,27 @@ def main(argv: Optional[list[str]] = None) -> int:
     facts = collect_facts(args.fact_cells, args.fact_targets, 7, args.embedder) if args.fact_cells else []
     kind_weight = {"precision": 1.0, "locomo": args.locomo_weight, "facts": args.facts_weight}
 
-    everything = precision + locomo + facts
-    model = fit(everything, kind_weight)
-    apart_p = held_apart(precision, locomo + facts, kind_weight)
-    apart_l = held_apart(locomo, precision + facts, kind_weight) if locomo else {}
+    embedder = collecting_retriever(args.embedder).embedder
+    kind = model_kind(embedder.name if embedder else None)
+    # Searches that another kind's model scores (the default embedder's CJK and cross-lingual
+    # ones: e5's) are left out of the fit and ranked by that shipped model.
+    own = [q for q in precision + locomo + facts if q["model"] == kind]
+    model = fit(own, kind_weight)
+    apart_p = held_apart([q for q in precision if q["model"] == kind], [q for q in locomo + facts if q["model"] == kind], kind_weight)
+    apart_l = held_apart([q for q in locomo if q["model"] == kind], [q for q in precision + facts if q["model"] == kind],
+                         kind_weight) if locomo else {}
     first_pass: Callable[[dict], Optional[RelevanceModel]] = lambda q: None  # noqa: E731
 
+    def fitted(q: dict) -> Optional[RelevanceModel]:
+        return model if q["model"] == kind else DEFAULT_MODELS[q["model"]]
+
+    def apart(q: dict) -> Optional[RelevanceModel]:
+        return apart_p.get(id(q)) or apart_l.get(id(q)) if q["model"] == kind else DEFAULT_MODELS[q["model"]]
+
     # The threshold: from the precision dev questions ranked by models that did not see their store.
-    dev_apart = measure(precision, lambda q: apart_p[id(q)], decay_weight)
+    dev_apart = measure(precision, apart, decay_weight)
     threshold = pick_threshold(dev_apart["_rows"], args.kept)
-    embedder = collecting_retriever(args.embedder).embedder
-    result: dict = {"embedder": args.embedder, "model_kind": model_kind(embedder.name if embedder else None),
+    result: dict = {"embedder": args.embedder, "model_kind": kind,
                     "threshold": threshold, "kept_target": args.kept}
     tables: dict[str, dict[str, dict]] = {}
     for name, subset in (("personal", [q for q in precision if q["set"] == "personal"]),
@@ -345,23 +366,23 @@ def main(argv: Optional[list[str]] = None) -> int:
         if subset:
             tables[name] = {
                 "first pass": measure(subset, first_pass, decay_weight),
-                "held apart (leave one store out)": measure(subset, lambda q: apart_p[id(q)], decay_weight, threshold),
-                "fitted on all": measure(subset, lambda q: model, decay_weight, threshold),
+                "held apart (leave one store out)": measure(subset, apart, decay_weight, threshold),
+                "fitted on all": measure(subset, fitted, decay_weight, threshold),
             }
     for name, subset in (("heldout personal", [q for q in heldout if q["set"] == "personal"]),
                          ("heldout team", [q for q in heldout if q["set"] == "team"])):
         if subset:
             tables[name] = {"first pass": measure(subset, first_pass, decay_weight),
-                            "model fitted on dev": measure(subset, lambda q: model, decay_weight, threshold)}
+                            "model fitted on dev": measure(subset, fitted, decay_weight, threshold)}
     if locomo:
         tables["locomo"] = {
             "first pass": measure(locomo, first_pass, decay_weight),
-            "held apart (leave one conversation out)": measure(locomo, lambda q: apart_l[id(q)], decay_weight),
-            "fitted on all": measure(locomo, lambda q: model, decay_weight),
+            "held apart (leave one conversation out)": measure(locomo, apart, decay_weight),
+            "fitted on all": measure(locomo, fitted, decay_weight),
         }
     if facts:
         tables["facts"] = {"first pass": measure(facts, first_pass, decay_weight),
-                           "fitted on all": measure(facts, lambda q: model, decay_weight)}
+                           "fitted on all": measure(facts, fitted, decay_weight)}
     print(f"embedder {args.embedder}: {len(precision)} precision dev questions, {len(heldout)} held-out, "
           f"{len(locomo)} LoCoMo, {len(facts)} fact searches; threshold {threshold} (keeps {args.kept} held apart)")
     columns = ("hit@1", "hit@3", "mrr@10", "recall@10", "auc", "kept", "empty")

@@ -91,9 +91,10 @@ DEFAULT_MODELS: dict[str, RelevanceModel] = {
         "question": 0.0, "names": -0.131, "time_words": 0.0, "number": 0.082,
     }, bias=-30.34),
     "keyword": RelevanceModel({
-        "keyword": 1.0, "keyword_share": 1.5, "own_text": 3.0, "entity": 0.3, "speaker": 0.5, "date": 0.5,
-        "first_pass": 1.0, "length": 0.3,
-    }, bias=-5.0),
+        "keyword": 0.541, "keyword_share": 1.925, "own_text": 1.674, "entity": -0.222, "speaker": 0.108, "date": 0.976,
+        "first_pass": 3.617, "length": 2.583, "acronym": 0.246, "answer_type": 0.514, "question": -0.888, "names": -0.341,
+        "time_words": -0.038, "number": 0.082,
+    }, bias=-9.128),
 }
 
 
