@@ -14,7 +14,10 @@ through the real service and the SQLite store the server uses, and reports:
   else 0.0): the share of unanswerable questions that get nothing back ("empty") and the
   share of answerable ones whose answer is still among the returned hits ("kept"). The
   search request's `min_score` field is used when the request model has one, else the hits
-  are cut here by score.
+  are cut here by score;
+- file1 and hot1: the share of questions whose first result is, instead of an answer, a
+  memory file (a cell with `path`), or a hot cell (read 10 times or more, or importance 0.9
+  or more).
 
 Each store is loaded as it would have been written: cells oldest first under an injected
 clock (`age_days`), `supersedes` through the real create, memory files (`path`) through the
@@ -25,6 +28,7 @@ none of which answers a question.
 
     python bench/precision.py [--set personal|team|all] [--split dev|heldout|all]
                               [--min-score X] [--misses] [--json out.json] [--embedder NAME]
+                              [--store NAME] [--before old.json] [--check]
 
 Stores marked `"split": "heldout"` are for reporting only: tune on `dev`, read `heldout`.
 The embedder is `AMPKIT_EMBEDDER` (default `default`); the `AMPKIT_RETRIEVAL_*` settings
@@ -57,6 +61,7 @@ DATA = Path(__file__).parent / "data" / "precision"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)  # the stores' "today"
 DEPTH = 10  # MRR and the thresholded view read the top 10
 UNANSWERABLE = "unanswerable"
+HOT_READS, HOT_IMPORTANCE = 10, 0.9  # a "hot" cell: read this often, or this important
 
 
 def default_min_score() -> float:
@@ -242,6 +247,9 @@ def summarise(rows: list[dict]) -> dict:
         out["hit@3"] = round(sum(r is not None and r <= 3 for r in ranks) / len(ranks), 3)
         out["mrr@10"] = round(statistics.fmean(1 / r if r else 0.0 for r in ranks), 3)
         out["kept"] = round(sum(r["kept"] for r in answerable) / len(answerable), 3)
+    if rows:
+        out["file_first"] = round(sum(r["file_first"] for r in rows) / len(rows), 3)
+        out["hot_first"] = round(sum(r["hot_first"] for r in rows) / len(rows), 3)
     auc = roc_auc([r["top_score"] for r in answerable], [r["top_score"] for r in unanswerable])
     out["abstention_auc"] = None if auc is None else round(auc, 3)
     if unanswerable:
@@ -252,9 +260,14 @@ def summarise(rows: list[dict]) -> dict:
 def run_store(service: MemoryService, clock: Clock, store: dict, min_score: float, server_threshold: bool) -> list[dict]:
     data_of = load_store(service, clock, store)
     owner = store["owner"]
+    files = {c["id"] for c in store["cells"] if c.get("path")}
+    hot = {c["id"] for c in store["cells"] if c.get("reads", 0) >= HOT_READS or c.get("importance", 0.5) >= HOT_IMPORTANCE}
     rows = []
+    # The ranking view is never cut: with a server-side threshold whose default is above 0,
+    # the first search asks for min_score 0 explicitly.
+    uncut: dict[str, Any] = {"min_score": 0.0} if server_threshold else {}
     for q in store["questions"]:
-        hits = service.search(owner, SearchRequest(query=q["q"], limit=DEPTH)).results
+        hits = service.search(owner, SearchRequest(query=q["q"], limit=DEPTH, **uncut)).results
         ranked = [data_of.get(h.id, "?") for h in hits]
         rank = next((i + 1 for i, cid in enumerate(ranked) if cid in q["answer"]), None)
         if server_threshold:
@@ -267,6 +280,9 @@ def run_store(service: MemoryService, clock: Clock, store: dict, min_score: floa
             "answer": q["answer"], "rank": rank, "top_score": hits[0].score if hits else 0.0,
             "top": [(cid, round(h.score, 4)) for cid, h in zip(ranked, hits)],
             "returned": len(returned), "kept": any(cid in q["answer"] for cid in returned),
+            # what comes first instead of the answer: a memory file, a hot cell
+            "file_first": bool(ranked) and ranked[0] in files and ranked[0] not in q["answer"],
+            "hot_first": bool(ranked) and ranked[0] in hot and ranked[0] not in q["answer"],
         })
     return rows
 
@@ -336,13 +352,14 @@ def _fmt(value: Optional[float]) -> str:
 def print_table(result: dict, misses: bool) -> None:
     print(f"precision: {result['stores']} stores, {result['cells']} cells; embedder {result['embedder']}; "
           f"threshold {result['min_score']} ({result['threshold_applied_by']}); {result['seconds']} s\n")
-    header = f"| {'':<18} | ans | una | hit@1 | hit@3 | MRR@10 |   AUC | kept  | empty |"
-    rule = f"|{'-' * 20}|-----|-----|-------|-------|--------|-------|-------|-------|"
+    header = f"| {'':<18} | ans | una | hit@1 | hit@3 | MRR@10 |   AUC | kept  | empty | file1 | hot1  |"
+    rule = f"|{'-' * 20}|-----|-----|-------|-------|--------|-------|-------|-------|-------|-------|"
 
     def line(name: str, s: dict) -> str:
         return (f"| {name:<18} | {s['answerable']:>3} | {s['unanswerable']:>3} | {_fmt(s.get('hit@1'))} | "
                 f"{_fmt(s.get('hit@3'))} | {_fmt(s.get('mrr@10'))}  | {_fmt(s.get('abstention_auc'))} | "
-                f"{_fmt(s.get('kept'))} | {_fmt(s.get('empty'))} |")
+                f"{_fmt(s.get('kept'))} | {_fmt(s.get('empty'))} | {_fmt(s.get('file_first'))} | "
+                f"{_fmt(s.get('hot_first'))} |")
 
     for title, table in (("set/split", result["groups"]), ("question kind", result["by_kind"]),
                          ("store", result["per_store"])):
@@ -357,6 +374,24 @@ def print_table(result: dict, misses: bool) -> None:
             print(f"  [{r['store']}/{r['kind']}] {r['q']}  want {want}, rank {r['rank']}, top {r['top'][:3]}")
 
 
+def print_comparison(result: dict, before: dict) -> None:
+    """hit@1, MRR@10 and AUC of a saved run (`--before`) beside this one's, per group and kind."""
+    same = set(before.get("per_store", {})) == set(result["per_store"])
+    print(f"before ({before['embedder']}, threshold {before['min_score']}) -> now"
+          + ("" if same else " (the saved run covers other stores: per store only)") + ":")
+    print(f"| {'':<18} | hit@1 before | after | MRR@10 before | after | AUC before | after |")
+    print(f"|{'-' * 20}|--------------|-------|---------------|-------|------------|-------|")
+    for table in ("groups", "by_kind", "per_store") if same else ("per_store",):
+        for name, s in result[table].items():
+            old = before.get(table, {}).get(name)
+            if old is None:
+                continue
+            print(f"| {name:<18} | {_fmt(old.get('hit@1')):>12} | {_fmt(s.get('hit@1'))} | "
+                  f"{_fmt(old.get('mrr@10')):>13} | {_fmt(s.get('mrr@10'))} | "
+                  f"{_fmt(old.get('abstention_auc')):>10} | {_fmt(s.get('abstention_auc'))} |")
+    print()
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", dest="which", choices=("personal", "team", "all"), default="all")
@@ -369,6 +404,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--store", action="append", help="only the store of this name (repeatable)")
     parser.add_argument("--misses", action="store_true", help="list the questions whose answer is not first")
     parser.add_argument("--json", type=Path, help="write the results (with every miss) here")
+    parser.add_argument("--before", type=Path, help="a saved --json run to compare with (hit@1, MRR@10, AUC)")
     parser.add_argument("--check", action="store_true",
                         help="only check the data files and count their cells and questions (no search)")
     args = parser.parse_args(argv)
@@ -389,6 +425,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     min_score = default_min_score() if args.min_score is None else args.min_score
     result = run(stores, args.embedder, min_score)
     print_table(result, args.misses)
+    if args.before:
+        print_comparison(result, json.loads(args.before.read_text()))
     if args.json:
         args.json.write_text(json.dumps(result, ensure_ascii=False, indent=2))
     return 0

@@ -403,13 +403,18 @@ def test_precision_scores_a_tiny_store_through_the_real_service(tmp_path):
     assert (overall["answerable"], overall["unanswerable"]) == (4, 1)
     assert set(result["groups"]) == {"personal/dev", "personal/all", "all/dev", "all/all"}
     assert set(result["by_kind"]) == {"paraphrase", "superseded", "file", "unanswerable"}
-    for key in ("hit@1", "hit@3", "mrr@10", "abstention_auc", "kept", "empty"):
-        assert 0 <= overall[key] <= 1
+    # each answerable question shares words with its cell alone, the unanswerable one with none:
+    # every answer first, the unanswerable question empty, so its top score (0) is below every other
+    assert (overall["hit@1"], overall["mrr@10"], overall["kept"]) == (1.0, 1.0, 1.0)
+    assert (overall["abstention_auc"], overall["empty"]) == (1.0, 1.0)
+    assert (overall["file_first"], overall["hot_first"]) == (0.0, 0.0)  # neither the file nor the hot cell first
     # the loader wrote the superseded value as superseded, the private cell as Leo's own: neither is ever found
     tops = [cid for row in result["questions"] for cid, _ in row["top"]]
     assert "addr-old" not in tops and "private" not in tops
     assert result["by_kind"]["file"]["hit@1"] == 1.0  # the file is a cell of the owner's, found by its words
     assert "| personal/all       |   4 |   1 |" in run.stdout
+    again = bench("precision.py", "--data", str(data), "--embedder", "none", "--before", str(out))
+    assert "| all/all            |        1.000 | 1.000 |" in again.stdout  # a saved run beside this one
 
 
 def test_precision_data_files_are_valid_and_hold_some_stores_apart():
