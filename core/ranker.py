@@ -86,10 +86,10 @@ DEFAULT_MODELS: dict[str, RelevanceModel] = {
         "question": -0.706, "names": 0.555, "time_words": 0.312, "number": 0.387,
     }, bias=-6.0),
     "e5": RelevanceModel({
-        "dense": 32.993, "dense_gap": 54.115, "keyword": -0.02, "keyword_share": 0.451, "own_text": -0.044, "entity": -0.278,
-        "speaker": 0.699, "date": 0.0, "first_pass": 1.554, "length": 0.919, "acronym": 1.231, "answer_type": 0.1,
-        "question": 0.0, "names": -0.131, "time_words": 0.0, "number": 0.082,
-    }, bias=-30.34),
+        "dense": 34.742, "dense_gap": 54.061, "keyword": 0.124, "keyword_share": 0.303, "own_text": 0.13, "entity": -0.487,
+        "speaker": 0.658, "date": 0.0, "first_pass": 1.902, "length": 0.799, "acronym": 1.138, "answer_type": 0.113,
+        "question": 0.0, "names": 0.032, "time_words": -3.078, "number": 0.242,
+    }, bias=-32.241),
     "keyword": RelevanceModel({
         "keyword": 0.541, "keyword_share": 1.925, "own_text": 1.674, "entity": -0.222, "speaker": 0.108, "date": 0.976,
         "first_pass": 3.617, "length": 2.583, "acronym": 0.246, "answer_type": 0.514, "question": -0.888, "names": -0.341,
