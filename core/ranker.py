@@ -81,10 +81,10 @@ class RelevanceModel:
 # Fitted by `python bench/train_ranker.py` (see its docstring for the data).
 DEFAULT_MODELS: dict[str, RelevanceModel] = {
     "static": RelevanceModel({
-        "dense": -0.417, "dense_gap": 8.761, "keyword": 0.305, "keyword_share": 1.696, "own_text": 1.294, "entity": -0.324,
-        "speaker": 0.832, "date": 1.481, "first_pass": 1.982, "length": 0.926, "acronym": 2.338, "answer_type": 0.461,
-        "question": -0.706, "names": 0.555, "time_words": 0.312, "number": 0.387,
-    }, bias=-6.0),
+        "dense": 0.534, "dense_gap": 7.749, "keyword": 0.283, "keyword_share": 1.729, "own_text": 1.408, "entity": -0.31,
+        "speaker": 0.923, "date": 1.569, "first_pass": 2.148, "length": 0.691, "acronym": 2.272, "answer_type": 0.467,
+        "question": -0.703, "names": 0.942, "time_words": 0.302, "number": 0.551,
+    }, bias=-6.822),
     "e5": RelevanceModel({
         "dense": 34.742, "dense_gap": 54.061, "keyword": 0.124, "keyword_share": 0.303, "own_text": 0.13, "entity": -0.487,
         "speaker": 0.658, "date": 0.0, "first_pass": 1.902, "length": 0.799, "acronym": 1.138, "answer_type": 0.113,
