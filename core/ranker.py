@@ -118,6 +118,31 @@ _ACRONYM = re.compile(r"\b([A-Z]{2,6})s?\b")
 _LETTERS = re.compile(r"[^\W\d_]+")
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What the acronym and answer-type inputs read from a text, once per text."""
+
+    words: frozenset[str]
+    initials: tuple[str, str]  # of every word, and of the words that are not small ones
+    acronyms: tuple[str, ...]
+    date: bool  # a digit, or a month or weekday name
+    digit: bool
+    name: bool  # a capitalised word that does not open a sentence (a leading "Name: " aside)
+    asks: tuple[bool, bool, bool]  # as a question: for a date, an amount, a person
+
+
+@lru_cache(maxsize=20_000)  # a search reads the same candidates (and its query) again and again
+def _facts(text: str) -> _Facts:
+    words = [w.lower() for w in _LETTERS.findall(text)]
+    content = [w for w in words if len(w) > 3 or w not in _SMALL_WORDS]
+    digit = bool(_DIGIT.search(text))
+    return _Facts(
+        frozenset(words), ("".join(w[0] for w in words), "".join(w[0] for w in content)), tuple(acronyms(text)),
+        digit or bool(_MONTH_OR_DAY.search(text)), digit, bool(_NAME.search(_SPEAKER_HEAD.sub("", text, count=1))),
+        (bool(_WHEN.search(text)), bool(_AMOUNT.search(text)), bool(_WHO.search(text))),
+    )
+
+
 def acronyms(text: str) -> list[str]:
     """The all-capital words of 2-6 letters (a plural's "s" aside), lower-cased."""
     return list(dict.fromkeys(a.lower() for a in _ACRONYM.findall(text)))
@@ -127,13 +152,7 @@ def spells_out(acronym: str, text: str) -> bool:
     """Whether consecutive words of `text` start with the acronym's letters, in order (with
     or without the small words between: "return on investment" is ROI, and so is "return
     investment")."""
-    words = [w.lower() for w in _LETTERS.findall(text)]
-    n = len(acronym)
-    for seq in (words, [w for w in words if len(w) > 3 or w not in _SMALL_WORDS]):
-        initials = "".join(w[0] for w in seq)
-        if len(seq) >= n and acronym in initials:
-            return True
-    return False
+    return any(acronym in initials for initials in _facts(text).initials)
 
 
 _SMALL_WORDS = frozenset({"of", "on", "and", "the", "for", "to", "in", "a", "an", "at", "by", "&"})
@@ -143,8 +162,8 @@ def acronym_match(query: str, text: str) -> float:
     """1.0 when an acronym of the query is spelled out in the text or one of the text's is
     spelled out in the query (and the two are not the same word in both), else 0."""
     for short, long in ((query, text), (text, query)):
-        for a in acronyms(short):
-            if a not in {w.lower() for w in _LETTERS.findall(long)} and spells_out(a, long):
+        for a in _facts(short).acronyms:
+            if a not in _facts(long).words and spells_out(a, long):
                 return 1.0
     return 0.0
 
@@ -163,16 +182,11 @@ def answer_type_match(query: str, text: str) -> float:
     """+1 when the query asks for a date, an amount or a person and the text holds one (a
     digit or a month or weekday name; a digit; a capitalised word not opening a sentence),
     -1 when it asks and the text holds none, 0 when it asks for no such kind."""
-    asks = []
-    if _WHEN.search(query):
-        asks.append(bool(_DIGIT.search(text) or _MONTH_OR_DAY.search(text)))
-    if _AMOUNT.search(query):
-        asks.append(bool(_DIGIT.search(text)))
-    if _WHO.search(query):
-        asks.append(bool(_NAME.search(_SPEAKER_HEAD.sub("", text, count=1))))
-    if not asks:
+    asked, held = _facts(query).asks, _facts(text)
+    found = [have for ask, have in zip(asked, (held.date, held.digit, held.name)) if ask]
+    if not found:
         return 0.0
-    return 1.0 if any(asks) else -1.0
+    return 1.0 if any(found) else -1.0
 
 
 _TIME_WORDS = re.compile(
