@@ -1344,6 +1344,27 @@ def test_explain_shows_the_relevance_models_inputs_and_how_the_score_is_made(sto
     assert hits[0].explain["x_dense_gap"] == 0.0 and all(h.explain["x_dense_gap"] <= 0 for h in hits)
 
 
+def test_a_search_as_of_a_past_time_is_scored_by_the_keyword_model(store):
+    """A search of the past ranks by BM25 over the cells as they were (no vectors): its scores
+    are the keyword model's probabilities too, not BM25 scaled so the best hit is 1."""
+    from ampkit.ranker import DEFAULT_MODELS, candidate_features
+
+    clock = StepClock()
+    service = default_service(store, clock)
+    today = clock.now
+    clock.now = today - timedelta(hours=2)
+    service.create_many("maya", [cell(t) for t in PERSONAL])
+    clock.now = today
+    req = SearchRequest(query="policy renewal date", explain=True, as_of=today - timedelta(hours=1))
+    hits = service.search("maya", req).results
+    assert hits[0].content.text == PERSONAL[2]
+    top = hits[0].explain
+    assert top["first_pass"] == 1.0 and 0.0 < top["relevance"] < 1.0
+    parts = {"keyword": top["keyword"], "own_text": top["own_text"], "entity": top["entity"], "relevance": 1.0}
+    features = candidate_features(req.query, [parts], [hits[0].content.text])
+    assert top["relevance"] == pytest.approx(DEFAULT_MODELS["keyword"].probabilities(features)[0])
+
+
 def test_relevance_model_features_and_weights():
     from ampkit.ranker import FEATURES, RelevanceModel, acronym_match, answer_type_match, candidate_features, leg_floor
 
