@@ -140,6 +140,7 @@ class RetrievalConfig:
     relevance_models: Optional[dict[str, RelevanceModel]] = None
 
 
+_INPUT_KEYS = tuple(f"x_{name}" for name in FEATURES)  # the relevance model's inputs in explain
 _NAME = re.compile(r"\b[A-Z][\w'’-]+")
 _WORDS = re.compile(r"\w+")
 
@@ -385,7 +386,7 @@ class Retriever:
         relevance = model.probabilities(features).tolist()
         for (_, parts), row, logit, value in zip(scored, features.tolist(), logits, relevance):
             parts["first_pass"] = parts["relevance"]
-            parts.update((f"x_{name}", x) for name, x in zip(FEATURES, row))
+            parts.update(zip(_INPUT_KEYS, row))
             parts["logit"] = logit
             parts["relevance"] = value
 
