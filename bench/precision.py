@@ -28,7 +28,7 @@ none of which answers a question.
 
     python bench/precision.py [--set personal|team|all] [--split dev|heldout|all]
                               [--min-score X] [--misses] [--json out.json] [--embedder NAME]
-                              [--store NAME] [--before old.json] [--check]
+                              [--store NAME] [--before old.json] [--explain] [--check]
 
 Stores marked `"split": "heldout"` are for reporting only: tune on `dev`, read `heldout`.
 The embedder is `AMPKIT_EMBEDDER` (default `default`); the `AMPKIT_RETRIEVAL_*` settings
@@ -92,8 +92,11 @@ def check_store(store: dict, name: str) -> None:
     ids = [c["id"] for c in store["cells"]]
     assert len(ids) == len(set(ids)), f"{name}: duplicate cell ids"
     known = set(ids)
+    age = {c["id"]: c.get("age_days", 0) for c in store["cells"]}
     for cell in store["cells"]:
         assert cell.get("supersedes") in (None, *known), f"{name}: {cell['id']} supersedes an unknown cell"
+        # cells are written oldest first: a replacement must be younger than what it replaces
+        assert not cell.get("supersedes") or age[cell["id"]] < age[cell["supersedes"]], f"{name}: {cell['id']}'s age"
     for q in store["questions"]:
         assert set(q["answer"]) <= known, f"{name}: {q['q']!r} names an unknown cell"
         assert (q["kind"] == UNANSWERABLE) == (not q["answer"]), f"{name}: {q['q']!r}: kind and answer disagree"
@@ -257,7 +260,8 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
-def run_store(service: MemoryService, clock: Clock, store: dict, min_score: float, server_threshold: bool) -> list[dict]:
+def run_store(service: MemoryService, clock: Clock, store: dict, min_score: float, server_threshold: bool,
+              explain: bool = False) -> list[dict]:
     data_of = load_store(service, clock, store)
     owner = store["owner"]
     files = {c["id"] for c in store["cells"] if c.get("path")}
@@ -267,7 +271,7 @@ def run_store(service: MemoryService, clock: Clock, store: dict, min_score: floa
     # the first search asks for min_score 0 explicitly.
     uncut: dict[str, Any] = {"min_score": 0.0} if server_threshold else {}
     for q in store["questions"]:
-        hits = service.search(owner, SearchRequest(query=q["q"], limit=DEPTH, **uncut)).results
+        hits = service.search(owner, SearchRequest(query=q["q"], limit=DEPTH, explain=explain, **uncut)).results
         ranked = [data_of.get(h.id, "?") for h in hits]
         rank = next((i + 1 for i, cid in enumerate(ranked) if cid in q["answer"]), None)
         if server_threshold:
@@ -283,11 +287,12 @@ def run_store(service: MemoryService, clock: Clock, store: dict, min_score: floa
             # what comes first instead of the answer: a memory file, a hot cell
             "file_first": bool(ranked) and ranked[0] in files and ranked[0] not in q["answer"],
             "hot_first": bool(ranked) and ranked[0] in hot and ranked[0] not in q["answer"],
+            **({"explain": [(cid, h.explain) for cid, h in zip(ranked[:3], hits)]} if explain else {}),
         })
     return rows
 
 
-def run(stores: list[dict], embedder_name: str, min_score: float) -> dict:
+def run(stores: list[dict], embedder_name: str, min_score: float, explain: bool = False) -> dict:
     retriever = retriever_from_settings(Settings(embedder=embedder_name), background=True)
     server_threshold = "min_score" in SearchRequest.model_fields
     rows: list[dict] = []
@@ -302,7 +307,7 @@ def run(stores: list[dict], embedder_name: str, min_score: float) -> dict:
             clock = Clock()
             service = MemoryService(store=store, retriever=retriever, clock=clock)
             t = time.perf_counter()
-            got = run_store(service, clock, store_data, min_score, server_threshold)
+            got = run_store(service, clock, store_data, min_score, server_threshold, explain)
             store.close()
             rows += got
             per_store[store_data["name"]] = {"set": store_data["kind"], "split": store_data["split"],
@@ -404,6 +409,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--store", action="append", help="only the store of this name (repeatable)")
     parser.add_argument("--misses", action="store_true", help="list the questions whose answer is not first")
     parser.add_argument("--json", type=Path, help="write the results (with every miss) here")
+    parser.add_argument("--explain", action="store_true",
+                        help="keep each question's top three score breakdowns (the search's `explain`) in the JSON")
     parser.add_argument("--before", type=Path, help="a saved --json run to compare with (hit@1, MRR@10, AUC)")
     parser.add_argument("--check", action="store_true",
                         help="only check the data files and count their cells and questions (no search)")
@@ -423,7 +430,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             args.json.write_text(json.dumps(counts, ensure_ascii=False, indent=2))
         return 0
     min_score = default_min_score() if args.min_score is None else args.min_score
-    result = run(stores, args.embedder, min_score)
+    result = run(stores, args.embedder, min_score, args.explain)
     print_table(result, args.misses)
     if args.before:
         print_comparison(result, json.loads(args.before.read_text()))

@@ -391,12 +391,13 @@ def _precision_store() -> dict:
     }
 
 
+@pytest.mark.slow
 def test_precision_scores_a_tiny_store_through_the_real_service(tmp_path):
     data = tmp_path / "stores"
     data.mkdir()
     (data / "tiny.json").write_text(json.dumps(_precision_store()), encoding="utf-8")
     out = tmp_path / "precision.json"
-    run = bench("precision.py", "--data", str(data), "--embedder", "none", "--misses", "--json", str(out))
+    run = bench("precision.py", "--data", str(data), "--embedder", "none", "--misses", "--explain", "--json", str(out))
     result = json.loads(out.read_text())
     assert result["per_store"]["tiny"]["cells"] == 7
     overall = result["groups"]["personal/all"]
@@ -411,6 +412,7 @@ def test_precision_scores_a_tiny_store_through_the_real_service(tmp_path):
     # the loader wrote the superseded value as superseded, the private cell as Leo's own: neither is ever found
     tops = [cid for row in result["questions"] for cid, _ in row["top"]]
     assert "addr-old" not in tops and "private" not in tops
+    assert all(isinstance(parts, dict) for row in result["questions"] for _, parts in row["explain"])
     assert result["by_kind"]["file"]["hit@1"] == 1.0  # the file is a cell of the owner's, found by its words
     assert "| personal/all       |   4 |   1 |" in run.stdout
     again = bench("precision.py", "--data", str(data), "--embedder", "none", "--before", str(out))
