@@ -69,7 +69,7 @@ def retriever_from_settings(settings: Settings, *, background: bool = False) -> 
                              date_weight=settings.retrieval_date_weight,
                              related_weight=settings.retrieval_related_weight,
                              date_session_weight=settings.retrieval_date_session_weight,
-                             ranker_weights=None if settings.retrieval_ranker else {})
+                             relevance_models=None if settings.retrieval_ranker else {})
     return Retriever(embedder=embedder, config=config, background=background and wanted)
 
 

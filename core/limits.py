@@ -10,10 +10,10 @@ MAX_SEARCH_LIMIT = 100
 MAX_PAGE_SIZE = 200
 MAX_BATCH_CELLS = 500
 DEFAULT_PAGE_SIZE = 20
-# The score an adapter's automatic recall (memory put into a prompt without being asked for)
-# requires of a hit: below it nothing is injected. Explicit searches keep the caller's
-# `min_score` (default 0). A placeholder until scores are calibrated relevance (docs/retrieval.md).
-DEFAULT_MIN_SCORE = 0.0
+# The search score below which a hit is taken not to answer the query (adapters inject none
+# of those): search scores are calibrated probabilities of relevance (core/ranker.py), and
+# this is the threshold chosen on the precision dev stores (docs/retrieval.md).
+DEFAULT_MIN_SCORE = 0.05
 
 # An access pattern (`readable_by` / `writable_by`, grammar in `ampkit.glob`) written by a request
 # or an import: at most this many characters and this many `*`. Matching is linear in the

@@ -16,17 +16,20 @@ Stages, each replaceable (docs/retrieval.md has the measurements behind every de
    (optional, off by default) pseudo-relevance feedback legs from the best first hits;
    date-session leg: a query naming a day or month searches again within the sessions of
    that date among the loaded candidates, and its best hits join the candidates;
-4. the learned ranker (core/ranker.py): one linear score over what the first pass knows of
-   each loaded candidate plus a few features of its text, fitted on LoCoMo and templated
-   facts (bench/train_ranker.py); it decides the order, the first pass's relevance values
-   keep their scale (English queries the keyword and dense legs answered; a CJK or
-   cross-lingual search keeps the first pass);
-5. blend with the lifecycle decay score (importance, confidence, recency of access);
+4. the relevance model (core/ranker.py): a logistic model over the absolute evidence about
+   each loaded candidate (the dense cosine, BM25 with caller-scoped statistics, the share of
+   the query's words in the cell, the boosts' matches, the first pass's relevance, length)
+   gives P(relevant), the hit's `relevance`; it decides the order;
+5. the lifecycle decay score (importance, confidence, recency of access) breaks near ties:
+   score = relevance x (1 - decay_weight + decay_weight x decay), so it moves a hit by at
+   most `decay_weight` of its relevance and never lifts a clearly less relevant cell over a
+   more relevant one;
 6. an optional reranker (default: none).
 
 `explain: true` returns each hit's parts: the legs' raw scores and ranks, the fused score,
 the entity, speaker, own-text and date matches, the first pass's relevance (fused x boost,
-normalised to the best hit), the ranker's text features and score, relevance, decay and the score.
+over the best hit's), the relevance model's inputs (`x_*`) and `logit`, relevance, decay and
+the score.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Callable, Optional, Protocol, Sequence
 
 from .lifecycle import decay_score
 from .models import MemoryCell
-from .ranker import DEFAULT_WEIGHTS, FEATURES, TEXT_FEATURES, LinearRanker, candidate_features
+from .ranker import DEFAULT_MODELS, FEATURES, RelevanceModel, candidate_features, leg_floor, model_kind
 from .textindex import STOP_WORDS, has_cjk
 from .timeexpr import date_match, dates_in, dates_of_metadata
 from .store.base import Candidate, CellFilter, Store, StoredVector
@@ -105,8 +108,9 @@ class RetrievalConfig:
     cross_lingual_floor: float = 0.78
     cross_lingual_weight: float = 3.0
     entity_weight: float = 0.4  # relevance x (1 + this x share of the query's names in the cell)
-    relevance_weight: float = 0.7  # final = relevance_weight x relevance + decay_weight x decay
-    decay_weight: float = 0.3
+    # score = relevance x (1 - decay_weight + decay_weight x decay): importance, confidence and
+    # recent use order hits of about equal relevance, and move none by more than this share.
+    decay_weight: float = 0.1
     # Pseudo-relevance feedback: the best `prf_docs` first-pass hits (cells the caller may
     # read) lend their most shared words to a second keyword query and, with the embedder,
     # their mean vector to a second dense query; both join the fusion as legs of their own.
@@ -136,11 +140,13 @@ class RetrievalConfig:
     date_session_weight: float = 0.5
     date_sessions: int = 2
     date_extra: int = 10
-    # The learned last stage (core/ranker.py): a linear score over each loaded candidate's
-    # features replaces the first pass's relevance. None: the fitted DEFAULT_WEIGHTS; {}: off.
-    ranker_weights: Optional[dict[str, float]] = None
+    # The last stage (core/ranker.py): per kind of dense model ("static", "e5", "keyword"), the
+    # logistic model whose P(relevant) is each hit's relevance. None: the fitted DEFAULT_MODELS;
+    # {}: off (relevance is then the first pass's, the best hit 1: an order, not a probability).
+    relevance_models: Optional[dict[str, RelevanceModel]] = None
 
 
+_INPUT_KEYS = tuple(f"x_{name}" for name in FEATURES)  # the relevance model's inputs in explain
 _NAME = re.compile(r"\b[A-Z][\w'’-]+")
 _WORDS = re.compile(r"\w+")
 
@@ -193,11 +199,22 @@ def term_match(words: Sequence[str], text: str) -> float:
     return sum(_stem(w) in stems for w in words) / len(words)
 
 
+def tie_broken(relevance: float, decay: float, decay_weight: float) -> float:
+    """A hit's score: its relevance, moved by at most `decay_weight` of it by the decay score
+    (importance x confidence x recency of use, in [0, 1]), so decay orders hits of about
+    equal relevance and cannot lift a clearly less relevant one over a more relevant one."""
+    return relevance * (1.0 - decay_weight + decay_weight * decay)
+
+
 def fuse(legs: Sequence[tuple[str, float, list[Candidate]]], k: float) -> dict[str, dict[str, float]]:
-    """Weighted reciprocal-rank fusion: cell id -> {leg: raw score, leg_rank, fused}."""
+    """Weighted reciprocal-rank fusion: cell id -> {leg: raw score, leg_rank, fused}. Candidates
+    a leg scores alike share a rank (the first of theirs), so equal evidence fuses equally."""
     fused: dict[str, dict[str, float]] = {}
     for name, weight, cands in legs:
-        for rank, cand in enumerate(cands, start=1):
+        rank = 0
+        for position, cand in enumerate(cands, start=1):
+            if position == 1 or cand.score != cands[position - 2].score:
+                rank = position
             parts = fused.setdefault(cand.cell_id, {"fused": 0.0})
             parts[name] = cand.score
             parts[f"{name}_rank"] = rank
@@ -217,8 +234,8 @@ class Retriever:
         self.embedder = embedder
         self.config = config or RetrievalConfig()
         self.reranker = reranker
-        weights = DEFAULT_WEIGHTS if self.config.ranker_weights is None else self.config.ranker_weights
-        self.ranker = LinearRanker(weights) if weights else None
+        models = DEFAULT_MODELS if self.config.relevance_models is None else self.config.relevance_models
+        self.relevance_models: dict[str, RelevanceModel] = dict(models)
         # Where the `related` leg's words come from: given, or the embedder's vocabulary (read
         # at the first search that needs it: ~0.1-0.2 s that a server's start need not wait for).
         self._related_words = related_words
@@ -349,33 +366,50 @@ class Retriever:
             legs.append(("prf_dense", cfg.prf_dense_weight, store.vector_candidates(qvec, self.embedder.name, flt, pool)))
         return legs
 
-    def ranks(self, query: str, legs: Sequence[tuple[str, float, list[Candidate]]]) -> bool:
-        """Whether the learned ranker reorders this search. It is fitted on English
-        conversation (LoCoMo) and knows the keyword and dense legs only, so a CJK query and a
-        search the multilingual leg found candidates for keep the first pass
-        (bench/multilingual.py with it: Korean hit@3 0.92 -> 0.79, English about Japanese
-        1.00 -> 0.50)."""
-        return not has_cjk(query) and not any(name == "multilingual" and found for name, _, found in legs)
+    def dense_evidence(self, query: str, legs: Sequence[tuple[str, float, list[Candidate]]]) -> str:
+        """The leg whose cosines are this search's dense evidence: the multilingual leg (the
+        default embedder's e5 vectors) for a CJK query or when it found candidates, else the
+        dense leg."""
+        if any(name == "multilingual" and (found or has_cjk(query)) for name, _, found in legs):
+            return "multilingual"
+        return "dense"
 
-    def _rank(self, scored: list[tuple[MemoryCell, dict[str, float]]]) -> None:
-        """The learned stage: each candidate's `ranker` score decides the order, and the
-        first pass's relevance values are handed out in that order (the best candidate gets
-        the best value, 1): the ranker decides which candidate is more relevant, not how much,
-        so the decay blend and the playbook ranking weigh relevance as they did. The
-        candidates are the ones the caller may read, in the first pass's order."""
-        assert self.ranker is not None
-        scored.sort(key=lambda item: (-item[1]["relevance"], item[0].id))
-        values = [parts["relevance"] for _, parts in scored]  # best first
-        features = candidate_features([parts for _, parts in scored], [cell.content.text for cell, _ in scored])
-        learned = self.ranker.scores(features).tolist()
-        first_text = FEATURES.index(TEXT_FEATURES[0])
-        for (_, parts), row, value in zip(scored, features, learned):
+    def relevance_model(self, dense_key: str) -> Optional[RelevanceModel]:
+        """The fitted model for the search's dense evidence (None: the stage is off)."""
+        name = None if self.embedder is None else self.embedder.name
+        return self.relevance_models.get(model_kind(name, multilingual_leg=dense_key == "multilingual"))
+
+    def _rank(self, model: RelevanceModel, query: str, legs: Sequence[tuple[str, float, list[Candidate]]],
+              scored: list[tuple[MemoryCell, dict[str, float]]], dense_key: str, pool: int) -> None:
+        """The last stage: each candidate's relevance becomes the model's P(relevant) over its
+        features. The candidates are the ones the caller may read; the floors come from the
+        legs, which only return such cells."""
+        found = {name: [c.score for c in cands] for name, _, cands in legs}
+        features = candidate_features(
+            query, [parts for _, parts in scored], [cell.content.text for cell, _ in scored], dense_key=dense_key,
+            dense_floor=leg_floor(found.get(dense_key, []), pool), keyword_floor=leg_floor(found.get("keyword", []), pool))
+        logits = model.logits(features).tolist()
+        relevance = model.probabilities(features).tolist()
+        for (_, parts), row, logit, value in zip(scored, features.tolist(), logits, relevance):
             parts["first_pass"] = parts["relevance"]
-            parts.update(zip(TEXT_FEATURES, row[first_text:first_text + len(TEXT_FEATURES)].tolist()))
-            parts["ranker"] = value
-        order = sorted(range(len(scored)), key=lambda i: (-learned[i], scored[i][0].id))
-        for value, i in zip(values, order):
-            scored[i][1]["relevance"] = value
+            parts.update(zip(_INPUT_KEYS, row))
+            parts["logit"] = logit
+            parts["relevance"] = value
+
+    def keyword_relevance(self, query: str, scored: Sequence[tuple[MemoryCell, float]]) -> list[dict[str, float]]:
+        """Explain parts with a `relevance` for hits ranked by BM25 alone (a search `as_of` a
+        past time: no legs, no vectors): the `keyword` model over what the cells' own texts
+        show, or, with the stage off, BM25 over the best hit's."""
+        best = max((raw for _, raw in scored), default=0.0) or 1.0
+        names, content = query_names(query), content_words(query)
+        parts = [{"keyword": raw, "relevance": raw / best, "own_text": term_match(content, cell.content.text),
+                  "entity": entity_match(names, cell.content.text)} for cell, raw in scored]
+        model = self.relevance_models.get("keyword")
+        if model is not None and parts:
+            features = candidate_features(query, parts, [cell.content.text for cell, _ in scored])
+            for p, value in zip(parts, model.probabilities(features).tolist()):
+                p["first_pass"], p["relevance"] = p["relevance"], value
+        return parts
 
     def _to_load(self, fused: dict[str, dict[str, float]], limit: int) -> list[str]:
         """The fused candidates to load and boost: the best max(40, limit x rescore)."""
@@ -473,13 +507,15 @@ class Retriever:
         best = max(parts["boosted"] for _, parts in scored)
         for _, parts in scored:
             parts["relevance"] = parts["boosted"] / best
-        if self.ranker is not None and self.ranks(query, legs):
-            self._rank(scored)
+        dense_key = self.dense_evidence(query, legs)
+        model = self.relevance_model(dense_key)
+        if model is not None:
+            self._rank(model, query, legs, scored, dense_key, pool)
         hits: list[ScoredCell] = []
         for cell, parts in scored:
             relevance = parts["relevance"]
             decay = decay_score(cell, now)
-            score = cfg.relevance_weight * relevance + cfg.decay_weight * decay
+            score = tie_broken(relevance, decay, cfg.decay_weight)
             hits.append(ScoredCell(cell, score, {**parts, "relevance": relevance, "decay": decay, "score": score}))
         hits.sort(key=lambda h: (-h.score, h.cell.id))
         if self.reranker is not None:

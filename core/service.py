@@ -83,7 +83,7 @@ from .models import (
     utcnow,
 )
 from .playbooks import playbook_score
-from .retrieval import Retriever, ScoredCell, clears
+from .retrieval import Retriever, ScoredCell, clears, tie_broken
 from .store.base import CellFilter, HistoryRecord, Store, WriteTx, decode_cursor, decode_text_cursor, encode_cursor
 
 if TYPE_CHECKING:
@@ -940,14 +940,13 @@ class MemoryService:
         owner = req.owner_id or agent
         pinned = [c for c in readable if c.lifecycle.pinned and c.identity.owner_id == owner][: req.limit]
         scored = versions.bm25_scores(req.query, readable)
-        cfg = self.retriever.config
-        best = max((score for _, score in scored), default=1.0)
+        relevance = self.retriever.keyword_relevance(req.query, scored)
         hits = []
-        for cell, raw in scored:
-            relevance, decay = raw / best, decay_score(cell, at)
-            score = cfg.relevance_weight * relevance + cfg.decay_weight * decay
+        for (cell, _), parts in zip(scored, relevance):
+            decay = decay_score(cell, at)
+            score = tie_broken(parts["relevance"], decay, self.retriever.config.decay_weight)
             if clears(score, req.min_score):
-                hits.append((cell, score, {"keyword": raw, "relevance": relevance, "decay": decay, "score": score}))
+                hits.append((cell, score, {**parts, "decay": decay, "score": score}))
         hits.sort(key=lambda h: (-h[1], h[0].id))
         ranked = with_pinned(pinned, [ScoredCell(cell, score, parts) for cell, score, parts in hits], req.limit)
         results = [

@@ -306,20 +306,28 @@ def test_keyword_legs_scores_the_keyword_leg_and_the_hybrid_search(locomo_file, 
 
 
 @pytest.mark.slow
-def test_train_ranker_fits_a_weight_for_every_feature_the_ranker_reads(locomo_file, tmp_path):
-    """It reads the retriever's candidates and features as search does (`candidate_features`,
-    the explain parts): the weights it prints must be the ones core/ranker.py takes."""
-    from ampkit.ranker import DEFAULT_WEIGHTS, FEATURES
+def test_train_ranker_fits_a_weight_for_every_feature_the_model_reads(locomo_file, tmp_path):
+    """It reads the candidates and features as search computes them (the `x_*` explain
+    parts): the model it prints must be one core/ranker.py takes, for the embedder's kind."""
+    from ampkit.ranker import DEFAULT_MODELS, FEATURES
 
+    data = tmp_path / "stores"
+    data.mkdir()
+    for name in ("tiny", "tiny2"):  # two stores: each is scored by a model fitted without it
+        (data / f"{name}.json").write_text(json.dumps({**_precision_store(), "name": name}), encoding="utf-8")
     out = tmp_path / "ranker.json"
-    run = bench("train_ranker.py", "--data", str(locomo_file), "--fact-cells", "100", "--fact-targets", "2",
-                "--check-targets", "2", "--json", str(out))
+    run = bench("train_ranker.py", "--embedder", "none", "--data", str(locomo_file), "--precision", str(data),
+                "--fact-cells", "100", "--fact-targets", "2", "--json", str(out))
     result = json.loads(out.read_text())
-    assert list(result["weights"]) == list(FEATURES) and set(FEATURES) == set(DEFAULT_WEIGHTS)
-    locomo = result["locomo_recall@10"]["overall"]
-    assert locomo["questions"] == 6 and set(locomo) == {"questions", "first_pass", "ranker_held_out", "ranker_fitted_on_all"}
-    assert result["facts_hit@10"]["overall"]["questions"] == 10  # 2 targets asked the five ways
-    assert "DEFAULT_WEIGHTS = {" in run.stdout
+    assert result["model_kind"] == "keyword" and set(DEFAULT_MODELS) == {"static", "e5", "keyword"}
+    assert list(result["model"]["weights"]) == list(FEATURES)
+    tables = result["tables"]
+    assert tables["locomo"]["first pass"]["questions"] == 6
+    apart = tables["personal"]["held apart (leave one store out)"]
+    assert (apart["answerable"], apart["unanswerable"]) == (8, 2) and 0 <= apart["auc"] <= 1
+    assert tables["facts"]["fitted on all"]["questions"] == 10  # 2 targets asked the five ways
+    assert 0 <= result["threshold"] <= 1 and result["threshold_curve"]
+    assert '"keyword": RelevanceModel({' in run.stdout
 
 
 def test_scale_times_each_readers_first_search_apart_from_the_timed_ones(tmp_path):

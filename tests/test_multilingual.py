@@ -8,6 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from ampkit.ranker import DEFAULT_MODELS, FEATURES
 from ampkit.store.base import CellFilter
 from ampkit.textindex import cjk_terms, fts_match, index_text, korean_stem, query_terms
 from support import TLS
@@ -254,8 +255,11 @@ def test_across_languages_only_close_multilingual_matches_join(tmp_path):
         assert [h.id for h in english] == [dog.id] and english[0].explain["multilingual_rank"] == 1
         korean = service.search("minji", SearchRequest(query="개", owner_id="minji", explain=True)).results
         assert {h.id for h in korean} == {dog.id, cat.id}
-        # The learned ranker knows English conversation and the keyword and dense legs only:
-        # a CJK query, or one the multilingual leg answered, keeps the first pass.
-        assert all("ranker" not in h.explain for h in [*english, *korean])
+        # A CJK query, or one the multilingual leg answered, is scored by the e5 model, with the
+        # multilingual leg's cosine as its dense evidence.
+        for hit in [*english, *korean]:
+            assert hit.explain["x_dense"] == hit.explain.get("multilingual", 0.0)
+        assert english[0].explain["logit"] == pytest.approx(DEFAULT_MODELS["e5"].logits(
+            np.array([[english[0].explain[f"x_{name}"] for name in FEATURES]]))[0])
     finally:
         store.close()

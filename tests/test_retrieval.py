@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import replace
-from datetime import datetime, timezone
+import math
+from datetime import datetime, timedelta, timezone
 
 import httpx
 import numpy as np
@@ -76,9 +77,9 @@ def test_fusion_ranks_a_cell_both_legs_found_above_single_leg_hits(store):
 def test_weights_decide_which_leg_wins(store):
     # The own-text boost and the learned ranker are off: this is about the legs' weights alone.
     keyword_heavy = Retriever(embedder=ConceptEmbedder(),
-                              config=RetrievalConfig(dense_weight=0.1, own_text_weight=0, ranker_weights={}))
+                              config=RetrievalConfig(dense_weight=0.1, own_text_weight=0, relevance_models={}))
     dense_heavy = Retriever(embedder=ConceptEmbedder(),
-                            config=RetrievalConfig(dense_weight=5.0, own_text_weight=0, ranker_weights={}))
+                            config=RetrievalConfig(dense_weight=5.0, own_text_weight=0, relevance_models={}))
     service = MemoryService(store=store, retriever=keyword_heavy)
     words, meaning = service.create_many("alice", [cell("cheap flights to Rome"), cell("travel plans")])
     ask = SearchRequest(query="cheap flights travel")
@@ -1226,55 +1227,172 @@ def test_approximate_search_off_keeps_every_dense_ranking_exact(tmp_path):
         assert client.get("/health").json()["vector_index"]["approximate"] == "off"
 
 
-def test_ranker_puts_a_first_person_statement_above_a_question_the_first_pass_prefers(store):
-    """The learned ranker (core/ranker.py) reads what the first pass does not: of two turns
-    that match alike, the first pass puts the question first, the ranker the first-person
-    statement (on LoCoMo, evidence is that more often). Off (`ranker_weights={}`), the first
-    pass's order stands."""
-    on = MemoryService(store=store, retriever=Retriever())
-    question, statement = on.create_many("alice", [
-        cell("Melanie: what do people make in a pottery class?"),
-        cell("Melanie: we make bowls in my pottery class, I love it"),
+# ---------------------------------------------------------------- the score: calibrated relevance
+
+
+class StepClock:
+    """The service's clock, set by hand: cells get ages, then the questions are asked "now"."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def default_service(store, clock=None) -> MemoryService:
+    """The service as the server builds it, with the shipped default embedder."""
+    from ampkit.bootstrap import retriever_from_settings
+    from ampkit.config import Settings
+
+    retriever = retriever_from_settings(Settings(embedder="default"))
+    return MemoryService(store=store, retriever=retriever, **({"clock": clock} if clock else {}))
+
+
+PERSONAL = [
+    "Mom's birthday: 14 March.",
+    "Dentist is Dr. Marta Sousa at Clinica Sorriso on Avenida de Roma.",
+    "Car insurance with Fidelidade renews on 1 April; policy FD-882134.",
+    "Allergic to penicillin, always tell doctors.",
+    "Pilates at Studio Alma on Tuesdays and Fridays, 7:30.",
+    "Tomas drinks a double espresso, never with milk.",
+    "Our customer success manager at Acme is Priya Nair.",
+    "Grey 2019 Renault Clio, plate 45-XZ-19.",
+]
+
+
+def test_an_irrelevant_hot_cell_never_outranks_a_relevant_cold_one(store):
+    """Importance and recent reads break near ties; they do not lift a cell that does not
+    answer over one that does (the old blend, 0.7 x relevance scaled to the best hit + 0.3 x
+    decay, put a hot second hit first)."""
+    clock = StepClock()
+    service = default_service(store, clock)
+    today = clock.now
+    clock.now = today - timedelta(days=700)
+    cold = service.create("maya", cell("Mom's birthday: 14 March.", scoring={"importance": 0.1}))
+    clock.now = today - timedelta(days=1)
+    hot = service.create("maya", cell("Leo's birthday party playlist is in the shared music folder.",
+                                      scoring={"importance": 1.0}))
+    service.create_many("maya", [cell(t) for t in PERSONAL[1:]])
+    for _ in range(10):
+        service.get("maya", hot.id)  # read often, lately
+    clock.now = today
+    hits = service.search("maya", SearchRequest(query="When is my mother's birthday?", explain=True)).results
+    by_id = {h.id: h for h in hits}
+    assert hits[0].id == cold.id
+    assert by_id[hot.id].explain["decay"] > 0.9 > 0.01 > by_id[cold.id].explain["decay"]
+    assert by_id[hot.id].score < by_id[cold.id].score
+
+
+def test_decay_orders_hits_of_equal_relevance_and_moves_none_by_more_than_its_share(store):
+    service = default_service(store)
+    low, high = service.create_many("maya", [
+        cell("Parking for the office is on level 2 of the garage.", scoring={"importance": 0.1}, dedup="off"),
+        cell("Parking for the office is on level 2 of the garage.", scoring={"importance": 1.0}, dedup="off"),
     ])
-    on.create_many("alice", [cell(f"note {i} about the weather and the garden") for i in range(8)])
-    req = SearchRequest(query="What did Melanie make in pottery class?", explain=True)
-    off = replace(on, retriever=Retriever(config=RetrievalConfig(ranker_weights={})))
-    first_pass = off.search("alice", req).results
-    assert first_pass[0].id == question.id and "ranker" not in first_pass[0].explain
-    hits = on.search("alice", req).results
-    assert [h.id for h in hits[:2]] == [statement.id, question.id]
-    best, other = (h.explain for h in hits[:2])
-    assert best["ranker"] > other["ranker"] and best["relevance"] == 1.0 and other["relevance"] < 1.0
-    assert other["first_pass"] == 1.0 and best["first_pass"] < 1.0  # the first pass had the question first
-    assert best["first_person"] > 0 and other["first_person"] == 0 and other["question"] == 1.0
+    service.create_many("maya", [cell(t) for t in PERSONAL])
+    hits = service.search("maya", SearchRequest(query="Where do I park at the office?", explain=True)).results
+    assert [h.id for h in hits[:2]] == [high.id, low.id]
+    first, second = hits[0].explain, hits[1].explain
+    assert first["relevance"] == pytest.approx(second["relevance"])
+    weight = service.retriever.config.decay_weight
+    for parts in (first, second):
+        assert (1 - weight) * parts["relevance"] <= parts["score"] <= parts["relevance"]
 
 
-def test_ranker_text_features_and_weights():
-    from ampkit.ranker import FEATURES, TEXT_FEATURES, LinearRanker, candidate_features, text_features
+def test_unrelated_questions_score_below_the_default_threshold_and_answered_ones_above(store):
+    """The score is an estimate that the cell answers, not a rank scaled to the best hit: a
+    question the store cannot answer gets low scores (an adapter's `min_score` leaves it
+    empty), while the answer to one it can scores above the threshold."""
+    from ampkit.limits import DEFAULT_MIN_SCORE
 
-    # The speaker's name is not a word of the turn (nor a name in it); "I'm" is first person once.
-    assert text_features("Melanie: I'm off to Rome, are you?") == text_features("I'm off to Rome, are you?")
-    f = dict(zip(TEXT_FEATURES, text_features("Melanie: I'm off to Rome, are you?")))
-    assert f["first_person"] == 0.25 and f["question"] == 1.0 and f["names"] == 0.25 and f["length"] > 0
-    assert f["time_words"] == f["number"] == f["exclamation"] == 0.0
-    f = dict(zip(TEXT_FEATURES, text_features("Yesterday the meeting moved to 3 pm! Great! Ask Dana.")))
-    assert f["first_person"] == f["question"] == 0.0 and f["time_words"] == f["number"] == 1.0
-    assert f["exclamation"] == 2 / 3 and f["names"] == 0.25  # "Dana"; "Yesterday", "Great", "Ask" open sentences
-    rows = candidate_features([{"keyword": 4.0, "keyword_rank": 1, "relevance": 1.0},
-                               {"dense": 0.5, "dense_rank": 1, "relevance": 0.5}], ["a b", "c d e"])
-    assert rows.shape == (2, len(FEATURES))
+    service = default_service(store)
+    made = dict(zip(PERSONAL, service.create_many("maya", [cell(t) for t in PERSONAL])))
+    for question in ("What is the capital of Peru?", "How do I reset my router?",
+                     "Which bus goes to the stadium?", "What is the boiling point of ethanol?"):
+        hits = service.search("maya", SearchRequest(query=question)).results
+        assert hits and max(h.score for h in hits) < DEFAULT_MIN_SCORE, (question, hits[0].content.text, hits[0].score)
+    for question, answer in (("Who is my dentist?", PERSONAL[1]), ("When does the car insurance renew?", PERSONAL[2]),
+                             ("What antibiotic am I allergic to?", PERSONAL[3])):
+        hits = service.search("maya", SearchRequest(query=question)).results
+        assert hits[0].id == made[answer].id and hits[0].score >= DEFAULT_MIN_SCORE, (question, hits[0].score)
+
+
+def test_an_acronym_finds_the_cell_that_spells_it_out(store):
+    service = default_service(store)
+    made = dict(zip(PERSONAL, service.create_many("maya", [cell(t) for t in PERSONAL])))
+    hits = service.search("maya", SearchRequest(query="Who is our CSM at Acme?", explain=True)).results
+    assert hits[0].id == made[PERSONAL[6]].id and hits[0].explain["x_acronym"] == 1.0
+
+
+def test_explain_shows_the_relevance_models_inputs_and_how_the_score_is_made(store):
+
+    from ampkit.ranker import DEFAULT_MODELS, FEATURES
+    from ampkit.retrieval import tie_broken
+
+    service = default_service(store)
+    service.create_many("maya", [cell(t) for t in PERSONAL])
+    hits = service.search("maya", SearchRequest(query="When is my mother's birthday?", explain=True)).results
+    model = DEFAULT_MODELS["static"]
+    for hit in hits:
+        parts = hit.explain
+        x = [parts[f"x_{name}"] for name in FEATURES]
+        assert parts["logit"] == pytest.approx(model.bias + sum(model.weights.get(n, 0.0) * v for n, v in zip(FEATURES, x)))
+        assert parts["relevance"] == pytest.approx(1 / (1 + math.exp(-parts["logit"])))
+        assert 0.0 <= parts["first_pass"] <= 1.0 and 0.0 <= parts["relevance"] <= 1.0
+        assert hit.score == pytest.approx(tie_broken(parts["relevance"], parts["decay"], service.retriever.config.decay_weight), abs=1e-6)
+    assert hits[0].explain["x_dense_gap"] == 0.0 and all(h.explain["x_dense_gap"] <= 0 for h in hits)
+
+
+def test_a_search_as_of_a_past_time_is_scored_by_the_keyword_model(store):
+    """A search of the past ranks by BM25 over the cells as they were (no vectors): its scores
+    are the keyword model's probabilities too, not BM25 scaled so the best hit is 1."""
+    from ampkit.ranker import DEFAULT_MODELS, candidate_features
+
+    clock = StepClock()
+    service = default_service(store, clock)
+    today = clock.now
+    clock.now = today - timedelta(hours=2)
+    service.create_many("maya", [cell(t) for t in PERSONAL])
+    clock.now = today
+    req = SearchRequest(query="policy renewal date", explain=True, as_of=today - timedelta(hours=1))
+    hits = service.search("maya", req).results
+    assert hits[0].content.text == PERSONAL[2]
+    top = hits[0].explain
+    assert top["first_pass"] == 1.0 and 0.0 < top["relevance"] < 1.0
+    parts = {"keyword": top["keyword"], "own_text": top["own_text"], "entity": top["entity"], "relevance": 1.0}
+    features = candidate_features(req.query, [parts], [hits[0].content.text])
+    assert top["relevance"] == pytest.approx(DEFAULT_MODELS["keyword"].probabilities(features)[0])
+
+
+def test_relevance_model_features_and_weights():
+    from ampkit.ranker import FEATURES, RelevanceModel, acronym_match, answer_type_match, candidate_features, leg_floor
+
+    assert acronym_match("Who is our CSM?", "Our customer success manager is Priya.") == 1.0
+    assert acronym_match("customer success manager", "CSM: Priya") == 1.0
+    assert acronym_match("What is the ROI?", "return on investment was 12%") == 1.0
+    assert acronym_match("When is the QBR?", "The QBR is on Monday") == 0.0  # the same word: the keyword leg's
+    assert acronym_match("Who is our CSM?", "Customer list for March") == 0.0
+    assert answer_type_match("When is Leo's birthday?", "Leo: birthday 2 August") == 1.0
+    assert answer_type_match("How much is the rent?", "The landlord is Sr. Almeida") == -1.0
+    assert answer_type_match("Who looks after my teeth?", "Dentist is Dr. Marta Sousa") == 1.0
+    assert answer_type_match("What is my blood type?", "anything") == 0.0
+    assert leg_floor([3.0, 2.0, 1.0], pool=3) == 1.0 and leg_floor([3.0, 2.0], pool=3) == 0.0
+    rows = candidate_features("dog walk", [{"keyword": 4.0, "dense": 0.6, "relevance": 1.0},
+                                           {"dense": 0.5, "relevance": 0.5}], ["a b", "c d e"], dense_floor=0.2, keyword_floor=1.0)
     at = {name: i for i, name in enumerate(FEATURES)}
-    assert rows[0, at["keyword_share"]] == 1.0 and rows[1, at["keyword_share"]] == 0.0  # absent leg: 0
-    assert rows[1, at["keyword_rank"]] == 0.0 and rows[1, at["dense_rank"]] == 10 / 11
-    assert rows[0, at["position"]] == 1.0 and rows[1, at["position"]] == 10 / 11
-    assert LinearRanker({"length": 2.0}).scores(rows).tolist() == (2.0 * rows[:, at["length"]]).tolist()
+    assert rows.shape == (2, len(FEATURES))
+    assert rows[0, at["keyword_share"]] == 1.0 and rows[1, at["keyword_share"]] == 0.25  # past a full pool: its floor
+    assert rows[1, at["dense_gap"]] == pytest.approx(-0.1) and rows[0, at["dense_gap"]] == 0.0
+    model = RelevanceModel({"first_pass": 2.0}, bias=-1.0)
+    assert model.probabilities(rows).tolist() == pytest.approx([1 / (1 + math.exp(-1.0)), 0.5])
     with pytest.raises(ValueError, match="unknown ranker features"):
-        LinearRanker({"lenght": 1.0})
+        RelevanceModel({"lenght": 1.0})
 
 
 def test_ranker_setting_switches_the_stage():
     from ampkit.bootstrap import retriever_from_settings
     from ampkit.config import Settings
 
-    assert retriever_from_settings(Settings(embedder="none")).ranker is not None
-    assert retriever_from_settings(Settings(embedder="none", retrieval_ranker=False)).ranker is None
+    assert retriever_from_settings(Settings(embedder="none")).relevance_model("dense") is not None
+    assert retriever_from_settings(Settings(embedder="none", retrieval_ranker=False)).relevance_model("dense") is None

@@ -207,8 +207,7 @@ class FileService:
             matrix = embedder.embed([req.query] + [s.text for _, s in chunks])
             query, rows = matrix[0], matrix[1:]
             cosine = [float(sum(float(a) * float(b) for a, b in zip(query, row))) for row in rows]
-            weight = self.retriever.config.relevance_weight
-            scores = [0.5 * s + 0.5 * max(c, 0.0) if weight else s for s, c in zip(scores, cosine)]
+            scores = [0.5 * s + 0.5 * max(c, 0.0) for s, c in zip(scores, cosine)]
         ranked = sorted(((score, path, s) for score, (path, s) in zip(scores, chunks) if score > 0 and not math.isnan(score)),
                         key=lambda r: (-r[0], r[1], r[2].start_line))[: req.limit]
         return FileSearchResponse(query=req.query, results=[

@@ -268,7 +268,7 @@ def create_inspector_app(service: MemoryService, *, auth_required: bool, secret:
     signer = SessionSigner(service.store, auth_required=auth_required, secret=secret, clock=service.clock)
     operator = OperatorReads(service)
     env = _templates()
-    weights = {"relevance": service.retriever.config.relevance_weight, "decay": service.retriever.config.decay_weight}
+    weights = {"decay": service.retriever.config.decay_weight}
 
     def base(request: Request) -> str:
         return str(request.scope.get("root_path", "")).rstrip("/")

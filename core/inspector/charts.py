@@ -18,7 +18,7 @@ from ..models import MemoryCell
 
 # The parts of an `explain` breakdown worth a bar (all in 0..1), in reading order.
 EXPLAIN_BARS = (
-    ("relevance", "relevance (fused legs, best = 1)"),
+    ("relevance", "relevance (probability)"),
     ("decay", "decay score now"),
     ("entity", "entity match"),
     ("wilson", "playbook Wilson bound"),
@@ -32,7 +32,7 @@ def _num(value: float) -> str:
 
 def explain_chart(explain: Mapping[str, float], weights: Mapping[str, float], label: str) -> Markup:
     """Horizontal bars for the 0..1 parts of a search hit's score, and the final score split
-    into its weighted relevance and decay shares."""
+    into its shares: relevance x (1 - w) and relevance x w x decay (w: `weights["decay"]`)."""
     rows = [(key, name, float(explain[key])) for key, name in EXPLAIN_BARS if key in explain]
     width, bar_x, bar_w, row_h = 460, 90, 220, 18
     height = row_h * (len(rows) + 1) + 6
@@ -49,8 +49,9 @@ def explain_chart(explain: Mapping[str, float], weights: Mapping[str, float], la
         parts.append(f'<rect x="{bar_x}" y="{y + 2}" width="{w:.1f}" height="12" class="bar bar-{escape(key)}"/>')
         parts.append(f'<text x="{bar_x + bar_w + 6}" y="{y + 12}" class="value">{value:.3f}</text>')
     # The final score as its two weighted shares.
-    rel = weights.get("relevance", 0.0) * float(explain.get("relevance", 0.0))
-    dec = weights.get("decay", 0.0) * float(explain.get("decay", 0.0))
+    w = weights.get("decay", 0.0)
+    rel = (1.0 - w) * float(explain.get("relevance", 0.0))
+    dec = w * float(explain.get("relevance", 0.0)) * float(explain.get("decay", 0.0))
     y = 4 + len(rows) * row_h
     parts.append(f'<text x="0" y="{y + 12}" class="label">score =</text>')
     x = float(bar_x)
@@ -59,7 +60,7 @@ def explain_chart(explain: Mapping[str, float], weights: Mapping[str, float], la
         parts.append(f'<rect x="{x:.1f}" y="{y + 2}" width="{w:.1f}" height="12" class="{cls}"/>')
         x += w
     parts.append(f'<text x="{bar_x + bar_w + 6}" y="{y + 12}" class="value">'
-                 f'{_num(weights.get("relevance", 0))}·rel + {_num(weights.get("decay", 0))}·decay</text>')
+                 f'rel·({_num(1 - w)} + {_num(w)}·decay)</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
 
