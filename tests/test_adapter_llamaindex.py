@@ -77,14 +77,14 @@ async def test_memory_block_inside_llamaindex_memory(backend):
 
 
 async def test_block_and_memory_inject_only_what_clears_min_score_and_nothing_else(backend):
-    """Issue 43: below the threshold the block is empty (Memory then renders no
-    `<shared_memory>` section) and the full memory adds no system message."""
+    """Issue 43: below the threshold (DEFAULT_MIN_SCORE) the block is empty (Memory then
+    renders no `<shared_memory>` section) and the full memory adds no system message."""
     user = unique("user")
     writer = backend.connect(unique("lc-agent"))
-    writer.remember("the user prefers bullet-point summaries", owner_id=user, readable_by=["li-*"])
-    block = AmpkitMemoryBlock(client=backend.connect(unique("li-agent")), owner_id=user, min_score=0.9)
+    writer.remember("the office plants are watered on Fridays", owner_id=user, readable_by=["li-*"])
+    block = AmpkitMemoryBlock(client=backend.connect(unique("li-agent")), owner_id=user)
     full = AmpkitLlamaIndexMemory.from_defaults(client=backend.aconnect(unique("li-agent")), owner_id=user,
-                                                session_id=unique("s"), min_score=0.9)
+                                                session_id=unique("s"))
 
     async def prompts() -> tuple[str, str]:
         memory = Memory.from_defaults(session_id=unique("s"), memory_blocks=[block])
@@ -94,11 +94,11 @@ async def test_block_and_memory_inject_only_what_clears_min_score_and_nothing_el
         return in_block.prompts[0], in_full.prompts[0]
 
     for prompt in await prompts():
-        assert "bullet-point" not in prompt and "<shared_memory>" not in prompt and "Relevant shared memory" not in prompt
-    writer.remember("the user wants report summaries short", owner_id=user, readable_by=["li-*"], importance=1.0)
+        assert "plants" not in prompt and "<shared_memory>" not in prompt and "Relevant shared memory" not in prompt
+    writer.remember("the user wants report summaries short", owner_id=user, readable_by=["li-*"])
     with_block, with_full = await prompts()
-    assert "<shared_memory>" in with_block and "report summaries short" in with_block and "bullet-point" not in with_block
-    assert "report summaries short" in with_full and "bullet-point" not in with_full
+    assert "<shared_memory>" in with_block and "report summaries short" in with_block and "plants" not in with_block
+    assert "report summaries short" in with_full and "plants" not in with_full
 
 
 async def test_a_memory_url_store_serves_the_async_agent_through_its_one_sync_client():
