@@ -58,7 +58,7 @@ SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),  # forms then send their Origin (the Host allow-list refuses `null`)
     (b"cache-control", b"no-store"),
 ]
 DONE_MESSAGES = {
