@@ -17,7 +17,8 @@ through the real service and the SQLite store the server uses, and reports:
   are cut here by score;
 - file1 and hot1: the share of questions whose first result is, instead of an answer, a
   memory file (a cell with `path`), or a hot cell (read 10 times or more, or importance 0.9
-  or more).
+  or more). Searches leave memory files out (`include_files` false, as the adapters do): a
+  question that only a file answers is the instructions path's, and is not asked.
 
 Each store is loaded as it would have been written: cells oldest first under an injected
 clock (`age_days`), `supersedes` through the real create, memory files (`path`) through the
@@ -271,6 +272,11 @@ def run_store(service: MemoryService, clock: Clock, store: dict, min_score: floa
     # the first search asks for min_score 0 explicitly.
     uncut: dict[str, Any] = {"min_score": 0.0} if server_threshold else {}
     for q in store["questions"]:
+        if q["answer"] and set(q["answer"]) <= files:
+            # Answered by a memory file alone: the adapters' instructions path puts AGENTS.md
+            # and skills in front of the model, and an ordinary search leaves files out.
+            continue
+        q = {**q, "answer": [cid for cid in q["answer"] if cid not in files]}
         hits = service.search(owner, SearchRequest(query=q["q"], limit=DEPTH, explain=explain, **uncut)).results
         ranked = [data_of.get(h.id, "?") for h in hits]
         rank = next((i + 1 for i, cid in enumerate(ranked) if cid in q["answer"]), None)
