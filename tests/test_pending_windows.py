@@ -121,13 +121,15 @@ CRASH = textwrap.dedent("""
     from ampkit.models import CellCreate
     from ampkit.service import MemoryService
     from ampkit.store.sqlite import SQLiteStore
+    import ampkit.store.sqlite
+    ampkit.store.sqlite.PENDING_WINDOWS_DELAY_S = 600.0  # no background pass before the kill, however slow the creates
     store = SQLiteStore(sys.argv[1])
     store.open()
     service = MemoryService(store=store)
     for i in range(30):
         service.create("ada", CellCreate(content={"text": f"crash note zq{i}x"}, identity={"owner_id": "ada", "session_id": "s"}))
     print("written", flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)  # before the background pass (PENDING_WINDOWS_DELAY_S) runs
+    os.kill(os.getpid(), signal.SIGKILL)  # before the background pass runs
 """)
 
 

@@ -119,13 +119,15 @@ CRASH = textwrap.dedent("""
     import os, signal, sys
     from ampkit.bootstrap import build_service, load_settings
     from ampkit.models import CellCreate
+    import ampkit.store.sqlite
+    ampkit.store.sqlite.PENDING_WINDOWS_DELAY_S = 600.0  # no background pass before the kill, however slow the creates
     service = build_service(load_settings(env=False, store="sqlite:///" + sys.argv[1], embedder="default"))
     service.store.open()
     for i in range(30):
         service.create("ada", CellCreate(content={"text": f"crash note {i} about the garden"},
                                          identity={"owner_id": "ada", "session_id": "s"}))
     print("written", flush=True)
-    os.kill(os.getpid(), signal.SIGKILL)  # before the background pass (PENDING_WINDOWS_DELAY_S) runs
+    os.kill(os.getpid(), signal.SIGKILL)  # before the background pass runs
 """)
 
 
