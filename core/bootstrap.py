@@ -24,6 +24,7 @@ from .embeddings import embedder_from_name
 from .llm import ChatModel, ModelConfig
 from .models import utcnow
 from .retrieval import Embedder, RetrievalConfig, Retriever
+from .scheduler import Scheduler
 from .service import MemoryService
 from .store import Store, store_from_url
 
@@ -78,7 +79,9 @@ def store_from_settings(settings: Settings) -> Store:
     approximate-search switch."""
     url = settings.store_url()
     embedded = url.startswith(("sqlite", "memory"))
-    options: dict[str, Any] = {"synchronous": settings.sqlite_synchronous} if embedded else {}
+    # One scheduler per store: its background loops, started by open(), stopped by close(),
+    # listed in /health.
+    options: dict[str, Any] = {"synchronous": settings.sqlite_synchronous, "scheduler": Scheduler()} if embedded else {}
     if not settings.approximate_search:
         options.update({"ann_threshold": None} if embedded else {"approximate": False})
     return store_from_url(url, **options)

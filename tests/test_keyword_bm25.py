@@ -1273,9 +1273,9 @@ def test_opening_an_open_store_keeps_its_connections_and_warm_ups(corpus):
     store = SQLiteStore(corpus)
     store.open()
     try:
-        writer, threads = store._writer, list(store._index_threads)
+        writer, started = store._writer, store.scheduler.started
         store.open()
-        assert store._writer is writer and store._index_threads == threads
+        assert store._writer is writer and store.scheduler.started == started
     finally:
         store.close()
 

@@ -35,6 +35,7 @@ import numpy as np
 from ..errors import Unavailable
 from ..glob import upgrade_stored
 from ..models import MemoryCell
+from ..scheduler import Loop, Scheduler
 from ..textindex import CJK_CLASS, STOP_WORDS, fts_match, has_hangul, index_text, owner_token, query_terms, text_key
 from ..vector_index import DEFAULT_ANN_THRESHOLD, VectorIndex, _top_k, row_dots
 from ._access_snapshot import SNAPSHOT_COLUMNS, SNAPSHOT_FROM, AccessSnapshot, RowState, row_state
@@ -789,7 +790,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
         warm_terms_min_cells: Optional[int] = WARM_TERMS_MIN_CELLS,
         defer_windows: bool = True,
         snapshot_save_interval_s: Optional[float] = SNAPSHOT_SAVE_INTERVAL_S,
+        scheduler: Optional[Scheduler] = None,
     ):
+        # Runs this store's background loops and tasks (the composition root's, or its own).
+        self.scheduler = scheduler or Scheduler()
         self.snapshot_save_interval_s = snapshot_save_interval_s  # None: saved at close only
         self._snapshot_saved_state: Optional[tuple[int, int, int]] = None  # (foreign, generation, log seq) last saved
         self._snapshot_saved_time = 0.0  # time.monotonic() of the last periodic save
@@ -812,15 +816,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._snapshot_first.set()
         self._opened = 0  # open() calls so far (`_warm_vectors`, `_warm_terms` belong to one)
         self.checkpoint_interval_s = checkpoint_interval_s
-        self._checkpoint_wanted = threading.Event()  # set by each commit
-        self._checkpoint_stop = threading.Event()
-        self._checkpointer: Optional[threading.Thread] = None
-        self._checkpoint_state = threading.Condition()
-        self._checkpoint_busy = False
-        self.checkpoints = 0  # done by the background thread
+        self._checkpointer: Optional[Loop] = None  # woken by each commit
+        self.checkpoints = 0  # done by the background loop
         self.warm_exact_max = warm_exact_max  # admitted rows the dense leg ranks from the table while the index loads
         self._vectors_ready = threading.Event()
-        self._index_threads: list[threading.Thread] = []
         self.path = path
         self.keyword_scan_max = keyword_scan_max  # admitted cells up to which the keyword leg scans
         self.synchronous = synchronous
@@ -863,10 +862,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         # New rows' keyword windows are indexed after their commit (migration 12), by a
         # background thread woken by such commits and by `_windows_current` before a read.
         self._deferring = False  # the pending_windows table exists (open)
-        self._windows_wanted = threading.Event()
-        self._large_commits = 0  # commits that changed many rows: the windows thread catches up
-        self._windows_stop = threading.Event()
-        self._windows_thread: Optional[threading.Thread] = None
+        self._large_commits = 0  # commits that changed many rows: the windows loop catches up
+        self._windows: Optional[Loop] = None
         self._log_seq = 0  # the last change_log entry the in-memory caches have taken in
 
     # ------------------------------------------------------------ connections
@@ -911,16 +908,12 @@ class SQLiteStore(SQLFileReads, SQLStore):
             self._log_seq = self._writer.execute("SELECT COALESCE(MAX(seq), 0) FROM change_log").fetchone()[0]
         self._deferring = self._writer.execute("SELECT 1 FROM sqlite_master WHERE name = 'pending_windows'").fetchone() is not None
         self._snapshot_saved = self._tracking and self._saved_snapshot_holds()
-        if self._deferring and self._windows_thread is None:  # (also what another process left pending)
-            self._windows_stop.clear()
-            self._windows_thread = threading.Thread(target=self._windows_loop, daemon=True, name="ampkit-windows")
-            self._windows_thread.start()
-            self._windows_wanted.set()  # what a crash left pending (a pass that finds none costs one query)
+        if self._deferring and self._windows is None:  # (also what another process left pending)
+            self._windows = self.scheduler.loop("sqlite.windows", self._windows_loop)
+            self._windows.wake()  # what a crash left pending (a pass that finds none costs one query)
         self._writer.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
-        if self._checkpointer is None:  # (an open store opened again keeps its thread)
-            self._checkpoint_stop.clear()
-            self._checkpointer = threading.Thread(target=self._checkpoint_loop, daemon=True, name="ampkit-checkpoint")
-            self._checkpointer.start()
+        if self._checkpointer is None:  # (an open store opened again keeps its loop)
+            self._checkpointer = self.scheduler.loop("sqlite.checkpoint", self._checkpoint_loop)
         # The vector index loads in the background: a restarted server answers at once (the
         # dense leg meanwhile ranks small filtered sets from the table, see vector_candidates).
         # It starts once the term warm-up has loaded the access snapshot (`_snapshot_first`),
@@ -932,7 +925,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
         warm_terms = self.warm_terms_min_cells is not None and self._tracking
         if warm_terms:
             self._snapshot_first.clear()
-        self._start_index_thread(self._warm_vectors, self._opened)
+        self._start_index_thread("vectors.warmup", self._warm_vectors, self._opened)
         if warm_terms:
             self._start_term_warmup()
 
@@ -942,7 +935,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
             if not self._terms_warm.is_set():
                 return
             self._terms_warm.clear()
-        threading.Thread(target=self._warm_terms, args=(self._opened,), daemon=True, name="ampkit-terms").start()
+        self.scheduler.run("keyword.warmup", self._warm_terms, self._opened)
 
     def _term_warmup_due(self) -> bool:
         """Whether the common words' term rows should be read ahead now, for a store past
@@ -962,17 +955,15 @@ class SQLiteStore(SQLFileReads, SQLStore):
         return (warmed is None or postings is None or warmed[0] != (postings[0], postings[1].epoch)
                 or rows >= WARM_TERMS_REGROWTH * max(warmed[1], 1))
 
-    def _checkpoint_loop(self) -> None:
+    def _checkpoint_loop(self, loop: Loop) -> None:
         """The background checkpoints (see CHECKPOINT_INTERVAL_S), on a connection of their own."""
         conn: Optional[sqlite3.Connection] = None
         try:
             while True:
-                self._checkpoint_wanted.wait()
-                if self._checkpoint_stop.is_set():
+                loop.wait()
+                if loop.stopping:
                     return
-                with self._checkpoint_state:
-                    self._checkpoint_wanted.clear()
-                    self._checkpoint_busy = True
+                loop.take()
                 behind = False
                 try:
                     if conn is None:
@@ -992,14 +983,10 @@ class SQLiteStore(SQLFileReads, SQLStore):
                 except (OSError, Unavailable) as exc:
                     log.warning("access snapshot not saved: %s", exc)
                 finally:
-                    with self._checkpoint_state:
-                        if behind:
-                            self._checkpoint_wanted.set()
-                        self._checkpoint_busy = False
-                        self.checkpoints += 1
-                        self._checkpoint_state.notify_all()
-                if self._checkpoint_stop.wait(max(self.checkpoint_interval_s, CHECKPOINT_RETRY_MIN_S) if behind
-                                              else self.checkpoint_interval_s):
+                    self.checkpoints += 1
+                    loop.done(again=behind)
+                if loop.sleep(max(self.checkpoint_interval_s, CHECKPOINT_RETRY_MIN_S) if behind
+                              else self.checkpoint_interval_s):
                     return
         finally:
             if conn is not None:
@@ -1008,43 +995,42 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def wait_for_checkpoint(self, timeout: Optional[float] = None) -> bool:
         """Until no checkpoint is asked for or running: every commit so far is in the database
         file (the thread tries again while readers hold frames back); False on timeout."""
-        with self._checkpoint_state:
-            return self._checkpoint_state.wait_for(
-                lambda: self._checkpointer is None or not (self._checkpoint_wanted.is_set() or self._checkpoint_busy),
-                timeout)
+        loop = self._checkpointer
+        return loop is None or loop.idle(timeout)
 
     def _stop_checkpointer(self) -> None:
-        thread, self._checkpointer = self._checkpointer, None
-        if thread is not None:
-            self._checkpoint_stop.set()
-            self._checkpoint_wanted.set()
-            thread.join()
+        loop, self._checkpointer = self._checkpointer, None
+        if loop is not None:
+            self.scheduler.stop(loop.name)
 
-    def _windows_loop(self) -> None:
+    def _windows_loop(self, loop: Loop) -> None:
         """Index pending windows (`index_pending_windows`) PENDING_WINDOWS_DELAY_S after a
         commit left some; a failure (the disk, a busy file) is retried by the next commit
         that leaves some, and by any read that needs them first. Then catch the vector index
         up with the pass's vectors and any batch's (BACKGROUND_CATCH_UP_ROWS), and convert the
         term cache's new log entries (`PostingsCache.convert_closed`)."""
+        self._local.windows_loop = True  # (its own commits wake no catch-up: it is the one catching up)
         caught_up = self._large_commits
-        while not self._windows_stop.is_set():  # (checked here too: a stop may come just before the clear)
-            if not self._windows_wanted.wait(FOREIGN_LOOK_SECONDS):
+        while not loop.stopping:  # (checked here too: a stop may come just before the take)
+            if not loop.wait(FOREIGN_LOOK_SECONDS):
                 self._take_in_foreign()
                 continue
-            if self._windows_stop.wait(PENDING_WINDOWS_DELAY_S):
+            if loop.sleep(PENDING_WINDOWS_DELAY_S):
                 return
-            self._windows_wanted.clear()
-            large = self._large_commits
-            behind, caught_up = large != caught_up, large
+            loop.take()
             try:
-                # (Woken by a batch alone: a pass only if some other commit left windows.)
-                indexed = self.index_pending_windows() if not behind or self._windows_pending() else 0
-            except Exception:  # noqa: BLE001 - keep the thread: the next commit or search retries
-                log.exception("indexing new cells' keyword windows failed")
-                continue
-            if not (indexed or behind):
-                continue
-            self._catch_up_caches()
+                large = self._large_commits
+                behind, caught_up = large != caught_up, large
+                try:
+                    # (Woken by a batch alone: a pass only if some other commit left windows.)
+                    indexed = self.index_pending_windows() if not behind or self._windows_pending() else 0
+                except Exception:  # noqa: BLE001 - keep the loop: the next commit or search retries
+                    log.exception("indexing new cells' keyword windows failed")
+                    continue
+                if indexed or behind:
+                    self._catch_up_caches()
+            finally:
+                loop.done()
 
     def _catch_up_caches(self) -> None:
         """New vectors (a pass's, a batch's, another process's) into the index, and new windows
@@ -1065,7 +1051,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         term cache's log (`_foreign_generation`), their vectors into the index, the log's
         new entries converted, so the next wide search finds at most a second's worth (a
         10,000-cell import through another process at 100k made it take 0.38 s)."""
-        if self._windows_stop.is_set() or self._data_version() == self._seen_version:
+        loop = self._windows
+        if loop is None or loop.stopping or self._data_version() == self._seen_version:
             return  # nothing committed anywhere since the last look
         try:
             self._foreign_generation()
@@ -1074,11 +1061,9 @@ class SQLiteStore(SQLFileReads, SQLStore):
         self._catch_up_caches()
 
     def _stop_windows_thread(self) -> None:
-        thread, self._windows_thread = self._windows_thread, None
-        if thread is not None:
-            self._windows_stop.set()
-            self._windows_wanted.set()
-            thread.join()
+        loop, self._windows = self._windows, None
+        if loop is not None:
+            self.scheduler.stop(loop.name)
 
     def index_pending_windows(self) -> int:
         """Index the keyword windows of the cells created since the last pass (and of their
@@ -1127,11 +1112,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def _windows_pending(self) -> bool:
         return bool(self._query("SELECT EXISTS (SELECT 1 FROM pending_windows)")[0][0])
 
-    def _start_index_thread(self, target: Any, *args: Any) -> None:
-        thread = threading.Thread(target=target, args=args, daemon=True, name="ampkit-vectors")
-        self._index_threads = [t for t in self._index_threads if t.is_alive()]
-        self._index_threads.append(thread)
-        thread.start()
+    def _start_index_thread(self, name: str, target: Any, *args: Any) -> None:
+        self.scheduler.run(name, target, *args)
 
     def _current(self, opened: int) -> bool:
         """Whether the store is open, and by the open() that started a warm-up (`opened`)."""
@@ -1211,12 +1193,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def wait_for_vector_index(self, timeout: Optional[float] = None) -> None:
         """Until the background loading and graph building started so far are done, and what
         they started meanwhile (a graph built or loaded starts draining its backlog)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while alive := [thread for thread in list(self._index_threads) if thread.is_alive()]:
-            for thread in alive:
-                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            if deadline is not None and time.monotonic() >= deadline:
-                return
+        self.scheduler.join("vectors.", timeout)
 
     # ------------------------------------------------------------ migrations (the loop: SQLStore)
     def _applied_versions(self) -> Optional[set[int]]:
@@ -1333,13 +1310,18 @@ class SQLiteStore(SQLFileReads, SQLStore):
             finally:
                 self._local.writing = False
             self._apply_changes(changes)
-            self._checkpoint_wanted.set()
+            if self._checkpointer is not None:
+                self._checkpointer.wake()
             if tx.deferred:
-                self._windows_wanted.set()
+                self._wake_windows()
             elif (max(tx.vectors_written, len(changes.terms) if changes else 0) > BACKGROUND_CATCH_UP_ROWS
-                  and threading.current_thread() is not self._windows_thread):
-                self._large_commits += 1  # (the windows thread catches the caches up)
-                self._windows_wanted.set()
+                  and not getattr(self._local, "windows_loop", False)):
+                self._large_commits += 1  # (the windows loop catches the caches up)
+                self._wake_windows()
+
+    def _wake_windows(self) -> None:
+        if self._windows is not None:
+            self._windows.wake()
 
     def _collect_changes(self, conn: sqlite3.Connection, limit: Optional[int] = None) -> Optional[_Changes]:
         """Inside a transaction (a write's, before COMMIT, or a read's): the rows logged since
@@ -2062,7 +2044,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
     def _start_drain(self, index: VectorIndex) -> None:
         """`_drain_graph` in the background, when the index has a backlog none drains."""
         if index.claim_drain():
-            self._start_index_thread(self._drain_graph, self._opened, index)
+            self._start_index_thread("vectors.drain", self._drain_graph, self._opened, index)
 
     def _drain_graph(self, opened: int, index: VectorIndex) -> None:
         """Background: the vectors a catch-up left out of the approximate graph (more than
@@ -2115,7 +2097,7 @@ class SQLiteStore(SQLFileReads, SQLStore):
             return []
         if index.wants_ann():  # crossed the threshold: build in the background, exact meanwhile
             index.ann_state = "building"
-            self._start_index_thread(self._build_ann, model, index)
+            self._start_index_thread("vectors.build", self._build_ann, model, index)
         # The filter runs in SQL first, so the index only ranks rows the caller may see. A wide
         # filter's rows are the keyword leg's admitted set (cached until the data changes);
         # the index holds exactly the rows whose current vector is of this model.
