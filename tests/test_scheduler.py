@@ -97,3 +97,39 @@ def test_health_lists_the_background_loops(server_factory):
     assert background["sqlite.checkpoint"] in ("idle", "busy")
     assert background["sqlite.windows"] in ("idle", "busy")
     assert background["vectors.warmup"] in ("running", "done")
+
+
+def test_the_embedding_worker_runs_as_a_loop_of_the_stores_scheduler(tmp_path):
+    import numpy as np
+
+    from ampkit.embed_queue import EmbeddingWorker
+    from ampkit.models import CellCreate
+    from ampkit.retrieval import Retriever
+    from ampkit.service import MemoryService
+    from ampkit.store.sqlite import SQLiteStore
+
+    class Embedder:
+        name, dim = "ones4", 4
+
+        def embed(self, texts):
+            return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+        embed_query = embed
+
+    store = SQLiteStore(str(tmp_path / "e.db"))
+    store.embed_queue = True
+    store.open()
+    try:
+        service = MemoryService(store=store, retriever=Retriever(embedder=Embedder(), background=True))
+        service.create("kim", CellCreate(content={"text": "queued"}, identity={"owner_id": "kim"}))
+        worker = EmbeddingWorker(service, idle_seconds=0.05)
+        worker.start()
+        assert {item["name"]: item["state"] for item in store.scheduler.states()}["embedding"] in ("idle", "busy")
+        deadline = time.monotonic() + 30
+        while store.embedding_queue_depth() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store.embedding_queue_depth() == 0  # embedded by the loop
+        worker.stop()
+        assert {item["name"]: item["state"] for item in store.scheduler.states()}["embedding"] == "stopped"
+    finally:
+        store.close()
