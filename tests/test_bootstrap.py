@@ -48,3 +48,16 @@ def test_client_defaults_come_from_the_same_model(monkeypatch, tmp_path):
     client = ampkit.connect()
     assert (client.url, client.agent_id, client.config.api_key) == ("memory://", "env-agent", "ampk_x_y")
     client.close()
+
+
+def test_cache_budgets_come_from_settings_to_the_stores_components(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMPKIT_CACHE_POSTINGS_MB", "3")
+    settings = load_settings(env=True, store=f"sqlite:///{tmp_path}/b.db", cache_admitted_rows=1234,
+                             cache_term_scores_mb=5, cache_term_positions_mb=6, cache_term_matches_mb=7)
+    store = build_service(settings).store
+    assert store.keyword.postings_bytes == 3 * 2**20
+    assert store.access.admitted_rows == 1234
+    arrays = store.access.set_arrays
+    assert (arrays.contributions._held.max_bytes, arrays.postings._held.max_bytes, arrays.matches._held.max_bytes) == \
+        (5 * 2**20, 6 * 2**20, 7 * 2**20)
+    assert store.scheduler is not None and store.scheduler.states() == []  # nothing runs before open()
