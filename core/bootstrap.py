@@ -81,8 +81,9 @@ def store_from_settings(settings: Settings) -> Store:
     embedded = url.startswith(("sqlite", "memory"))
     # One scheduler per store: its background loops, started by open(), stopped by close(),
     # listed in /health.
-    options: dict[str, Any] = ({"synchronous": settings.sqlite_synchronous, "scheduler": Scheduler(),
-                                "budgets": settings.cache_budgets()} if embedded else {})
+    options: dict[str, Any] = ({"synchronous": settings.sqlite_synchronous, "budgets": settings.cache_budgets()}
+                               if embedded else {"keyword_cache_mb": settings.cache_pg_keyword_mb})
+    options["scheduler"] = Scheduler()
     if not settings.approximate_search:
         options.update({"ann_threshold": None} if embedded else {"approximate": False})
     return store_from_url(url, **options)

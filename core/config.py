@@ -138,6 +138,9 @@ class Settings(ClientDefaults):
     cache_term_scores_mb: int = Field(default=768, ge=0, description="SQLite: per-term BM25 scores over admitted rows, in all")
     cache_term_positions_mb: int = Field(default=64, ge=0, description="SQLite: per-term positions in admitted rows, in all")
     cache_term_matches_mb: int = Field(default=128, ge=0, description="SQLite: per-term matched admitted rows, in all")
+    cache_pg_keyword_mb: int = Field(default=512, ge=0, description="PostgreSQL: the wide keyword leg's lexeme rows, and "
+                                     "as much again of term scores; 0: every keyword search ranked in SQL. The store "
+                                     "URL's keyword_cache_mb wins")
 
     def store_url(self) -> str:
         return self.store or default_store_url()

@@ -615,7 +615,7 @@ class VectorIndexHealth(Closed):
 class BackgroundHealth(Closed):
     name: str = Field(description="the loop or task: sqlite.checkpoint, sqlite.windows (new cells' keyword windows, "
                                   "other processes' commits), keyword.warmup, vectors.warmup, vectors.build, vectors.drain, "
-                                  "embedding")
+                                  "embedding; PostgreSQL: pg.keywords, embedding")
     state: Literal["idle", "busy", "running", "done", "failed", "stopped"] = Field(
         description="a loop: idle (waiting for work), busy, stopped or failed; a task (its latest run): running, done "
                     "or failed")

@@ -131,10 +131,10 @@ class Scheduler:
         self.started = 0  # loops and tasks started so far
 
     def loop(self, name: str, body: Callable[[Loop], None]) -> Loop:
-        """Start `body` as the loop `name` (the running one when it is running already)."""
+        """Start `body` as the loop `name` (the running one when it is running and not stopping)."""
         with self._lock:
             current = self._loops.get(name)
-            if current is not None and current.running:
+            if current is not None and current.running and not current.stopping:
                 return current
             handle = self._loops[name] = Loop(name, body)
             handle.thread = threading.Thread(target=handle._run, daemon=True, name=f"{self.thread_prefix}-{name}")

@@ -61,3 +61,12 @@ def test_cache_budgets_come_from_settings_to_the_stores_components(tmp_path, mon
     assert (arrays.contributions._held.max_bytes, arrays.postings._held.max_bytes, arrays.matches._held.max_bytes) == \
         (5 * 2**20, 6 * 2**20, 7 * 2**20)
     assert store.scheduler is not None and store.scheduler.states() == []  # nothing runs before open()
+
+
+def test_the_postgres_keyword_budget_comes_from_settings_unless_the_url_names_one():
+    pytest.importorskip("psycopg")
+    store = build_service(load_settings(env=False, store="postgresql://u@localhost/db", cache_pg_keyword_mb=7)).store
+    assert store.keyword_cache_mb == 7 and store.wide_keywords.term_bytes == 7 * 2**20  # (built, not opened)
+    assert store.wide_keywords.scheduler is store.scheduler
+    url = "postgresql://u@localhost/db?keyword_cache_mb=9"
+    assert build_service(load_settings(env=False, store=url, cache_pg_keyword_mb=7)).store.keyword_cache_mb == 9

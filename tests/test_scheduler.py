@@ -6,6 +6,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from support import TLS
 
@@ -133,3 +134,20 @@ def test_the_embedding_worker_runs_as_a_loop_of_the_stores_scheduler(tmp_path):
         assert {item["name"]: item["state"] for item in store.scheduler.states()}["embedding"] == "stopped"
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_a_postgres_store_runs_its_keyword_loop_on_the_scheduler_it_is_given(pg_url):
+    from ampkit.scheduler import Scheduler
+    from ampkit.store import store_from_url
+
+    scheduler = Scheduler()
+    store = store_from_url(pg_url, scheduler=scheduler)
+    store.open()
+    try:
+        assert scheduler.states() == []  # started when a wide search first needs it
+        store.wide_keywords._request_warmup()
+        assert {item["name"]: item["state"] for item in scheduler.states()}["pg.keywords"] in ("idle", "busy")
+    finally:
+        store.close()
+    assert scheduler.states() == [{"name": "pg.keywords", "state": "stopped"}]

@@ -284,10 +284,10 @@ MAX_MODULE_LINES = 900
 # module that grows past its listed size, or a new one over the limit, fails).
 OVER_MAX_LINES = {"service.py": 1076}
 # Rows in and out, migrations: no background work of their own (a store hands it to its
-# `ampkit.scheduler.Scheduler`) and no caches. postgres.py is not here yet: its keyword caches
-# and their warm loop (`_pg_keyword.py`) still start a thread of their own.
-PERSISTENCE = ["store/sqlite.py", "store/sqlite_schema.py", "store/sqlite_windows.py", "store/sql/store.py",
-               "store/sql/compiler.py", "store/sql/dialects.py", "store/_files.py", "store/_keys.py", "store/base.py"]
+# `ampkit.scheduler.Scheduler`).
+PERSISTENCE = ["store/sqlite.py", "store/sqlite_schema.py", "store/sqlite_windows.py", "store/postgres.py",
+               "store/_pg_schema.py", "store/sql/store.py", "store/sql/compiler.py", "store/sql/dialects.py",
+               "store/_files.py", "store/_keys.py", "store/base.py"]
 
 
 def _lines(path: Path) -> int:

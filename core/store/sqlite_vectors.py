@@ -321,8 +321,8 @@ class SQLiteVectorIndex:
                                               [*params, model])
             allowed = np.fromiter((r[0] for r in cur), dtype=np.int64)
         if index.ann_state == "building" and len(allowed) > self.warm_exact_max:
-            # An exact scan of this many rows costs seconds at a million (a gather of the
-            # allowed rows, then a product): keyword only until the graph is ready.
+            # An exact scan of this many rows (a gather of the allowed rows, then a product)
+            # would hold the search up: keyword only until the graph is ready.
             return []
         hits = index.search(vector, allowed, k)
         if not hits:
