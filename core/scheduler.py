@@ -68,6 +68,11 @@ class Loop:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def asked(self) -> bool:
+        """Woken, and the wake-up not taken yet."""
+        return self._wanted.is_set()
+
     # ---------------------------------------------------------------- the caller's side
     def wake(self) -> None:
         self._wanted.set()

@@ -148,6 +148,7 @@ def test_a_postgres_store_runs_its_keyword_loop_on_the_scheduler_it_is_given(pg_
         assert scheduler.states() == []  # started when a wide search first needs it
         store.wide_keywords._request_warmup()
         assert {item["name"]: item["state"] for item in scheduler.states()}["pg.keywords"] in ("idle", "busy")
+        assert store.vector_index_state()["keyword_warmup"] in ("warming", "none")  # /health asks the loop
     finally:
         store.close()
     assert scheduler.states() == [{"name": "pg.keywords", "state": "stopped"}]

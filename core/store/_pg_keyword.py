@@ -749,7 +749,8 @@ class WideKeywordIndex:
         with generation.lock:
             if generation.warm:
                 return "ready"
-        return "warming" if self._worker is not None and (self._warming or self._wake.is_set()) else "none"
+        worker = self._worker
+        return "warming" if worker is not None and (self._warming or worker.asked) else "none"
 
     @staticmethod
     def _load_admitted(conn: psycopg.Connection, where_text: str, params: list[Any]) -> _Admitted:
