@@ -38,6 +38,7 @@ from ampkit.bootstrap import build_service, load_settings  # noqa: E402
 from ampkit.models import CellCreate  # noqa: E402
 from ampkit.retrieval import Retriever  # noqa: E402
 from ampkit.store import sqlite as sqlite_module  # noqa: E402
+from ampkit.store.sqlite_changes import ChangeFeed  # noqa: E402
 
 # (label, owner object, attribute, nested in): nested stages are part of their parent's time.
 STAGES: list[tuple[str, Any, str, Optional[str]]] = [
@@ -48,7 +49,7 @@ STAGES: list[tuple[str, Any, str, Optional[str]]] = [
     ("  of which: INSERT of the row and its readers", sqlite_module._SQLiteWriteTx, "insert", "store"),
     ("  of which: history row", sqlite_module._SQLiteWriteTx, "add_history", "store"),
     ("before COMMIT: list the new row for the windows pass (flush)", sqlite_module._SQLiteWriteTx, "flush", None),
-    ("changes for the in-memory caches", sqlite_module.SQLiteStore, "_collect_changes", None),
+    ("changes for the in-memory caches", ChangeFeed, "collect", None),
 ]
 # The windows thread's pass (after the commit; the calling thread does not wait for it).
 WINDOWS_STAGES: list[tuple[str, Any, str, Optional[str]]] = [
@@ -59,7 +60,7 @@ WINDOWS_STAGES: list[tuple[str, Any, str, Optional[str]]] = [
     ("    of which: read the windows' texts", sqlite_module._SQLiteWriteTx, "_windows", "flush"),
     ("    of which: tokenize new texts (FTS5 temp index)", sqlite_module, "tokenize", "flush"),
 ]
-WINDOWS_THREAD = "ampkit-windows"
+WINDOWS_THREAD = "ampkit-sqlite.windows"  # (the scheduler names its threads ampkit-<loop>)
 
 
 def wrap(owner: Any, name: str, spent: Counter, labels: dict[bool, str]) -> Callable[[], None]:

@@ -20,10 +20,12 @@ from typing import Any, Callable, Optional
 
 from .config import Settings
 from .consolidation import ConsolidationPolicy
+from .embed_queue import EmbeddingWorker
 from .embeddings import embedder_from_name
 from .llm import ChatModel, ModelConfig
 from .models import utcnow
 from .retrieval import Embedder, RetrievalConfig, Retriever
+from .scheduler import Scheduler
 from .service import MemoryService
 from .store import Store, store_from_url
 
@@ -78,7 +80,11 @@ def store_from_settings(settings: Settings) -> Store:
     approximate-search switch."""
     url = settings.store_url()
     embedded = url.startswith(("sqlite", "memory"))
-    options: dict[str, Any] = {"synchronous": settings.sqlite_synchronous} if embedded else {}
+    # One scheduler per store: its background loops, started by open(), stopped by close(),
+    # listed in /health.
+    options: dict[str, Any] = ({"synchronous": settings.sqlite_synchronous, "budgets": settings.cache_budgets()}
+                               if embedded else {"keyword_cache_mb": settings.cache_pg_keyword_mb})
+    options["scheduler"] = Scheduler()
     if not settings.approximate_search:
         options.update({"ann_threshold": None} if embedded else {"approximate": False})
     return store_from_url(url, **options)
@@ -129,7 +135,25 @@ def build_service(settings: Settings, *, clock: Callable[[], datetime] = utcnow)
     )
 
 
+def start_background(service: MemoryService, embedding: EmbeddingWorker) -> None:
+    """Open the service's store, which starts its loops on its scheduler, and the embedding
+    worker (a loop of the same scheduler, when the retriever embeds in the background). The
+    server's lifespan and the in-process clients start and stop through here."""
+    service.store.open()
+    embedding.start()
+
+
+def stop_background(service: MemoryService, embedding: EmbeddingWorker) -> None:
+    """The embedding worker first (its batch in hand), then the store (its loops, a last
+    windows pass, the caches saved), then whatever else is left on the store's scheduler."""
+    embedding.stop()
+    service.store.close()
+    scheduler = getattr(service.store, "scheduler", None)
+    if scheduler is not None:
+        scheduler.stop_all()
+
+
 __all__ = [
     "build_service", "cached_embedder", "connect_embedding", "load_settings", "model_from_settings", "retriever_from_settings", "settings_for_store",
-    "store_from_settings",
+    "start_background", "stop_background", "store_from_settings",
 ]

@@ -9,7 +9,7 @@ store, a retriever and a service; the other modules take those as arguments."""
 from __future__ import annotations
 
 import os
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 from platformdirs import user_data_dir
 from pydantic import Field, SecretStr
@@ -17,6 +17,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .lifecycle import LifecyclePolicy
 from .limits import MAX_BATCH_CELLS, Limits
+
+if TYPE_CHECKING:
+    from .store.indexes import CacheBudgets
 
 
 def default_store_url() -> str:
@@ -137,6 +140,16 @@ class Settings(ClientDefaults):
                                   "cannot read. Off: every dense ranking is exact over the caller's cells (slower past "
                                   "~100,000 of them); docs/security.md")
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
+    # The SQLite store's in-memory caches (docs/configuration.md, "Cache budgets"); each drops
+    # its least recently used entries past its budget.
+    cache_postings_mb: int = Field(default=256, ge=0, description="SQLite: terms' rows read from the keyword index, for wide searches")
+    cache_admitted_rows: int = Field(default=4_000_000, ge=0, description="SQLite: admitted rows of recent wide filters kept, in all")
+    cache_term_scores_mb: int = Field(default=768, ge=0, description="SQLite: per-term BM25 scores over admitted rows, in all")
+    cache_term_positions_mb: int = Field(default=64, ge=0, description="SQLite: per-term positions in admitted rows, in all")
+    cache_term_matches_mb: int = Field(default=128, ge=0, description="SQLite: per-term matched admitted rows, in all")
+    cache_pg_keyword_mb: int = Field(default=512, ge=0, description="PostgreSQL: the wide keyword leg's lexeme rows, and "
+                                     "as much again of term scores; 0: every keyword search ranked in SQL. The store "
+                                     "URL's keyword_cache_mb wins")
 
     def store_url(self) -> str:
         return self.store or default_store_url()
@@ -147,6 +160,18 @@ class Settings(ClientDefaults):
             stale_archive_days=self.stale_archive_days,
             retention_days=self.retention_days,
             interval_seconds=self.lifecycle_interval_seconds,
+        )
+
+    def cache_budgets(self) -> "CacheBudgets":
+        from .store.indexes import CacheBudgets  # (the store package only when a store is built)
+
+        mib = 2**20
+        return CacheBudgets(
+            postings_bytes=self.cache_postings_mb * mib,
+            admitted_rows=self.cache_admitted_rows,
+            term_scores_bytes=self.cache_term_scores_mb * mib,
+            term_positions_bytes=self.cache_term_positions_mb * mib,
+            term_matches_bytes=self.cache_term_matches_mb * mib,
         )
 
     def limits(self) -> Limits:

@@ -8,18 +8,19 @@ table in the store, so it survives a restart; on start the worker also queues ev
 vector is missing or from another model (the model changed since it was written).
 
 The server runs one worker per process (`ampkit.server.app`), as do the in-process clients
-(`ampkit.client`). Of the processes sharing a SQLite file (`ampkit serve --workers`, a client
-beside a server) one embeds at a time, the holder of the store's embedding lease
-(`Store.holds_embedding_lease`); the others look again every `LEASE_RETRY_SECONDS` and take
-over when it is gone. Several servers on one PostgreSQL database may embed the same cell
-twice, which is harmless (the same vector is written twice).
+(`ampkit.client`), as the loop `embedding` of the store's scheduler. Of the processes sharing a
+SQLite file (`ampkit serve --workers`, a client beside a server) one embeds at a time, the
+holder of the store's embedding lease (`Store.holds_embedding_lease`); the others look again
+every `LEASE_RETRY_SECONDS` and take over when it is gone. Several servers on one PostgreSQL
+database may embed the same cell twice, which is harmless (the same vector is written twice).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from typing import TYPE_CHECKING, Callable
+
+from .scheduler import Loop, Scheduler
 
 if TYPE_CHECKING:
     from .service import MemoryService
@@ -36,22 +37,20 @@ class EmbeddingWorker:
         self.batch_size = batch_size
         self.idle_seconds = idle_seconds  # how often an empty queue is looked at again
         self.on_error = on_error
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # The loop runs on the store's scheduler (listed in /health with the store's loops).
+        self.scheduler: Scheduler = getattr(service.store, "scheduler", None) or Scheduler()
+        self._loop: Loop | None = None
 
     def start(self) -> None:
-        if self._thread is not None or not self.service.retriever.background:
+        if self._loop is not None or not self.service.retriever.background:
             return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="ampkit-embedding", daemon=True)
-        self._thread.start()
+        self._loop = self.scheduler.loop("embedding", self._run)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Finish the batch in hand (at most one) and stop; the rest stays queued."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._stop.set()
-            thread.join(timeout)
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            self.scheduler.stop(loop.name, timeout)
 
     def backfill(self) -> int:
         """Queue every cell whose vector is missing or from another model (a model change)."""
@@ -63,31 +62,31 @@ class EmbeddingWorker:
             log.info("queued %d cells whose vector is missing or from another model", queued)
         return queued
 
-    def _run(self) -> None:
+    def _run(self, loop: Loop) -> None:
         # The backfill reads every cell: on a store warming up after a restart it waits until
         # the access snapshot (which the first reader-wide search waits for) is loaded, rather
         # than share the cores with it (SQLite; at most 30 s; a stop ends the wait).
         ready = getattr(self.service.store, "wait_for_access_snapshot", None)
         for _ in range(120):
-            if ready is None or self._stop.is_set() or ready(0.25):
+            if ready is None or loop.stopping or ready(0.25):
                 break
         # Only the process holding the store's embedding lease embeds (and backfills).
-        while not self._stop.is_set() and not self._holds_lease():
-            self._stop.wait(LEASE_RETRY_SECONDS)
-        if self._stop.is_set():
+        while not loop.stopping and not self._holds_lease():
+            loop.sleep(LEASE_RETRY_SECONDS)
+        if loop.stopping:
             return
         try:
             self.backfill()
         except Exception as exc:  # noqa: BLE001 - the worker still embeds what is queued
             self.on_error(exc)
-        while not self._stop.is_set():
+        while not loop.stopping:
             try:
                 done = self.service.embed_queued(self.batch_size)
             except Exception as exc:  # noqa: BLE001 - a failed batch stays queued; try again later
                 self.on_error(exc)
                 done = 0
             if not done:
-                self._stop.wait(self.idle_seconds)
+                loop.sleep(self.idle_seconds)
 
     def _holds_lease(self) -> bool:
         try:

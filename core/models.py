@@ -646,11 +646,23 @@ class VectorIndexHealth(Closed):
                                     "loaded yet, or a store that keeps none)")
 
 
+class BackgroundHealth(Closed):
+    name: str = Field(description="the loop or task: sqlite.checkpoint, sqlite.windows (new cells' keyword windows, "
+                                  "other processes' commits), keyword.warmup, vectors.warmup, vectors.build, vectors.drain, "
+                                  "embedding; PostgreSQL: pg.keywords, embedding")
+    state: Literal["idle", "busy", "running", "done", "failed", "stopped"] = Field(
+        description="a loop: idle (waiting for work), busy, stopped or failed; a task (its latest run): running, done "
+                    "or failed")
+
+
 class Health(Closed):
     status: Literal["ok"] = "ok"
     amp_version: str = AMP_VERSION
     embedding: EmbeddingHealth = Field(default_factory=EmbeddingHealth)
     vector_index: VectorIndexHealth = Field(default_factory=VectorIndexHealth)
+    background: list[BackgroundHealth] = Field(
+        default_factory=list, description="ampkit extension: the store's background loops and tasks by name, as its "
+                                          "scheduler runs them (empty for a store that runs none)")
 
 
 # PATCH fields the server manages: (section or None for the top level, field). A reader may

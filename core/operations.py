@@ -27,6 +27,7 @@ from .errors import ValidationFailed, validation_to_api_error
 from .limits import Limits
 from .models import (
     AMP_VERSION,
+    BackgroundHealth,
     BatchCreate,
     BatchCreateResponse,
     CellCreate,
@@ -297,8 +298,10 @@ def _health(ctx: Context, inputs: Inputs) -> Health:
     # out of rotation (503 UNAVAILABLE) and back when the store returns.
     ctx.service.store.ping()
     state = getattr(ctx.service.store, "vector_index_state", None)  # stores with an in-memory index
+    scheduler = getattr(ctx.service.store, "scheduler", None)  # stores with background loops
     return Health(vector_index=VectorIndexHealth(**state()) if state else VectorIndexHealth(),
-                  embedding=EmbeddingHealth(**ctx.service.embedding_status()))
+                  embedding=EmbeddingHealth(**ctx.service.embedding_status()),
+                  background=[BackgroundHealth(**item) for item in scheduler.states()] if scheduler else [])
 
 
 def batch_response(created: Sequence[tuple[MemoryCell, Optional[str]]]) -> BatchCreateResponse:

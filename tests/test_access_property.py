@@ -194,13 +194,13 @@ def test_access_snapshot_admits_what_can_read_allows(specs):
         store = SQLiteStore(str(Path(tmp) / "prop.db"))
         store.open()
         try:
-            store._access_snapshot()  # loaded empty: every cell below arrives as a change
+            store.access.load()  # loaded empty: every cell below arrives as a change
             service = MemoryService(store=store)
             cells = build_service_world(service, specs)
             rowid = {cid: r for r, cid in store._query("SELECT rowid, id FROM cells")}
             store.index_pending_windows()  # as any search does first: a cell without its window is admitted by no leg
             for agent in AGENTS:
-                rowids, _ = store._access_snapshot().admitted(CellFilter(reader=agent, statuses=ALL_STATUSES))
+                rowids, _ = store.access.load().admitted(CellFilter(reader=agent, statuses=ALL_STATUSES))
                 assert set(rowids.tolist()) == {rowid[c.id] for c in cells if can_read(c, agent)}, agent
         finally:
             store.close()

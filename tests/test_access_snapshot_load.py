@@ -70,7 +70,7 @@ def test_a_loaded_snapshot_holds_what_its_rows_give_one_by_one(tmp_path):
     store = SQLiteStore(path, warm_terms_min_cells=None)
     store.open()
     try:
-        loaded = store._access_snapshot()
+        loaded = store.access.load()
         one_by_one = AccessSnapshot(0)
         patterns: dict = {}
         one_by_one.apply({row[0]: row_state(row[1:], patterns)
@@ -96,9 +96,9 @@ def assert_snapshot_is_the_table(store: SQLiteStore) -> None:
     assert readers_mismatches(store) == []
     one_by_one = AccessSnapshot(0)
     one_by_one.apply({row[0]: row_state(row[1:], {}) for row in store._query(f"SELECT {SNAPSHOT_COLUMNS} FROM {SNAPSHOT_FROM}")})
-    kept = decoded(store._access_snapshot())
-    store._foreign += 1  # load afresh
-    assert kept == decoded(store._access_snapshot()) == decoded(one_by_one)
+    kept = decoded(store.access.load())
+    store.changes.foreign += 1  # load afresh
+    assert kept == decoded(store.access.load()) == decoded(one_by_one)
 
 
 def test_the_readers_column_follows_every_write_of_the_body(tmp_path):
@@ -110,7 +110,7 @@ def test_the_readers_column_follows_every_write_of_the_body(tmp_path):
     store.open()
     service = MemoryService(store=store, allow_clock_override=True)  # (the purge past its retention)
     try:
-        store._access_snapshot()  # kept in step from here by the commits below
+        store.access.load()  # kept in step from here by the commits below
         policy = {"readable_by": ["bob", "ev[[]1]", "équipe-*"]}
         a = service.create("alice", Create.model_validate({
             "content": {"text": "alice drinks tea"}, "identity": {"owner_id": "alice", "session_id": "s"},
@@ -137,7 +137,7 @@ def test_the_readers_column_follows_every_write_of_the_body(tmp_path):
         service.purge("alice", [batch[0].id], as_of=later)
         assert store._query("SELECT COUNT(*) FROM cells WHERE id = ?", (batch[0].id,)) == [(0,)]
         assert_snapshot_is_the_table(store)
-        rows = decoded(store._access_snapshot())
+        rows = decoded(store.access.load())
         assert {r[8] for r in rows} >= {("carol",), ("dave",), ("bob", "carol"), ("analyst", "team-1")}
     finally:
         store.close()
@@ -173,7 +173,7 @@ def test_a_file_from_before_the_readers_column_is_filled_by_the_migration(tmp_pa
         assert store._query("SELECT readers FROM cells WHERE rowid = 3") == [(None,)]
         assert store._query("SELECT COUNT(*) FROM cells WHERE readers IS NOT NULL") == [(39,)]
         assert_snapshot_is_the_table(store)
-        assert len({r[8] for r in decoded(store._access_snapshot())}) >= 6
+        assert len({r[8] for r in decoded(store.access.load())}) >= 6
     finally:
         store.close()
 
@@ -198,7 +198,7 @@ def test_a_writer_that_does_not_know_the_column_cannot_leave_it_stale(tmp_path):
             "access_policy": {"readable_by": ["bob", "carol"]}}))
         wide = CellFilter(reader="bob", statuses=[s.value for s in Status])
         store.index_pending_windows()
-        assert len(store._access_snapshot().admitted(wide)[0]) == 1
+        assert len(store.access.load().admitted(wide)[0]) == 1
         old = sqlite3.connect(path)
         old.execute("UPDATE cells SET body = json_set(body, '$.access_policy.readable_by', json('[\"carol\"]')) "
                     "WHERE id = ?", (cell.id,))
@@ -208,7 +208,7 @@ def test_a_writer_that_does_not_know_the_column_cannot_leave_it_stale(tmp_path):
         old.close()
         assert readers_mismatches(store) == []
         assert store._query("SELECT DISTINCT readers FROM cells") == [('["carol"]',)]
-        assert len(store._access_snapshot().admitted(wide)[0]) == 0
+        assert len(store.access.load().admitted(wide)[0]) == 0
         assert_snapshot_is_the_table(store)
     finally:
         store.close()
@@ -250,7 +250,7 @@ def assert_restart_loads_from(path: str, source: str) -> None:
     store = reopened(path)
     try:
         assert store.vector_index_state()["access_snapshot"] == "none"
-        store._access_snapshot()
+        store.access.load()
         assert store.vector_index_state()["access_snapshot"] == source  # (/health says so)
         assert_snapshot_is_the_table(store)
     finally:
@@ -266,7 +266,7 @@ def test_a_snapshot_saved_at_close_is_brought_forward_by_every_later_write(tmp_p
     path = str(tmp_path / "saved.db")
     store = reopened(path)
     cells = fill(MemoryService(store=store), rng, 150, "first")
-    store._access_snapshot()
+    store.access.load()
     store.close()
     assert (tmp_path / "saved.db.access-snapshot").is_file()
 
@@ -284,8 +284,8 @@ def test_a_snapshot_saved_at_close_is_brought_forward_by_every_later_write(tmp_p
     store = reopened(path)
     other = reopened(path)
     try:
-        store._access_snapshot()
-        assert store.snapshot_source == "saved"
+        store.access.load()
+        assert store.access.source == "saved"
         assert_snapshot_is_the_table(store)
         fill(MemoryService(store=other), rng, 20, "while open")  # caught up as ever
         assert_snapshot_is_the_table(store)
@@ -300,7 +300,7 @@ def test_a_saved_snapshot_that_cannot_be_trusted_is_not_used(tmp_path, monkeypat
     rows than SNAPSHOT_RESUME_MAX, a damaged file, another schema."""
     import shutil
 
-    from ampkit.store import sqlite as sqlite_store
+    from ampkit.store import sqlite_access as sqlite_store
 
     rng = random.Random(12)
     path = str(tmp_path / "kept.db")
@@ -310,7 +310,7 @@ def test_a_saved_snapshot_that_cannot_be_trusted_is_not_used(tmp_path, monkeypat
     shutil.copy(path, tmp_path / "backup.db")  # (closed: checkpointed, no -wal to copy)
     store = reopened(path)
     fill(MemoryService(store=store), rng, 30, "after the backup")
-    store._access_snapshot()
+    store.access.load()
     store.close()
     saved = (tmp_path / "kept.db.access-snapshot").read_bytes()
 
@@ -327,7 +327,7 @@ def test_a_saved_snapshot_that_cannot_be_trusted_is_not_used(tmp_path, monkeypat
     shutil.copy(tmp_path / "backup.db", path)
     store = reopened(path)
     fill(MemoryService(store=store), rng, 30, "after the backup")
-    store._access_snapshot()
+    store.access.load()
     store.close()
     saved = (tmp_path / "kept.db.access-snapshot").read_bytes()
     other = reopened(path)
@@ -371,13 +371,13 @@ def test_a_store_that_never_closes_saves_its_snapshot_while_commits_arrive(tmp_p
     try:
         service = MemoryService(store=first)
         fill(service, rng, 80, "before")
-        first._access_snapshot()
+        first.access.load()
         fill(service, rng, 20, "saved")  # commits: the checkpoint thread saves the snapshot they patched
         first.index_pending_windows()  # (their windows' rows logged too, before the last save)
         assert first.wait_for_checkpoint(30)
         saved = AccessSnapshot.saved(str(tmp_path / "crash.db.access-snapshot"), 0)[1]
-        assert saved["log_seq"] == first._log_seq
-        first.snapshot_save_interval_s = None  # no more saves: the next rows come after the file
+        assert saved["log_seq"] == first.changes.log_seq
+        first.access.save_interval_s = None  # no more saves: the next rows come after the file
         fill(service, rng, 15, "after the save")
         assert_restart_loads_from(path, "saved")
     finally:
@@ -413,14 +413,14 @@ def test_a_backup_put_back_and_written_the_same_way_again_does_not_take_the_old_
     store.close()
     shutil.copy(path, tmp_path / "backup.db")
     store = run_import(["bob"])  # the first import: bob may read
-    store._access_snapshot()
+    store.access.load()
     store.close()  # ... saved
     shutil.copy(tmp_path / "backup.db", path)  # put back; the import run again, for carol
     run_import(["carol"]).close()
     assert not (tmp_path / "rerun.db.access-snapshot").exists()
     store = store_of()
     try:
-        store._access_snapshot()
+        store.access.load()
         assert store.vector_index_state()["access_snapshot"] == "table"
         assert_snapshot_is_the_table(store)
     finally:
@@ -489,8 +489,8 @@ def test_an_admitted_set_asked_again_after_writes_is_the_rule_over_every_row(tmp
             for flt in filters:
                 for when in (None, at):
                     asked = replace(flt, not_expired_at=when)
-                    admitted = store._admitted_entry(asked)[3]
-                    expected = store._load_admitted(asked)
+                    admitted = store.access.entry(asked)[3]
+                    expected = store.access.load_admitted(asked)
                     assert np.array_equal(admitted.rowids, expected.rowids), (step, asked)
                     assert np.array_equal(admitted.lengths, expected.lengths) and admitted.total == expected.total
     finally:

@@ -48,3 +48,25 @@ def test_client_defaults_come_from_the_same_model(monkeypatch, tmp_path):
     client = ampkit.connect()
     assert (client.url, client.agent_id, client.config.api_key) == ("memory://", "env-agent", "ampk_x_y")
     client.close()
+
+
+def test_cache_budgets_come_from_settings_to_the_stores_components(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMPKIT_CACHE_POSTINGS_MB", "3")
+    settings = load_settings(env=True, store=f"sqlite:///{tmp_path}/b.db", cache_admitted_rows=1234,
+                             cache_term_scores_mb=5, cache_term_positions_mb=6, cache_term_matches_mb=7)
+    store = build_service(settings).store
+    assert store.keyword.postings_bytes == 3 * 2**20
+    assert store.access.admitted_rows == 1234
+    arrays = store.access.set_arrays
+    assert (arrays.contributions._held.max_bytes, arrays.postings._held.max_bytes, arrays.matches._held.max_bytes) == \
+        (5 * 2**20, 6 * 2**20, 7 * 2**20)
+    assert store.scheduler is not None and store.scheduler.states() == []  # nothing runs before open()
+
+
+def test_the_postgres_keyword_budget_comes_from_settings_unless_the_url_names_one():
+    pytest.importorskip("psycopg")
+    store = build_service(load_settings(env=False, store="postgresql://u@localhost/db", cache_pg_keyword_mb=7)).store
+    assert store.keyword_cache_mb == 7 and store.wide_keywords.term_bytes == 7 * 2**20  # (built, not opened)
+    assert store.wide_keywords.scheduler is store.scheduler
+    url = "postgresql://u@localhost/db?keyword_cache_mb=9"
+    assert build_service(load_settings(env=False, store=url, cache_pg_keyword_mb=7)).store.keyword_cache_mb == 9

@@ -23,7 +23,9 @@ import pytest
 from ampkit.models import CellCreate, CellPatch
 from ampkit.service import MemoryService
 from ampkit.store.base import CellFilter
-from ampkit.store.sqlite import _TOKENIZER, SQLiteStore, filter_sql, tokenize
+from ampkit.store.sqlite import SQLiteStore
+from ampkit.store.sqlite_access import filter_sql
+from ampkit.store.sqlite_keyword import TOKENIZER, tokenize
 from ampkit.textindex import query_terms
 
 K1, B = 1.2, 0.75
@@ -40,7 +42,7 @@ def reference(path: str, query: str, flt: CellFilter, k: int) -> list[tuple[str,
         indexer = SQLiteStore(path)
         indexer.open()
         indexer.close()  # a clean close indexes what is pending
-    for statement in _TOKENIZER:
+    for statement in TOKENIZER:
         conn.execute(statement)
     words = query_terms(query)
     per_word = tokenize(conn, words)
@@ -168,7 +170,7 @@ def test_a_reader_wide_search_takes_its_rows_from_the_snapshot_however_few(corpu
         wide, owner = FILTERS[0], FILTERS[3]
         got = [(c.cell_id, c.score) for c in store.keyword_candidates(QUERIES[0], wide, 80)]
         assert got and got == expected[QUERIES[0], 0][:80]
-        assert len(got) < store.keyword_scan_max  # few admitted: the SQL scan's size before
+        assert len(got) < store.access.keyword_scan_max  # few admitted: the SQL scan's size before
         assert not [s for s in statements if "JOIN cell_context" in s], statements
         store.keyword_candidates(QUERIES[0], owner, 80)
         assert [s for s in statements if "JOIN cell_context" in s]  # the owner's scan, in SQL
@@ -223,14 +225,14 @@ def test_admitted_sets_term_arrays_stay_within_one_budget_per_store(corpus, expe
     """A server asked about ever new words by many readers keeps every admitted set's per-term
     arrays within one budget per kind for the store (least recently used out, whichever set
     they are of), and an evicted term answers as before."""
-    import ampkit.store._bm25 as bm25
+    from ampkit.store.indexes import CacheBudgets
 
-    for budget in ("STORE_SCORES_BYTES", "STORE_POSTINGS_BYTES", "STORE_MATCHES_BYTES"):
-        monkeypatch.setattr(bm25, budget, 600)  # a few terms of this corpus, for every set together
-    store = SQLiteStore(corpus, keyword_scan_max=0)
+    # a few terms of this corpus, for every set together
+    budgets = CacheBudgets(term_scores_bytes=600, term_positions_bytes=600, term_matches_bytes=600)
+    store = SQLiteStore(corpus, keyword_scan_max=0, budgets=budgets)
     store.open()
     try:
-        kinds = store._set_arrays
+        kinds = store.access.set_arrays
         held = [kinds.postings, kinds.contributions, kinds.matches]
         holders = set()  # the admitted sets whose entries the one budget held at some point
         for _ in range(2):
@@ -306,9 +308,9 @@ def test_an_idle_store_takes_in_another_connections_import_in_the_background(cor
     look = searcher._take_in_foreign
 
     def counted_look() -> None:
-        before = searcher._log_seq
+        before = searcher.changes.log_seq
         look()
-        looks.append((before, searcher._log_seq))
+        looks.append((before, searcher.changes.log_seq))
 
     monkeypatch.setattr(searcher, "_take_in_foreign", counted_look)
     writer.open()
@@ -318,7 +320,7 @@ def test_an_idle_store_takes_in_another_connections_import_in_the_background(cor
         deadline = time.monotonic() + 20
         while not looks and time.monotonic() < deadline:  # past its first pass: idle, looking
             time.sleep(0.01)
-        foreign = searcher._foreign
+        foreign = searcher.changes.foreign
         MemoryService(store=writer).create_many("ada", [
             CellCreate(content={"text": f"a quokka plays piano, lesson {i}"}, identity={"owner_id": "ada", "session_id": "import"},
                        access_policy={"readable_by": ["team-*"]}) for i in range(200)])
@@ -328,11 +330,11 @@ def test_an_idle_store_takes_in_another_connections_import_in_the_background(cor
         while not any(before < top <= after for before, after in looks) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert any(before < top <= after for before, after in looks)  # taken in by a look, no search asking
-        assert searcher._foreign == foreign  # patched, not loaded afresh
+        assert searcher.changes.foreign == foreign  # patched, not loaded afresh
         got = [(c.cell_id, c.score) for c in searcher.keyword_candidates("quokka piano", flt, 80)]
         assert got == reference(path, "quokka piano", flt, 80)
         assert sum("lesson" in (searcher.get(cid).content.text or "") for cid, _ in got) >= 10
-        assert searcher._foreign == foreign
+        assert searcher.changes.foreign == foreign
     finally:
         searcher.close()
         writer.close()
@@ -349,7 +351,7 @@ def test_a_replaced_admitted_sets_arrays_leave_the_shared_budget(corpus, tmp_pat
     store.open()
     try:
         flt = CellFilter(reader="team-lead")
-        scores = store._set_arrays.contributions
+        scores = store.access.set_arrays.contributions
         store.keyword_candidates("quokka piano", flt, 80)
         first = {serial for serial, _ in scores.keys()}
         assert len(first) == 1 and len(scores) >= 2
@@ -961,10 +963,10 @@ def test_caches_follow_this_process_writes_row_by_row(corpus, tmp_path):
     try:
         _, _, check = _wide_world(path, store)
         check()
-        snapshot = store._snapshot
+        snapshot = store.access.snapshot
         generation = snapshot.generation
         _write_every_kind(service, rng, 24, now, check)
-        assert store._snapshot is snapshot and snapshot.generation > generation  # patched, never reloaded
+        assert store.access.snapshot is snapshot and snapshot.generation > generation  # patched, never reloaded
     finally:
         store.close()
 
@@ -980,7 +982,7 @@ def _wide_world(path: str, searcher: SQLiteStore) -> tuple[list[CellFilter], lis
 
     def check() -> None:
         for flt in wide:
-            rowids, _ = searcher._access_snapshot().admitted(flt)
+            rowids, _ = searcher.access.load().admitted(flt)
             assert rowids.tolist() == _sql_admitted(path, flt), flt
             for query in queries:
                 got = [(c.cell_id, c.score) for c in searcher.keyword_candidates(query, flt, 30)]
@@ -1048,10 +1050,10 @@ def test_another_process_writes_are_patched_in_not_reloaded(corpus, tmp_path):
     try:
         _, queries, check = _wide_world(path, searcher)
         check()
-        snapshot, postings, generation = searcher._snapshot, searcher._postings, searcher._snapshot.generation
+        snapshot, postings, generation = searcher.access.snapshot, searcher.keyword.postings, searcher.access.snapshot.generation
         _write_every_kind(service, rng, 16, now, check)
-        assert searcher._snapshot is snapshot and snapshot.generation > generation  # patched, never reloaded
-        assert searcher._postings is postings
+        assert searcher.access.snapshot is snapshot and snapshot.generation > generation  # patched, never reloaded
+        assert searcher.keyword.postings is postings
         fresh = SQLiteStore(path, keyword_scan_max=0)
         fresh.open()
         try:
@@ -1072,7 +1074,7 @@ def test_caches_load_afresh_when_the_change_log_cannot_say(corpus, tmp_path, mon
     this process saw): the caches load again, and answers stay exact."""
     import shutil
 
-    import ampkit.store.sqlite as sqlite_store
+    import ampkit.store.sqlite_changes as sqlite_changes
 
     path = str(tmp_path / "copy.db")
     shutil.copy(corpus, path)
@@ -1082,16 +1084,16 @@ def test_caches_load_afresh_when_the_change_log_cannot_say(corpus, tmp_path, mon
     try:
         _, _, check = _wide_world(path, searcher)
         check()
-        snapshot = searcher._snapshot
-        monkeypatch.setattr(sqlite_store, "CHANGE_LOG_PATCH_MAX", 3)
+        snapshot = searcher.access.snapshot
+        monkeypatch.setattr(sqlite_changes, "CHANGE_LOG_PATCH_MAX", 3)
         service = MemoryService(store=other)
         for i in range(4):
             service.create("ada", CellCreate(content={"text": f"quokka piano {i}"}, identity={"owner_id": "ada"},
                                              access_policy={"readable_by": ["team-*"]}))
         other.index_pending_windows()  # the writer indexes its own new windows: the searcher only reads
         check()
-        assert searcher._snapshot is not snapshot  # loaded again
-        snapshot = searcher._snapshot
+        assert searcher.access.snapshot is not snapshot  # loaded again
+        snapshot = searcher.access.snapshot
         service.create("cy", CellCreate(content={"text": "quokka oslo"}, identity={"owner_id": "cy"}))
         other.index_pending_windows()
         # as if pruned past what this process saw (the pruning keeps the newest entry)
@@ -1099,7 +1101,7 @@ def test_caches_load_afresh_when_the_change_log_cannot_say(corpus, tmp_path, mon
         service.create("bob", CellCreate(content={"text": "quokka lena"}, identity={"owner_id": "bob"}, access_policy={"public": True}))
         other.index_pending_windows()
         check()
-        assert searcher._snapshot is not snapshot
+        assert searcher.access.snapshot is not snapshot
     finally:
         searcher.close()
         other.close()
@@ -1149,8 +1151,8 @@ def test_term_rows_warmed_at_open_answer_as_loaded_ones(corpus, expected):
     store.open()
     try:
         assert store.wait_for_term_warmup(60)
-        assert store._postings is not None and len(store._postings[1].items) > 10
-        assert store._snapshot is not None  # the access snapshot is loaded first
+        assert store.keyword.postings is not None and len(store.keyword.postings[1].items) > 10
+        assert store.access.snapshot is not None  # the access snapshot is loaded first
         for query in QUERIES:
             for i, flt in enumerate(FILTERS):
                 got = [(c.cell_id, c.score) for c in store.keyword_candidates(query, flt, 80)]
@@ -1160,7 +1162,7 @@ def test_term_rows_warmed_at_open_answer_as_loaded_ones(corpus, expected):
     cold = SQLiteStore(corpus, keyword_scan_max=0)  # a small store: nothing read ahead
     cold.open()
     try:
-        assert cold.wait_for_term_warmup(60) and cold._postings is None
+        assert cold.wait_for_term_warmup(60) and cold.keyword.postings is None
     finally:
         cold.close()
 
@@ -1175,7 +1177,7 @@ def test_a_store_grown_past_the_threshold_while_open_warms_as_a_reopened_one(cor
     the straightforward BM25's, bit for bit."""
     import shutil
 
-    import ampkit.store.sqlite as sqlite_store
+    import ampkit.store.sqlite_keyword as sqlite_keyword
     from ampkit.store._bm25 import PostingsCache
 
     path = str(tmp_path / "copy.db")
@@ -1199,20 +1201,20 @@ def test_a_store_grown_past_the_threshold_while_open_warms_as_a_reopened_one(cor
                                              access_policy={"readable_by": ["team-*"]}))
 
     def cached_terms() -> set[str]:
-        return {key for key in store._postings[1].items if key.startswith("t:")}
+        return {key for key in store.keyword.postings[1].items if key.startswith("t:")}
 
     def warm_through_a_search() -> None:
-        store._warm_lock.acquire()  # hold the warm-up the search starts at its first step
+        store.keyword.warm_lock.acquire()  # hold the warm-up the search starts at its first step
         try:
             store.keyword_candidates("lena oslo", flt, 10)
             assert state() == "warming"
         finally:
-            store._warm_lock.release()
+            store.keyword.warm_lock.release()
         assert store.wait_for_term_warmup(60) and state() == "ready"
         assert len(cached_terms()) > 15  # the common words, not only the ones asked for
 
     try:
-        assert store.wait_for_term_warmup(60) and store._postings is None and state() == "ready"  # small: nothing read
+        assert store.wait_for_term_warmup(60) and store.keyword.postings is None and state() == "ready"  # small: nothing read
         store.keyword_candidates("lena oslo", flt, 10)
         assert cached_terms() == {"t:lena", "t:oslo"} and state() == "ready"
         grow(20)  # past the threshold, by writes
@@ -1225,7 +1227,7 @@ def test_a_store_grown_past_the_threshold_while_open_warms_as_a_reopened_one(cor
         monkeypatch.setattr(PostingsCache, "MAX_LOG_ROWS", 200_000)
         warm_through_a_search()
 
-        monkeypatch.setattr(sqlite_store, "WARM_TERMS_REGROWTH", 1.02)
+        monkeypatch.setattr(sqlite_keyword, "WARM_TERMS_REGROWTH", 1.02)
         grow(8)  # grown 2% over since the last warm-up
         assert state() == "none"
         warm_through_a_search()
@@ -1273,9 +1275,9 @@ def test_opening_an_open_store_keeps_its_connections_and_warm_ups(corpus):
     store = SQLiteStore(corpus)
     store.open()
     try:
-        writer, threads = store._writer, list(store._index_threads)
+        writer, started = store._writer, store.scheduler.started
         store.open()
-        assert store._writer is writer and store._index_threads == threads
+        assert store._writer is writer and store.scheduler.started == started
     finally:
         store.close()
 
@@ -1284,7 +1286,7 @@ def test_each_commit_reads_the_change_log_by_its_key_not_by_a_scan(tmp_path):
     """Every commit reads the log's bounds and the entries past what the caches saw: each
     a step of the primary key (a scan of a million-entry log at every commit otherwise; the
     bounds as MIN and MAX in one query were one)."""
-    from ampkit.store.sqlite import _LOG_BOUNDS, _LOG_SINCE
+    from ampkit.store.sqlite_changes import LOG_BOUNDS as _LOG_BOUNDS, LOG_SINCE as _LOG_SINCE
 
     store = SQLiteStore(str(tmp_path / "plan.db"))
     store.open()
@@ -1318,16 +1320,16 @@ def test_health_says_when_the_keyword_warm_up_is_done(corpus):
     """`/health`'s vector_index.keyword_warmup (the store's `vector_index_state`): warming
     while open()'s background reads run, ready after."""
     store = SQLiteStore(corpus, keyword_scan_max=0, warm_terms_min_cells=0)
-    store._warm_lock.acquire()  # hold the warm-up at its first step
+    store.keyword.warm_lock.acquire()  # hold the warm-up at its first step
     store.open()
     try:
         assert store.vector_index_state()["keyword_warmup"] == "warming"
-        store._warm_lock.release()
+        store.keyword.warm_lock.release()
         assert store.wait_for_term_warmup(60)
         assert store.vector_index_state()["keyword_warmup"] == "ready"
     finally:
-        if store._warm_lock.locked():
-            store._warm_lock.release()
+        if store.keyword.warm_lock.locked():
+            store.keyword.warm_lock.release()
         store.close()
 
 
@@ -1336,25 +1338,25 @@ def test_a_warming_store_loads_its_access_snapshot_before_its_vectors(corpus):
     worker's start-up scan (`wait_for_access_snapshot`), start once the access snapshot is
     loaded, which the first reader-wide search waits for (on two cores they had shared them)."""
     store = SQLiteStore(corpus, keyword_scan_max=0, warm_terms_min_cells=0)
-    store._snapshot_warm_lock.acquire()  # hold the warm-up at the snapshot's load
+    store.access.warm_lock.acquire()  # hold the warm-up at the snapshot's load
     store.open()
     try:
         assert not store.wait_for_access_snapshot(0.3)
-        assert not store._vectors_ready.is_set() and store._snapshot is None
-        store._snapshot_warm_lock.release()
-        assert store.wait_for_access_snapshot(60) and store._snapshot is not None
+        assert not store.vectors.ready.is_set() and store.access.snapshot is None
+        store.access.warm_lock.release()
+        assert store.wait_for_access_snapshot(60) and store.access.snapshot is not None
         store.wait_for_vector_index(60)
-        assert store._vectors_ready.is_set() and store.wait_for_term_warmup(60)
+        assert store.vectors.ready.is_set() and store.wait_for_term_warmup(60)
     finally:
-        if store._snapshot_warm_lock.locked():
-            store._snapshot_warm_lock.release()
+        if store.access.warm_lock.locked():
+            store.access.warm_lock.release()
         store.close()
     small = SQLiteStore(corpus, keyword_scan_max=0)  # nothing to load ahead: nothing waits
     small.open()
     try:
-        assert small.wait_for_access_snapshot(60) and small._snapshot is None
+        assert small.wait_for_access_snapshot(60) and small.access.snapshot is None
         small.wait_for_vector_index(60)
-        assert small._vectors_ready.is_set()
+        assert small.vectors.ready.is_set()
     finally:
         small.close()
 

@@ -23,6 +23,7 @@ from ampkit.retrieval import RetrievalConfig, Retriever
 from ampkit.service import MemoryService
 from ampkit.store.base import CellFilter, StoredVector
 from ampkit.store.sqlite import SQLiteStore
+from ampkit.store.sqlite_vectors import SQLiteVectorIndex
 from ampkit.textindex import index_text
 from support import TLS, run_cli
 
@@ -171,7 +172,8 @@ def test_reindex_after_a_model_change(tmp_path, server_factory):
 
 
 def _exact(store: SQLiteStore, q: np.ndarray, model: str, flt: CellFilter, k: int) -> list[str]:
-    from ampkit.store.sqlite import decode_vector, filter_sql
+    from ampkit.store.sqlite_access import filter_sql
+    from ampkit.store.sqlite_vectors import decode_vector
 
     where, params = filter_sql(flt)
     rows = store._query(
@@ -204,7 +206,7 @@ def test_ann_index_stays_consistent_with_the_database(tmp_path):
     store.wait_for_vector_index()
     store.vector_candidates(queries[0], "rand16", flt, 10)  # crosses the threshold: builds in the background
     store.wait_for_vector_index()
-    assert store._vectors["rand16"].uses_ann
+    assert store.vectors.by_model["rand16"].uses_ann
 
     put([c.id for c in cells[:50]])  # new vectors for some cells
     with store.write() as tx:  # deleted status (filtered out) and purged rows (gone)
@@ -404,7 +406,8 @@ def test_migration_2_reindexes_a_version_1_store(tmp_path):
     its keyword search (now windowed, CJK-aware) and its vectors after the upgrade."""
     import sqlite3
 
-    from ampkit.store.sqlite import MIGRATIONS, _split_sql, cell_to_row
+    from ampkit.store.sqlite import MIGRATIONS, cell_to_row
+    from ampkit.store.sqlite_schema import split_sql as _split_sql
 
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path, isolation_level=None)
@@ -603,7 +606,7 @@ def test_the_default_model_keeps_two_thirds_of_its_vectors_for_latin_text(tmp_pa
         # once loaded, a search reads the index, which holds what it caught up.
         service.store.wait_for_vector_index(60)
         service.search("ann", SearchRequest(query="aisle or window seat"))
-        (index,) = service.store._vectors.values()
+        (index,) = service.store.vectors.by_model.values()
         assert (index.dim, index.width) == (384, 256)
     finally:
         service.store.close()
@@ -620,8 +623,8 @@ def test_an_import_caught_up_by_a_search_drains_into_the_graph_in_the_background
     import time
 
     gate = threading.Event()
-    drain = SQLiteStore._drain_graph
-    monkeypatch.setattr(SQLiteStore, "_drain_graph", lambda self, *args: (gate.wait(30), drain(self, *args)))
+    drain = SQLiteVectorIndex.drain
+    monkeypatch.setattr(SQLiteVectorIndex, "drain", lambda self, *args: (gate.wait(30), drain(self, *args)))
     path = str(tmp_path / "import.db")
     flt = CellFilter(reader="ann", owner_id="ann")
     query = np.ones(16, dtype=np.float32) / 4.0
@@ -639,11 +642,11 @@ def test_an_import_caught_up_by_a_search_drains_into_the_graph_in_the_background
         _random_unit_vectors(store, "rand16", [f"imported {i}" for i in range(300)], seed=4)
         exact = _exact(store, query, "rand16", flt, 10)
         assert [c.cell_id for c in store.vector_candidates(query, "rand16", flt, 10)] == exact
-        index = store._vectors["rand16"]
+        index = store.vectors.by_model["rand16"]
         assert state(store) == ("ready", 300) and index._ann.get_current_count() == 200
     finally:
         store.close()  # with the backlog: the graph of 200 stays the saved one
-    assert json.loads(open(store._ann_path("rand16") + ".json").read())["vec_seq"] < store._vectors_seq
+    assert json.loads(open(store.vectors.graph_path("rand16") + ".json").read())["vec_seq"] < store.vectors.seq
 
     again = SQLiteStore(path, ann_threshold=100)
     again.open()
@@ -651,11 +654,11 @@ def test_an_import_caught_up_by_a_search_drains_into_the_graph_in_the_background
         deadline = time.monotonic() + 30
         while state(again) != ("ready", 300) and time.monotonic() < deadline:
             time.sleep(0.01)  # (the saved graph loads in the background, then the 300 join its backlog)
-        assert state(again) == ("ready", 300) and again._vectors["rand16"]._ann.get_current_count() == 200
+        assert state(again) == ("ready", 300) and again.vectors.by_model["rand16"]._ann.get_current_count() == 200
         assert [c.cell_id for c in again.vector_candidates(query, "rand16", flt, 10)] == exact
         gate.set()
         again.wait_for_vector_index()
-        assert state(again) == ("ready", 0) and again._vectors["rand16"]._ann.get_current_count() == 500
+        assert state(again) == ("ready", 0) and again.vectors.by_model["rand16"]._ann.get_current_count() == 500
         assert [c.cell_id for c in again.vector_candidates(query, "rand16", flt, 10)] == exact
     finally:
         gate.set()
@@ -687,13 +690,13 @@ def test_a_large_commit_is_taken_into_the_caches_in_the_background(tmp_path):
         store.keyword_candidates("note", flt, 10)  # the word "note" cached
         store.wait_for_vector_index()  # the graph built
         assert store.vector_index_state()["vectors"] == 200
-        cache = store._postings[1]
+        cache = store.keyword.postings[1]
         _random_unit_vectors(store, "rand16", [f"imported note {i}" for i in range(300)], seed=4)  # two large commits
         assert settles(lambda: store.vector_index_state()["vectors"] == 500)
         assert settles(lambda: all(entry.converted for entry in cache.log if entry is not cache._tail))
         assert cache.log and cache.log[0].first == 1
         store.wait_for_vector_index()  # drained into the graph
-        assert store._vectors["rand16"]._ann.get_current_count() == 500
+        assert store.vectors.by_model["rand16"]._ann.get_current_count() == 500
         assert {c.cell_id for c in store.vector_candidates(query, "rand16", flt, 10)} == set(_exact(store, query, "rand16", flt, 10))
     finally:
         store.close()
@@ -715,7 +718,7 @@ def _saved_graph(path: str) -> tuple[str, dict]:
     """`_store_with_a_graph` closed: its saved graph's path, and what was saved beside it."""
     store = _store_with_a_graph(path)
     store.close()
-    saved = store._ann_path("rand16")
+    saved = store.vectors.graph_path("rand16")
     with open(saved + ".json") as f:
         return saved, json.load(f)
 
@@ -733,7 +736,7 @@ def test_restart_loads_the_saved_graph_and_answers_while_the_index_loads(tmp_pat
     assert store.vector_index_state() == {"state": "ready", "vectors": 200, "approximate": "ready", "keyword_warmup": "ready",
                                          "access_snapshot": "none", "approximate_backlog": 0}  # (no reader-wide search yet)
     store.close()
-    saved = store._ann_path("rand16")
+    saved = store.vectors.graph_path("rand16")
     assert os.path.exists(saved) and os.path.exists(saved + ".json")
 
     again = SQLiteStore(path, ann_threshold=100)
@@ -742,13 +745,13 @@ def test_restart_loads_the_saved_graph_and_answers_while_the_index_loads(tmp_pat
     assert again.vector_index_state()["approximate"] == "ready"  # loaded at open, no search needed
     exact = _exact(again, query, "rand16", flt, 10)
     assert [c.cell_id for c in again.vector_candidates(query, "rand16", flt, 10)] == exact
-    again._vectors_ready.clear()  # as while loading after a start
+    again.vectors.ready.clear()  # as while loading after a start
     assert again.vector_index_state()["state"] == "loading"
     assert [c.cell_id for c in again.vector_candidates(query, "rand16", flt, 10)] == exact
     service = MemoryService(store=again, retriever=Retriever(embedder=ConceptEmbedder()))
     hits = service.search("ann", SearchRequest(query="kept cell", explain=True)).results
     assert hits and all(h.explain["dense_warming"] == 1.0 for h in hits)
-    again._vectors_ready.set()
+    again.vectors.ready.set()
     again.close()
 
 
@@ -773,10 +776,10 @@ def test_a_loaded_graph_takes_the_rows_changed_since_it_was_saved_and_is_saved_a
     again.open()
     again.wait_for_vector_index()
     assert again.vector_index_state()["approximate"] == "ready"
-    index = again._vectors["rand16"]
+    index = again.vectors.by_model["rand16"]
     assert index.uses_ann and index.graph_backlog == 0 and index.ann_dirty  # the five joined the loaded graph
     row = again._query("SELECT rowid, embedding, embed_dim FROM cells WHERE id = ?", (new_ids[0],))[0]
-    from ampkit.store.sqlite import decode_vector
+    from ampkit.store.sqlite_vectors import decode_vector
     labels, _ = index._ann.knn_query(decode_vector(row[1], row[2]), k=1)
     assert int(labels[0][0]) == row[0]  # the graph itself finds the new row
     with open(saved + ".json") as f:
@@ -801,7 +804,7 @@ def test_a_graph_saved_with_other_dimensions_is_built_anew_and_saved(tmp_path):
     again = SQLiteStore(path, ann_threshold=100)
     again.open()
     again.wait_for_vector_index()
-    assert again.vector_index_state()["approximate"] == "ready" and again._vectors["rand16"]._ann.dim == 16
+    assert again.vector_index_state()["approximate"] == "ready" and again.vectors.by_model["rand16"]._ann.dim == 16
     with open(saved + ".json") as f:
         assert json.load(f)["dim"] == 16  # built and saved before close
     again.close()
@@ -967,10 +970,10 @@ def test_term_cache_returns_the_tokenizer_counts_and_stays_bounded(tmp_path, mon
     tokenizer's own, and the cache must drop the least recently used texts past its size."""
     import sqlite3
 
-    from ampkit.store import sqlite as sqlite_store
+    from ampkit.store import sqlite_keyword as sqlite_store
 
     conn = sqlite3.connect(tmp_path / "t.db")
-    for stmt in sqlite_store._TOKENIZER:
+    for stmt in sqlite_store.TOKENIZER:
         conn.execute(stmt)
     texts = ["Running runners ran", "서울에서 강아지", "Running runners ran", "unique words here"]
     cache = sqlite_store._TermCache(max_entries=2)
@@ -989,15 +992,15 @@ def test_one_text_is_tokenized_as_it_is_among_others(tmp_path, monkeypatch):
     stems, CJK bigrams, diacritics, punctuation only, empty)."""
     import sqlite3
 
-    from ampkit.store import sqlite as sqlite_store
+    from ampkit.store import sqlite_keyword as sqlite_store
 
     conn = sqlite3.connect(tmp_path / "t.db")
-    for stmt in sqlite_store._TOKENIZER:
+    for stmt in sqlite_store.TOKENIZER:
         conn.execute(stmt)
     monkeypatch.setattr(sqlite_store, "_TERMS", sqlite_store._TermCache(max_entries=0))
     texts = ["Running runners ran, and ran again", "서울에서 강아지를 키워요 서울", "Café naïve CAFÉ cafe",
              "... !!! ---", "", "The user prefers dark roast coffee; the user travels to Osaka.",
-             sqlite_store.index_text("東京で働いています 東京")]
+             index_text("東京で働いています 東京")]
     together = sqlite_store.tokenize(conn, texts)
     for text, expected in zip(texts, together):
         assert sqlite_store.tokenize(conn, [text]) == [expected]
@@ -1178,14 +1181,14 @@ def test_a_warm_up_of_an_earlier_open_neither_readies_nor_builds(tmp_path):
     store.open()
     try:
         store.wait_for_vector_index()
-        index = store._vectors["rand8"]
+        index = store.vectors.by_model["rand8"]
         assert index.ann_state == "ready" and len(index) == 80
         index._ann, index.ann_state = None, "none"  # as before the current open built it
-        store._vectors_ready.clear()
-        store._warm_vectors(store._opened - 1)  # the earlier open's warm-up, finishing late
-        assert not store._vectors_ready.is_set() and index._ann is None
-        store._warm_vectors(store._opened)
-        assert store._vectors_ready.is_set() and index.ann_state == "ready"
+        store.vectors.ready.clear()
+        store.vectors.warm(store._opened - 1)  # the earlier open's warm-up, finishing late
+        assert not store.vectors.ready.is_set() and index._ann is None
+        store.vectors.warm(store._opened)
+        assert store.vectors.ready.is_set() and index.ann_state == "ready"
     finally:
         store.close()
 
@@ -1205,8 +1208,8 @@ def test_approximate_search_off_keeps_every_dense_ranking_exact(tmp_path):
     for approximate in (True, False):
         store = store_from_settings(Settings(store=f"sqlite:///{tmp_path}/{approximate}.db", approximate_search=approximate))
         assert isinstance(store, SQLiteStore)
-        if store.ann_threshold is not None:
-            store.ann_threshold = 50  # past the default's 200,000 in a test's size
+        if store.vectors.ann_threshold is not None:
+            store.vectors.ann_threshold = 50  # past the default's 200,000 in a test's size
         store.open()
         _random_unit_vectors(store, "rand8", [f"vector cell {i}" for i in range(120)])
         stores[approximate] = store
@@ -1215,7 +1218,7 @@ def test_approximate_search_off_keeps_every_dense_ranking_exact(tmp_path):
         store.wait_for_vector_index()
         store.vector_candidates(query, "rand8", CellFilter(), 10)  # past the threshold: the graph if allowed
         store.wait_for_vector_index()
-        assert store._vectors["rand8"].uses_ann is approximate
+        assert store.vectors.by_model["rand8"].uses_ann is approximate
         assert store.vector_index_state()["approximate"] == ("ready" if approximate else "off")
     exact = _exact(stores[False], query, "rand8", CellFilter(), 10)
     assert [c.cell_id for c in stores[False].vector_candidates(query, "rand8", CellFilter(), 10)] == exact

@@ -276,3 +276,50 @@ def test_every_package_whose_private_names_core_uses_has_an_upper_bound():
     requirements += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
     bounded = {r.name for r in requirements if any(s.operator in ("<", "<=", "==", "~=") for s in r.specifier)}
     assert {dist for dist in FRAMEWORK_INTERNALS.values()} - bounded == set()
+
+
+# ------------------------------------------------ module size, and persistence without threads
+MAX_MODULE_LINES = 900
+# Modules still over MAX_MODULE_LINES, with their size when listed: the list only shrinks (a
+# module that grows past its listed size, or a new one over the limit, fails).
+OVER_MAX_LINES = {"service.py": 1076}
+# Rows in and out, migrations: no background work of their own (a store hands it to its
+# `ampkit.scheduler.Scheduler`).
+PERSISTENCE = ["store/sqlite.py", "store/sqlite_schema.py", "store/sqlite_windows.py", "store/postgres.py",
+               "store/_pg_schema.py", "store/sql/store.py", "store/sql/compiler.py", "store/sql/dialects.py",
+               "store/_files.py", "store/_keys.py", "store/base.py"]
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def test_no_core_module_is_over_the_line_limit():
+    over = {str(path.relative_to(CORE)): _lines(path) for path in CORE.rglob("*.py") if _lines(path) > MAX_MODULE_LINES}
+    grown = {name: lines for name, lines in over.items() if lines > OVER_MAX_LINES.get(name, MAX_MODULE_LINES)}
+    assert not grown, f"over {MAX_MODULE_LINES} lines (split them): {grown}"
+    assert "store/sqlite.py" not in OVER_MAX_LINES
+
+
+def _threading_uses(path: Path) -> list[str]:
+    """The imports of `threading` (or `_thread`) in a module, and any `Thread(` it names."""
+    found = [target for target, _ in _imports(path, "ampkit.x", False) if target.split(".")[0] in ("threading", "_thread")]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found += [ast.unparse(node) for node in ast.walk(tree)
+              if isinstance(node, ast.Attribute) and node.attr == "Thread"]
+    return found
+
+
+def test_persistence_modules_import_no_threading():
+    for name in PERSISTENCE:
+        assert (CORE / name).exists(), name
+    offenders = {name: uses for name in PERSISTENCE if (uses := _threading_uses(CORE / name))}
+    assert offenders == {}
+
+
+def test_the_threading_check_finds_an_import_and_a_thread(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("import threading\n\nthreading.Thread(target=print).start()\n")
+    assert _threading_uses(module) == ["threading", "threading.Thread"]
+    module.write_text("from threading import Lock\n")
+    assert _threading_uses(module) == ["threading"]

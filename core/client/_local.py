@@ -22,7 +22,7 @@ import anyio.to_thread
 
 from ..access import check_agent_id
 from ..auth import SCOPES
-from ..bootstrap import build_service, settings_for_store
+from ..bootstrap import build_service, settings_for_store, start_background, stop_background
 from ..embed_queue import EmbeddingWorker
 from ..operations import Answer, Context, Inputs, query_pairs
 from ..service import MemoryService
@@ -80,8 +80,7 @@ class LocalTransport:
     def open(self) -> None:
         with self._lock:
             if not self._opened:
-                self.service.store.open()
-                self._embedding.start()
+                start_background(self.service, self._embedding)
                 self._opened = True
 
     @property
@@ -100,8 +99,7 @@ class LocalTransport:
     def close(self) -> None:
         with self._lock:
             if self._opened:
-                self._embedding.stop()
-                self.service.store.close()
+                stop_background(self.service, self._embedding)
                 self._opened = False
 
     def export_lines(self, owner_id: Optional[str], cursor: Optional[str]) -> Iterator[str]:

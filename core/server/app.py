@@ -24,7 +24,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute
 
 from .. import portable
-from ..bootstrap import build_service, load_settings
+from ..bootstrap import build_service, load_settings, start_background, stop_background
 from ..config import Settings
 from ..embed_queue import EmbeddingWorker
 from ..errors import UnsupportedMediaType
@@ -112,17 +112,15 @@ def create_app(settings: Optional[Settings] = None, service: Optional[MemoryServ
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        await run_in_threadpool(service.store.open)
+        await run_in_threadpool(start_background, service, embedding)  # the store's loops, the embedding worker
         task = asyncio.create_task(lifecycle_loop()) if service.policy.interval_seconds > 0 else None
-        embedding.start()  # only when the retriever embeds in the background
         try:
             async with (mcp.running() if mcp is not None else nullcontext()):
                 yield
         finally:
             if task is not None:
                 task.cancel()
-            await run_in_threadpool(embedding.stop)
-            await run_in_threadpool(service.store.close)
+            await run_in_threadpool(stop_background, service, embedding)
 
     app = FastAPI(
         title="ampkit",

@@ -142,24 +142,15 @@ class SharedArrays:
             self._held.clear()
 
 
-# Per store and per kind, across every admitted set: a set lives as long as the data does not
-# change, and a server asked about ever new words by ever new readers must not grow with them.
-# Derived arrays: an evicted term only costs recomputing it. A term's BM25 score per row is
-# what a query adds up, so it gets the most room; a term's positions are needed only to compute
-# those (and for a word FTS reads as a phrase). At 1M cells an analyst's searches over
-# bench/scale.py's words keep ~260 MB of scores and each of ten teams ~10-30 MB.
-STORE_SCORES_BYTES = 768 * 1024 * 1024
-STORE_POSTINGS_BYTES = 64 * 1024 * 1024
-STORE_MATCHES_BYTES = 128 * 1024 * 1024
-
-
 @dataclass
 class SetArrays:
-    """What every admitted set of a store keeps per term, one `SharedArrays` budget per kind."""
+    """What every admitted set of a store keeps per term, one `SharedArrays` budget per kind
+    (`indexes.CacheBudgets`: a set lives as long as the data does not change, and a server asked
+    about ever new words by ever new readers must not grow with them)."""
 
-    postings: SharedArrays = field(default_factory=lambda: SharedArrays(STORE_POSTINGS_BYTES))
-    matches: SharedArrays = field(default_factory=lambda: SharedArrays(STORE_MATCHES_BYTES))
-    contributions: SharedArrays = field(default_factory=lambda: SharedArrays(STORE_SCORES_BYTES))
+    postings: SharedArrays
+    matches: SharedArrays
+    contributions: SharedArrays
 
     def register(self, holder: object) -> int:
         """One serial for `holder`'s entries of every kind, dropped once it is garbage."""

@@ -53,6 +53,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from ..scheduler import Loop, Scheduler
 from ._bm25 import (BM25_B, BM25_K1, BytesLRU, RowPositions, SharedArrays, count_dtype, int_list, members,
                     replace_rows, row_dtype, sum_term_scores, top_k)
 from .base import Candidate, CellFilter
@@ -370,10 +371,12 @@ def _postings_arrays(seqs: Optional[str], tf: Optional[str]) -> tuple[np.ndarray
 
 
 class WideKeywordIndex:
-    """One per PostgresStore: the generations, their anchor, and the warm-up thread (see the
-    module's docstring). `connection` hands out a pool connection (a context manager)."""
+    """One per PostgresStore: the generations, their anchor, and the warm-up loop (`pg.keywords`
+    on the store's scheduler; see the module's docstring). `connection` hands out a pool
+    connection (a context manager)."""
 
-    def __init__(self, term_bytes: int, text_config: str, connection: Callable[[], Any], warm_inline: bool = False) -> None:
+    def __init__(self, term_bytes: int, text_config: str, connection: Callable[[], Any], warm_inline: bool = False,
+                 scheduler: Optional[Scheduler] = None) -> None:
         # Up to `term_bytes` of the lexemes' rows (`_Generation.postings`), as much of term scores.
         self.term_bytes = term_bytes
         self.term_scores = SharedArrays(term_bytes)
@@ -389,9 +392,9 @@ class WideKeywordIndex:
         self.patches = 0  # how many times they were patched with changed rows instead (tests)
         self.served = 0  # searches answered from the arrays (tests)
         self._recent: OrderedDict[tuple[str, str], list[Any]] = OrderedDict()  # filters asked lately
-        self._wake = threading.Event()
+        self.scheduler = scheduler or Scheduler()
         self._stopped = False
-        self._worker: Optional[threading.Thread] = None
+        self._worker: Optional[Loop] = None
         self._not_before = 0.0  # after an abandoned warm-up, the next waits as long as it took
         self._warming = False
         self._catch_up = False  # patch the arrays up to the database in the background (`rows_written`)
@@ -566,9 +569,9 @@ class WideKeywordIndex:
             if self._stopped:
                 return
             if self._worker is None:
-                self._worker = threading.Thread(target=self._warm_loop, daemon=True, name="ampkit-pg-keywords")
-                self._worker.start()
-        self._wake.set()
+                self._worker = self.scheduler.loop("pg.keywords", self._warm_loop)
+            worker = self._worker
+        worker.wake()
 
     def rows_written(self, rows: int) -> None:
         """This server committed a write that rewrote `rows` keyword rows: once they add up to
@@ -621,45 +624,52 @@ class WideKeywordIndex:
             worker, self._worker = self._worker, None
             self._generation, self._anchor = _Generation(None, self.term_bytes), None
             self.term_scores.clear()
-        self._wake.set()
         if worker is not None:
-            worker.join(timeout=60)
+            self.scheduler.stop(worker.name, timeout=60)
 
-    def _warm_loop(self) -> None:
+    def _warm_loop(self, loop: Loop) -> None:
         while True:
-            asked = self._wake.wait(CATCH_UP_LOOK_SECONDS)
-            self._wake.clear()
-            with self._lock:
-                if self._stopped or self._worker is not threading.current_thread():
-                    return
-            if not asked:  # nobody asked: has the database moved far from the arrays?
-                if not self._others_wrote():
-                    continue
-                self._catch_up = True
-            if self._catch_up:
-                self._catch_up = False
-                try:
-                    with self._connection() as conn, conn.transaction():
-                        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                        self._begin(conn, "")  # patched, as a search would (or afresh: warmed below)
-                except Exception:  # noqa: BLE001  (closed, or the database went away: the next search catches up)
-                    pass
-            delay = self._not_before - time.monotonic()
-            if delay > 0:
-                time.sleep(min(delay, 5.0))
-                self._wake.set()
-                continue
-            generation = self._generation
-            started = time.monotonic()
-            self._warming = True
+            asked = loop.wait(CATCH_UP_LOOK_SECONDS)
+            loop.take()
+            again = False
             try:
-                current = self._warm(generation)
-            except Exception:  # noqa: BLE001  (closed, or the database went away: searches read what they need)
-                current = False
+                with self._lock:
+                    if self._stopped or loop.stopping or self._worker is not loop:
+                        return
+                again = self._warm_step(asked, loop)
             finally:
-                self._warming = False
-            if not current:  # the database changed meanwhile: the next search starts a new generation
-                self._not_before = time.monotonic() + (time.monotonic() - started)
+                loop.done(again=again)
+
+    def _warm_step(self, asked: bool, loop: Loop) -> bool:
+        """One turn of the warm-up loop: a catch-up when asked for or due, then the warm-up;
+        True when it should run again at once (it waited out an abandoned warm-up's delay)."""
+        if not asked:  # nobody asked: has the database moved far from the arrays?
+            if not self._others_wrote():
+                return False
+            self._catch_up = True
+        if self._catch_up:
+            self._catch_up = False
+            try:
+                with self._connection() as conn, conn.transaction():
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    self._begin(conn, "")  # patched, as a search would (or afresh: warmed below)
+            except Exception:  # noqa: BLE001  (closed, or the database went away: the next search catches up)
+                pass
+        delay = self._not_before - time.monotonic()
+        if delay > 0:
+            return not loop.sleep(min(delay, 5.0))
+        generation = self._generation
+        started = time.monotonic()
+        self._warming = True
+        try:
+            current = self._warm(generation)
+        except Exception:  # noqa: BLE001  (closed, or the database went away: searches read what they need)
+            current = False
+        finally:
+            self._warming = False
+        if not current:  # the database changed meanwhile: the next search starts a new generation
+            self._not_before = time.monotonic() + (time.monotonic() - started)
+        return False
 
     def _warm(self, generation: _Generation) -> bool:
         """Load what `generation` lacks (the last generation's filters, then the frequent
@@ -739,7 +749,8 @@ class WideKeywordIndex:
         with generation.lock:
             if generation.warm:
                 return "ready"
-        return "warming" if self._worker is not None and (self._warming or self._wake.is_set()) else "none"
+        worker = self._worker
+        return "warming" if worker is not None and (self._warming or worker.asked) else "none"
 
     @staticmethod
     def _load_admitted(conn: psycopg.Connection, where_text: str, params: list[Any]) -> _Admitted:

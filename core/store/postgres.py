@@ -49,7 +49,6 @@ import bisect
 import builtins
 import json
 import select
-import threading
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
@@ -64,6 +63,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import Unavailable, ValidationFailed
 from ..models import MemoryCell
+from ..scheduler import Scheduler, new_lock
 from ..textindex import CJK_CLASS, query_terms, text_key
 from ._pg_keyword import PRUNE, WideKeywordIndex
 from ._pg_url import redact, split_url
@@ -339,8 +339,11 @@ class PostgresStore(SQLFileReads, SQLStore):
 
     def __init__(self, url: str, *, pool_min: int = 1, pool_max: int = 10, pool_timeout: float = 5.0,
                  ef_search: int = 100, keyword_ranker: str = "bm25", prepare_threshold: Optional[int] = 5,
-                 keyword_cache_mb: int = 512, keyword_warm_inline: bool = False, approximate: bool = True):
+                 keyword_cache_mb: int = 512, keyword_warm_inline: bool = False, approximate: bool = True,
+                 scheduler: Optional[Scheduler] = None):
         self.conninfo, from_url = split_url(url)
+        # Runs the keyword arrays' warm-up loop (the composition root's, or the store's own).
+        self.scheduler = scheduler or Scheduler()
         self.display_url = redact(self.conninfo)
         self.pool_min = from_url.get("pool_min", pool_min)
         self.pool_max = from_url.get("pool_max", pool_max)
@@ -357,14 +360,14 @@ class PostgresStore(SQLFileReads, SQLStore):
         # and as much again of the readers' term scores; keyword_cache_mb=0 ranks every search in SQL.
         self.keyword_cache_mb = from_url.get("keyword_cache_mb", keyword_cache_mb)
         self.wide_keywords = (WideKeywordIndex(self.keyword_cache_mb * 1024 * 1024, TEXT_CONFIG, self._connection,
-                                               warm_inline=keyword_warm_inline)
+                                               warm_inline=keyword_warm_inline, scheduler=self.scheduler)
                               if self.keyword_cache_mb > 0 else None)
         self._writes = 0  # write transactions of this process: every PRUNE_EVERY-th prunes search_changes
         self._pool: Optional[ConnectionPool] = None
         self._vector_indexes: set[str] = set()  # the graphs known to exist (committed; `_graph_widths`)
         self._graphs_looked: dict[str, float] = {}  # model -> when its unseen graphs were last looked for
         # (snapshot, {filter: (valid-from time, N, mean length)}, [sorted expiry times]): `_keyword_scope`
-        self._scope_lock = threading.Lock()
+        self._scope_lock = new_lock()
         self._scope_cache: tuple[str, dict[tuple[str, str, bool], tuple[float, float, float]], builtins.list[builtins.list[float]]] = ("", {}, [])
 
     # ------------------------------------------------------------ connections
