@@ -11,7 +11,7 @@ from typing import Callable
 import pytest
 
 from ampkit.errors import Conflict
-from ampkit.store.grouped_writes import GroupCommit, Submission
+from ampkit.store.grouped_writes import GroupCommit, Submission, Writes
 from ampkit.models import CellCreate
 from ampkit.service import MemoryService
 from ampkit.store.sqlite import SQLiteStore
@@ -316,5 +316,35 @@ def test_identical_creates_queued_behind_a_group_store_one_cell(tmp_path):
         assert {cell.id for cell, _ in same} == {stored[0].id}  # type: ignore[attr-defined]
         assert sorted(str(dedup) for _, dedup in same) == ["None"] + ["exact"] * 7  # type: ignore[misc]
         assert sizes[1] == 5  # one of the identical ones and the four others: one group
+    finally:
+        store.close()
+
+
+def test_one_at_a_time_writes_hold_a_units_keys_until_its_commit(tmp_path):
+    """The writes runner of a store that does not group (PostgreSQL's; here over SQLite so the
+    race is the runner's alone): eight threads restate one memory at once, 20 rounds; each
+    round stores one cell, the others are counted as its exact duplicates."""
+    store = SQLiteStore(str(tmp_path / "plain.db"))
+    store.open()
+    try:
+        service = MemoryService(store=store, writes=Writes(store))
+        assert not service.commits_in_groups
+        for round_ in range(20):
+            barrier = threading.Barrier(8)
+            results: list[tuple[str, object]] = []
+
+            def write() -> None:
+                barrier.wait()
+                req = CellCreate(content={"text": f"one memory, round {round_}"}, identity={"owner_id": "p"})
+                created, kind = service.create_many_detailed("p", [req])[0]
+                results.append((created.id, kind))
+
+            threads = [threading.Thread(target=write) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            assert len({cid for cid, _ in results}) == 1, (round_, results)
+            assert sorted(str(kind) for _, kind in results) == ["None"] + ["exact"] * 7
     finally:
         store.close()
