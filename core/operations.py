@@ -166,7 +166,7 @@ class Operation:
     run: Callable[[Context, Inputs], Any]  # None answers 204 No Content
     # The same for a server's event loop, awaited there instead of running `run` in a worker
     # thread, when the service `commits_in_groups`: a create waits for its group commit
-    # without a thread of its own (ampkit.groupcommit).
+    # without a thread of its own (ampkit.store.grouped_writes).
     run_grouped: Optional[Callable[[Context, Inputs], Awaitable[Any]]] = None
     request: Optional[type[BaseModel]] = None  # the JSON body
     body_required: bool = True

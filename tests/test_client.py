@@ -678,8 +678,8 @@ def test_in_process_async_creates_wait_for_their_group_without_a_thread_each(tmp
             service = client._transport._sync.service
             assert service.commits_in_groups
             ran: list[tuple[int, str]] = []
-            run_group = service._creates._run_group
-            service._creates._run_group = lambda group: (ran.append((len(group), threading.current_thread().name)),
+            run_group = service.writes.group_commit._run_group
+            service.writes.group_commit._run_group = lambda group: (ran.append((len(group), threading.current_thread().name)),
                                                          run_group(group))
             writes = [client.remember(f"fact {i}", owner_id="grouper", session_id=f"s{i % 3}") for i in range(15)]
             writes.append(client.remember("wants the name", owner_id="grouper", key="taken"))

@@ -103,7 +103,7 @@ def test_migration_9_digests_existing_texts_so_dedup_finds_them(tmp_path):
 
 def test_identical_writes_racing_over_http_store_one_cell(server):
     """The same race through the server, whose creates wait for their group on the event loop
-    (ampkit.groupcommit.submit_async): eight clients send one memory at once, ten rounds; one
+    (ampkit.store.grouped_writes, run_async): eight clients send one memory at once, ten rounds; one
     201, seven 200 with X-AMP-Dedup: exact, all naming one cell, and one cell stored."""
     import threading
 

@@ -64,7 +64,7 @@ def test_sigkill_during_writes_keeps_every_acknowledged_write(tmp_path):
 @pytest.mark.slow
 def test_sigkill_during_grouped_writes_keeps_every_acknowledged_write(tmp_path):
     """Eight clients at once, single cells and small batches into sessions: the server commits
-    concurrent creates together (group commit, ampkit.groupcommit) and answers each only after
+    concurrent creates together (group commit, ampkit.store.grouped_writes) and answers each only after
     its group's commit, so a SIGKILL mid-stream still loses none it acknowledged, batch or not."""
     store = f"sqlite:///{tmp_path}/grouped.db"
     server = ServerProcess(store, log_path=tmp_path / "server.log").start()

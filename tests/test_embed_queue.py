@@ -203,7 +203,7 @@ def test_a_search_embeds_only_recent_writes_and_not_when_switched_off(store_url,
         service.search_embeds_pending = 0
         assert service.search("kim", hound).results == []  # not found by meaning: the vector is queued
         service.search_embeds_pending = 16
-        monkeypatch.setattr("ampkit.service.RECENT_WRITES_SECONDS", -3600.0)  # every write is older than asked
+        monkeypatch.setattr("ampkit.service_reads.RECENT_WRITES_SECONDS", -3600.0)  # every write is older than asked
         assert service.search("kim", hound).results == [] and embedder.batches == []
         monkeypatch.undo()
         assert [h.id for h in service.search("kim", hound).results] == [cell.id]

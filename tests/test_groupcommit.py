@@ -1,4 +1,4 @@
-"""Group commit (ampkit.groupcommit): concurrent creates share one transaction, each answered
+"""Group commit (ampkit.store.grouped_writes): concurrent creates share one transaction, each answered
 after it; an error stays with its request; identical racing writes never share a group."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Callable
 import pytest
 
 from ampkit.errors import Conflict
-from ampkit.groupcommit import GroupCommit, Submission
+from ampkit.store.grouped_writes import GroupCommit, Submission, Writes
 from ampkit.models import CellCreate
 from ampkit.service import MemoryService
 from ampkit.store.sqlite import SQLiteStore
@@ -94,7 +94,7 @@ def test_concurrent_creates_commit_together_and_keep_their_own_errors(tmp_path):
     store.open()
     try:
         service = MemoryService(store=store)
-        assert service._creates is not None  # SQLite: one writer, so creates are grouped
+        assert service.commits_in_groups  # SQLite: one writer, so creates are grouped
         service.create("g", CellCreate(content={"text": "the taken name"}, identity={"owner_id": "g", "key": "taken"}))
         barrier = threading.Barrier(16)
         outcome: dict[int, object] = {}
@@ -245,8 +245,8 @@ def test_concurrent_creates_on_an_event_loop_commit_together(tmp_path):
         assert service.commits_in_groups
         service.create("g", CellCreate(content={"text": "the taken name"}, identity={"owner_id": "g", "key": "taken"}))
         group_sizes: list[int] = []
-        run_group = service._creates._run_group  # type: ignore[union-attr]
-        service._creates._run_group = lambda group: (group_sizes.append(len(group)), run_group(group))  # type: ignore[union-attr]
+        run_group = service.writes.group_commit._run_group  # type: ignore[union-attr]
+        service.writes.group_commit._run_group = lambda group: (group_sizes.append(len(group)), run_group(group))  # type: ignore[union-attr]
 
         async def create(i: int):
             reqs = [CellCreate(content={"text": f"fact {i}.{k}"}, identity={"owner_id": "g", "session_id": f"s{i % 3}"})
@@ -268,5 +268,83 @@ def test_concurrent_creates_on_an_event_loop_commit_together(tmp_path):
                 assert [c.content.text for c, dedup in outcome[i]] == [f"fact {i}.{k}" for k in range(1 + i % 4)]
                 assert all(dedup is None for _, dedup in outcome[i])
                 assert {f"fact {i}.{k}" for k in range(1 + i % 4)} <= stored
+    finally:
+        store.close()
+
+
+def test_identical_creates_queued_behind_a_group_store_one_cell(tmp_path):
+    """Eight identical creates (same owner, type and text) queue while a group is being
+    written, with four different ones: the identical ones never share a group (their keys
+    overlap), so each later one's duplicate check sees the committed cell: one cell, the
+    others answered with it as an exact duplicate; the different ones are grouped."""
+    store = SQLiteStore(str(tmp_path / "keys.db"))
+    store.open()
+    try:
+        service = MemoryService(store=store)
+        grouped = service.writes.group_commit  # type: ignore[union-attr]
+        release = threading.Event()
+        sizes: list[int] = []
+        run_group = grouped._run_group
+
+        def gated(group):
+            sizes.append(len(group))
+            if len(sizes) == 1:
+                release.wait(10)
+            run_group(group)
+
+        grouped._run_group = gated
+        results: dict[str, object] = {}
+
+        def create(name: str, text: str) -> None:
+            results[name] = service.create_many_detailed("k", [CellCreate(content={"text": text},
+                                                                          identity={"owner_id": "k"})])[0]
+
+        first = threading.Thread(target=create, args=("first", "an unrelated first fact"))
+        first.start()
+        _wait_until(lambda: len(sizes) == 1)
+        others = [threading.Thread(target=create, args=(f"same{i}", "The SAME fact")) for i in range(8)]
+        others += [threading.Thread(target=create, args=(f"other{i}", f"another fact {i}")) for i in range(4)]
+        for t in others:
+            t.start()
+        _wait_until(lambda: len(grouped._queue) == 12)
+        release.set()
+        for t in [first, *others]:
+            t.join(30)
+        stored = [c for c in service.export("k", owner_id="k") if c.content.text == "The SAME fact"]
+        assert len(stored) == 1
+        same = [results[f"same{i}"] for i in range(8)]
+        assert {cell.id for cell, _ in same} == {stored[0].id}  # type: ignore[attr-defined]
+        assert sorted(str(dedup) for _, dedup in same) == ["None"] + ["exact"] * 7  # type: ignore[misc]
+        assert sizes[1] == 5  # one of the identical ones and the four others: one group
+    finally:
+        store.close()
+
+
+def test_one_at_a_time_writes_hold_a_units_keys_until_its_commit(tmp_path):
+    """The writes runner of a store that does not group (PostgreSQL's; here over SQLite so the
+    race is the runner's alone): eight threads restate one memory at once, 20 rounds; each
+    round stores one cell, the others are counted as its exact duplicates."""
+    store = SQLiteStore(str(tmp_path / "plain.db"))
+    store.open()
+    try:
+        service = MemoryService(store=store, writes=Writes(store))
+        assert not service.commits_in_groups
+        for round_ in range(20):
+            barrier = threading.Barrier(8)
+            results: list[tuple[str, object]] = []
+
+            def write() -> None:
+                barrier.wait()
+                req = CellCreate(content={"text": f"one memory, round {round_}"}, identity={"owner_id": "p"})
+                created, kind = service.create_many_detailed("p", [req])[0]
+                results.append((created.id, kind))
+
+            threads = [threading.Thread(target=write) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            assert len({cid for cid, _ in results}) == 1, (round_, results)
+            assert sorted(str(kind) for _, kind in results) == ["None"] + ["exact"] * 7
     finally:
         store.close()

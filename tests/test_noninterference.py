@@ -33,7 +33,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import ampkit.service as service_module
+import ampkit.service_base as service_module  # where cell ids are made
 from ampkit.bootstrap import connect_embedding
 from ampkit.errors import APIError
 from ampkit.models import CellCreate, CellPatch, SearchRequest

@@ -327,7 +327,7 @@ def test_own_text_boost_puts_the_turn_that_says_it_above_its_window_neighbours(s
 def test_feedback_leg_is_explained_and_never_borrows_words_of_unreadable_cells(tmp_path, monkeypatch):
     """Pseudo-relevance feedback builds a second query from the first hits. A cell the caller
     cannot read, sitting right next to those hits, must change nothing the caller gets."""
-    import ampkit.service as service_module
+    import ampkit.service_base as service_module  # where cell ids are made
 
     feedback = Retriever(config=RetrievalConfig(prf_docs=3, prf_terms=4))
     next_id: list[str] = []

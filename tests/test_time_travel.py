@@ -198,7 +198,7 @@ def _world(tmp_path, name: str, seed: int, with_hidden: bool, monkeypatch) -> Me
     now (never shared, shared then revoked, deleted) that use the same words."""
     import random
 
-    import ampkit.service as service_module
+    import ampkit.service_base as service_module  # where cell ids are made
     from ampkit.models import CellCreate, CellPatch
 
     rng, rng_hidden = random.Random(seed), random.Random(-seed)  # one stream each: the visible one is shared

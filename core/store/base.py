@@ -305,8 +305,8 @@ class Store(ABC):
     # `open()`, and the service then writes a new cell without its vector.
     embeds_new_rows: bool = False
     embed_new: Optional[Callable[[Sequence[str]], builtins.list[Any]]] = None
-    # One writer at a time (SQLite): the service then commits concurrent creates together
-    # (ampkit.groupcommit), which needs `WriteTx.savepoint`.
+    # One writer at a time (SQLite): its creates' transactions are then grouped, concurrent
+    # ones committed together (`grouped_writes.writes_for`), which needs `WriteTx.savepoint`.
     serialised_writes: bool = False
 
     @abstractmethod
