@@ -94,7 +94,7 @@ def storable_or_none(value: str) -> Optional[str]:
         return None
 
 
-def _text_cursor(cursor: Optional[str], check: Callable[[str], Any]) -> Optional[str]:
+def text_cursor(cursor: Optional[str], check: Callable[[str], Any]) -> Optional[str]:
     """Where a page keyed by text (owner ids, metadata values) starts; `check` refuses a
     decoded value that could not be a key."""
     if not cursor:
@@ -326,7 +326,7 @@ class CellReads(ServiceBase):
         and status (the cells `list` would show, superseded ones left out). Counted in the
         store (one GROUP BY over the readable cells): no cell is loaded."""
         limit = self._page_limit(limit)
-        after = _text_cursor(cursor, lambda owner: _check_params(cursor=owner))
+        after = text_cursor(cursor, lambda owner: _check_params(cursor=owner))
         wanted = status or [Status.active.value, Status.stale.value, Status.archived.value]
         flt = CellFilter(reader=agent, types=types, statuses=self._statuses(wanted, False),
                          not_expired_at=self.clock())
@@ -359,7 +359,7 @@ class CellReads(ServiceBase):
             check_json_value({key: None})
         except ValueError as exc:
             raise ValidationFailed(f"key: {exc}", {"param": "key"}) from None
-        after = _text_cursor(cursor, check_json_value)
+        after = text_cursor(cursor, check_json_value)
         flt = CellFilter(reader=agent, owner_id=owner_id, types=types, statuses=self._statuses(status, include_stale),
                          session_id=session_id, metadata=metadata, not_expired_at=self.clock())
         rows = self.store.metadata_values(flt, key, limit + 1, after)

@@ -280,9 +280,8 @@ def test_every_package_whose_private_names_core_uses_has_an_upper_bound():
 
 # ------------------------------------------------ module size, and persistence without threads
 MAX_MODULE_LINES = 900
-# Modules still over MAX_MODULE_LINES, with their size when listed: the list only shrinks (a
-# module that grows past its listed size, or a new one over the limit, fails).
-OVER_MAX_LINES = {"service.py": 1076}
+# Modules over MAX_MODULE_LINES allowed, with their size: none now, and the list only shrinks.
+OVER_MAX_LINES: dict[str, int] = {}
 # Rows in and out, migrations: no background work of their own (a store hands it to its
 # `ampkit.scheduler.Scheduler`).
 PERSISTENCE = ["store/sqlite.py", "store/sqlite_schema.py", "store/sqlite_windows.py", "store/postgres.py",

@@ -14,7 +14,8 @@ from typing import Any, Optional, Sequence
 
 from ..errors import ValidationFailed, access_denied
 from ..models import HistoryEntry, MemoryCell, Status
-from ..service import MemoryService, OwnerCounts, _text_cursor
+from ..service import MemoryService, OwnerCounts
+from ..service_reads import text_cursor
 from ..store.base import CellFilter, decode_cursor, encode_cursor
 
 LIVE = (Status.active.value, Status.stale.value, Status.archived.value)
@@ -32,7 +33,7 @@ class OperatorReads:
         self.store = service.store
 
     def owners(self, *, limit: int, cursor: Optional[str]) -> "tuple[builtins.list[OwnerCounts], Optional[str]]":
-        after = _text_cursor(cursor, lambda owner: None)
+        after = text_cursor(cursor, lambda owner: None)
         flt = CellFilter(reader=None, statuses=list(LIVE), not_expired_at=self.service.clock())
         page: dict[str, OwnerCounts] = {}
         for row in self.store.facets(flt, limit + 1, after):
