@@ -15,6 +15,7 @@ from ulid import ULID
 
 from .access import can_read, can_write
 from .errors import (
+    Conflict,
     FileManaged,
     Forbidden,
     ValidationFailed,
@@ -75,6 +76,13 @@ class ServiceBase:
 
     def _check_size(self, cell: MemoryCell, measured: bool = True) -> None:
         check_cell_size(cell, self.limits, measured)
+
+    @staticmethod
+    def _check_version(cell: MemoryCell, expected_version: Optional[int]) -> None:
+        """`If-Match`: 409 unless the cell is at the version the caller read (None: any)."""
+        if expected_version is not None and expected_version != cell.lifecycle.version:
+            raise Conflict(f"cell is at version {cell.lifecycle.version}, not {expected_version}",
+                           {"current_version": cell.lifecycle.version})
 
     def _readable(self, cell: Optional[MemoryCell], agent: str) -> MemoryCell:
         if cell is None or not can_read(cell, agent):

@@ -94,6 +94,21 @@ def storable_or_none(value: str) -> Optional[str]:
         return None
 
 
+def owner_counts_page(store: Any, flt: CellFilter, limit: int,
+                      after: Optional[str]) -> tuple[list[OwnerCounts], Optional[str]]:
+    """A page of owners after `after` with their cells' counts by type and status, counted
+    in the store (one GROUP BY over the cells `flt` admits), and the next page's cursor."""
+    page: dict[str, OwnerCounts] = {}
+    for row in store.facets(flt, limit + 1, after):
+        counts = page.setdefault(row.owner_id, OwnerCounts(row.owner_id))
+        counts.total += row.count
+        counts.by_type[row.type] = counts.by_type.get(row.type, 0) + row.count
+        counts.by_status[row.status] = counts.by_status.get(row.status, 0) + row.count
+    owners = list(page.values())
+    next_cursor = encode_cursor(owners[limit - 1].owner_id) if len(owners) > limit else None
+    return owners[:limit], next_cursor
+
+
 def text_cursor(cursor: Optional[str], check: Callable[[str], Any]) -> Optional[str]:
     """Where a page keyed by text (owner ids, metadata values) starts; `check` refuses a
     decoded value that could not be a key."""
@@ -330,17 +345,7 @@ class CellReads(ServiceBase):
         wanted = status or [Status.active.value, Status.stale.value, Status.archived.value]
         flt = CellFilter(reader=agent, types=types, statuses=self._statuses(wanted, False),
                          not_expired_at=self.clock())
-        page: dict[str, OwnerCounts] = {}
-        for row in self.store.facets(flt, limit + 1, after):
-            counts = page.setdefault(row.owner_id, OwnerCounts(row.owner_id))
-            counts.total += row.count
-            counts.by_type[row.type] = counts.by_type.get(row.type, 0) + row.count
-            counts.by_status[row.status] = counts.by_status.get(row.status, 0) + row.count
-        owners = builtins.list(page.values())
-        next_cursor = None
-        if len(owners) > limit:
-            next_cursor = encode_cursor(owners[limit - 1].owner_id)
-        return owners[:limit], next_cursor
+        return owner_counts_page(self.store, flt, limit, after)
 
     def metadata_values(
         self, agent: str, key: str, *, owner_id: Optional[str] = None, types: Optional[Sequence[str]] = None,

@@ -334,11 +334,7 @@ class CellWrites(ServiceBase):
         with self.store.write() as tx:
             cell = self._writable(tx.get(cell_id), agent)
             self._not_a_file(cell, "roll back")
-            if expected_version is not None and expected_version != cell.lifecycle.version:
-                raise Conflict(
-                    f"cell is at version {cell.lifecycle.version}, not {expected_version}",
-                    {"current_version": cell.lifecycle.version},
-                )
+            self._check_version(cell, expected_version)
             target = versions.cell_at_version(cell, self.store.history(cell_id), to_version)
             if target is None or to_version == cell.lifecycle.version:
                 raise ValidationFailed(
@@ -383,11 +379,7 @@ class CellWrites(ServiceBase):
             cell = self._writable(tx.get(cell_id), agent)
             self._not_a_file(cell, "change")
             reader = may_read and can_read(cell, agent)
-            if expected_version is not None and expected_version != cell.lifecycle.version:
-                raise Conflict(
-                    f"cell is at version {cell.lifecycle.version}, not {expected_version}",
-                    {"current_version": cell.lifecycle.version},
-                )
+            self._check_version(cell, expected_version)
             _check_sent_back(patch, cell, reader)
             for section, name in PATCH_SERVER_MANAGED + PATCH_IGNORED:
                 (changes if section is None else changes.get(section) or {}).pop(name, None)
@@ -434,11 +426,7 @@ class CellWrites(ServiceBase):
         with self.store.write() as tx:
             cell = self._writable(tx.get(cell_id), agent)
             self._not_a_file(cell, "restore")
-            if expected_version is not None and expected_version != cell.lifecycle.version:
-                raise Conflict(
-                    f"cell is at version {cell.lifecycle.version}, not {expected_version}",
-                    {"current_version": cell.lifecycle.version},
-                )
+            self._check_version(cell, expected_version)
             check_restore_transition(cell.lifecycle.status)
             if is_expired(cell, now):
                 raise InvalidTransition("this cell is past its expires_at: restored, it would be archived again",

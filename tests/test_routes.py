@@ -96,7 +96,8 @@ IDENTITIES = ["ada", "mallory", None]  # who sends each request: an agent, anoth
 
 ULID = re.compile(r"mem_[0-9A-HJKMNP-TV-Z]{26}")
 CURSOR = re.compile(r'"next_cursor":"[^"]+"')  # it encodes a cell's id
-STATE = re.compile(r'"vector_index":\{[^}]*\}')  # /health's: where its background start-up work is
+# /health's: where its background start-up work is, and each background loop's state of the moment
+STATE = re.compile(r'"vector_index":\{[^}]*\}|"state":"[a-z]+"')
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
 
 

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 from ..errors import ValidationFailed, access_denied
 from ..models import HistoryEntry, MemoryCell, Status
 from ..service import MemoryService, OwnerCounts
-from ..service_reads import text_cursor
+from ..service_reads import owner_counts_page, text_cursor
 from ..store.base import CellFilter, decode_cursor, encode_cursor
 
 LIVE = (Status.active.value, Status.stale.value, Status.archived.value)
@@ -35,15 +35,7 @@ class OperatorReads:
     def owners(self, *, limit: int, cursor: Optional[str]) -> "tuple[builtins.list[OwnerCounts], Optional[str]]":
         after = text_cursor(cursor, lambda owner: None)
         flt = CellFilter(reader=None, statuses=list(LIVE), not_expired_at=self.service.clock())
-        page: dict[str, OwnerCounts] = {}
-        for row in self.store.facets(flt, limit + 1, after):
-            counts = page.setdefault(row.owner_id, OwnerCounts(row.owner_id))
-            counts.total += row.count
-            counts.by_type[row.type] = counts.by_type.get(row.type, 0) + row.count
-            counts.by_status[row.status] = counts.by_status.get(row.status, 0) + row.count
-        owners = builtins.list(page.values())
-        next_cursor = encode_cursor(owners[limit - 1].owner_id) if len(owners) > limit else None
-        return owners[:limit], next_cursor
+        return owner_counts_page(self.store, flt, limit, after)
 
     def list(self, *, limit: int, cursor: Optional[str],
              **filters: Any) -> "tuple[builtins.list[MemoryCell], int, Optional[str]]":
