@@ -9,9 +9,12 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Union
 try:
     import click
 except ModuleNotFoundError as missing:  # a base or framework-only install has no CLI dependencies
-    raise SystemExit(f"the ampkit command needs the server extra ({missing.name} is not installed): "
-                     "pip install 'ampkit[server]'") from None
+    from .errors import install_hint
 
+    raise SystemExit(f"the ampkit command needs the server extra ({missing.name} is not installed): "
+                     f"{install_hint('server')}") from None
+
+from .errors import install_hint
 from .cli_common import EXIT_STARTUP_FAILURE, STORE_HELP, check_store, progress, shown, store_option
 
 EXIT_USAGE = 2
@@ -30,7 +33,7 @@ class _Commands(click.Group):
             top = (missing.name or "").split(".")[0]
             extra = EXTRA_OF_MODULE.get(top, "server")
             raise click.ClickException(f"this command needs the {extra} extra ({top} is not installed): "
-                                       f"pip install 'ampkit[{extra}]'") from None
+                                       f"{install_hint(extra)}") from None
 
 
 @click.group(cls=_Commands)

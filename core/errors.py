@@ -193,3 +193,10 @@ def validation_to_api_error(errors: list[dict[str, Any]]) -> APIError:
         f"{where or 'request'}: {first.get('msg', 'invalid')}" if first else "invalid request",
         {"errors": _clean_errors(errors)},
     )
+
+
+def install_hint(extra: str) -> str:
+    """How to add an extra: ampkit is installed from its checkout or a built wheel (it is on
+    no package index), so name both ways."""
+    return (f"pip install -e '.[{extra}]' in ampkit's checkout, or "
+            f"pip install 'dist/ampkit-<version>-py3-none-any.whl[{extra}]' (make dist builds it)")

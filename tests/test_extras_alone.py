@@ -36,7 +36,7 @@ def test_in_process_urls_work_without_model2vec(tmp_path):
 def test_the_ampkit_command_names_the_missing_extra():
     out = run("from ampkit.cli import main; main()", "click")
     assert out.returncode == 1
-    assert "pip install 'ampkit[server]'" in out.stderr and "Traceback" not in out.stderr
+    assert "pip install -e '.[server]'" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_a_command_whose_server_modules_are_missing_names_the_extra(tmp_path):
@@ -47,4 +47,4 @@ def test_a_command_whose_server_modules_are_missing_names_the_extra(tmp_path):
         main()
     """, "uvicorn", "fastapi")
     assert out.returncode == 1, out.stderr
-    assert "pip install 'ampkit[server]'" in out.stderr and "Traceback" not in out.stderr
+    assert "pip install -e '.[server]'" in out.stderr and "Traceback" not in out.stderr

@@ -27,7 +27,7 @@ from .. import portable
 from ..bootstrap import build_service, load_settings, start_background, stop_background
 from ..config import Settings
 from ..embed_queue import EmbeddingWorker
-from ..errors import UnsupportedMediaType
+from ..errors import UnsupportedMediaType, install_hint
 from ..limits import Limits
 from ..models import AMP_VERSION, ErrorEnvelope, IdString
 from ..operations import OPERATIONS, PREFIX, Answer, Context, Operation
@@ -170,7 +170,7 @@ def _mount_inspector(app: FastAPI, service: MemoryService, identity: IdentityRes
     and rate limit as /amp/v1."""
     missing = [name for name in ("jinja2", "multipart") if importlib.util.find_spec(name) is None]
     if missing:
-        log.warning("the inspector at /ui is off: %s not installed (pip install 'ampkit[server]')", ", ".join(missing))
+        log.warning("the inspector at /ui is off: %s not installed (%s)", ", ".join(missing), install_hint("server"))
         return
     from ..inspector import create_inspector_app
 

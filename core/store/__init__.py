@@ -26,6 +26,8 @@ def store_from_url(url: str, **options) -> Store:
         try:
             from .postgres import PostgresStore
         except ImportError as exc:  # pragma: no cover - depends on the extra
-            raise ImportError("the PostgreSQL store needs: pip install 'ampkit[postgres]'") from exc
+            from ..errors import install_hint
+
+            raise ImportError(f"the PostgreSQL store needs the postgres extra: {install_hint('postgres')}") from exc
         return PostgresStore(url, **options)
     raise ValueError(f"unknown store URL scheme {scheme!r}; use sqlite:///PATH, memory:// or postgresql://...")
