@@ -26,8 +26,8 @@ each wide search runs in a REPEATABLE READ transaction and first asks whether a 
 visible in its snapshot that was not in the snapshot the arrays were read at (`_CHECK`).
 If so, the next `_Generation` is this one's arrays patched with those rows, read in the
 search's snapshot (each filter's admitted rows among them, their lexemes' term counts): a
-few small queries and copies of the touched arrays, where reading afresh costs seconds at
-a million cells. A bulk change (more than PATCH_ROWS rows), a TRUNCATE, or a log pruned
+few small queries and copies of the touched arrays, where reading afresh is long on a large
+store. A bulk change (more than PATCH_ROWS rows), a TRUNCATE, or a log pruned
 past the anchor starts afresh, as a restarted server does: a search reads what the fresh
 arrays lack for it (its filter's admitted rows, its query's lexemes) in its own snapshot,
 and once it is answered the background warm-up reads the filters asked lately and the
