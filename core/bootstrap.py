@@ -8,7 +8,7 @@ store, limits, lifecycle policy and retriever. The core modules (`service`, `ret
 `store`, `embeddings`) never read settings: they take what they need as arguments.
 
 An embedder is built once per process and name and shared by every service that names it:
-loading the default model costs 0.2-0.9 s, which an in-process client would otherwise pay
+loading the default model takes a while, which an in-process client would otherwise pay
 each time it is constructed.
 """
 

@@ -114,14 +114,14 @@ def serve(host: Optional[str], port: Optional[int], store: Optional[str], lifecy
     check_store(settings.store_url())
     try:
         service = build_service(settings)
-        # The app (FastAPI, MCP, the inspector: ~1 s of imports) is built before the store
+        # The app (FastAPI, MCP, the inspector: heavy imports) is built before the store
         # opens: open() starts background warm-ups (access snapshot, term rows, vectors) that
-        # would share the interpreter with those imports (a restart at 1M cells answered its
-        # first search 1-2 s later).
+        # would otherwise share the interpreter with those imports and delay the first search
+        # after a restart.
         app = create_app(settings, service)
         # Fail fast with a clear message, before binding the port. The app then serves this
         # open store (its start-up open() changes nothing): closing it here would wait for the
-        # background warm-ups it started (seconds at a million cells) and start them again.
+        # background warm-ups it started (long on a large store) and start them again.
         service.store.open()
         try:
             active_keys = _active_keys(service.store) if settings.auth == "required" else None

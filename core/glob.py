@@ -210,7 +210,7 @@ def _matches(p: Pattern, agent_id: str) -> bool:
     """The one Python matcher, in time linear in the pattern and the id whatever the pattern.
 
     A regular expression with several `.*` backtracks exponentially on an id it cannot match
-    (`*?*?...!` froze a server, issue 42); here only the pieces between `*`s are regular
+    (`*?*?...!` can freeze a server); here only the pieces between `*`s are regular
     expressions, each of fixed width and without repetition. The first piece must match at
     the start, the last at the end, and each middle one is taken at its leftmost place after
     the previous one (the classic wildcard algorithm: a later `*` can absorb whatever an

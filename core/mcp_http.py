@@ -2,8 +2,8 @@
 in `mcp_server`).
 
 The MCP server is built on the endpoint's first request, not at start-up: its imports and tool
-definitions cost ~0.5-1 s of one core, which every restart paid before answering anything
-(`bench/startup.py`). This module imports nothing of the `mcp` package, so a server that is
+definitions cost a core for a noticeable while, which every restart paid before answering
+anything (`bench/startup.py` measures the start). This module imports nothing of the `mcp` package, so a server that is
 never asked for MCP never loads it.
 """
 

@@ -251,7 +251,7 @@ class AmpkitMCP(FastMCP):
         if isinstance(result, tuple):
             # (content, structured), already validated by the tool's pydantic output model:
             # answered as a finished result, the SDK does not validate it again with
-            # jsonschema, which re-checks the whole schema on every call (~0.1 s of CPU).
+            # jsonschema, which re-checks the whole schema on every call at a real CPU cost.
             content, structured = result
             return CallToolResult(content=list(content), structuredContent=structured, isError=False)
         return result
@@ -366,7 +366,7 @@ def _owner_or_self(ctx: Context, owner_id: Optional[str]) -> tuple[str, Optional
 @functools.cache
 def _tools() -> list[Tool]:
     """The tools, built once per process and shared by every server: building their argument
-    and output models costs ~0.15 s, which every app (and every test server) paid again. A
+    and output models is slow, and every app (and every test server) paid it again. A
     tool finds its server's gateway through its context (`_gateway`)."""
     built: list[Tool] = []
 

@@ -243,7 +243,7 @@ class Operation:
 
 @functools.lru_cache(maxsize=512)
 def _adapter(param: Param, limits: Limits) -> TypeAdapter[Any]:
-    # Cached: building a TypeAdapter costs ~1 ms, more than most in-process calls themselves.
+    # Cached: building a TypeAdapter costs more than most in-process calls themselves.
     bounds = param.bounds(limits) if param.bounds else {}
     return TypeAdapter(typing.Annotated[param.annotation, Field(**bounds)] if bounds else param.annotation)
 

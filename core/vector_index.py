@@ -16,13 +16,12 @@ a query faster, never shorter.
 
 A few new vectors go into the graph as they are caught up; more (an import's) wait in a
 backlog the store's background thread adds a chunk at a time (`drain_graph`): inserting
-costs ~90 us a vector here, 9 s for 100,000, which the first search after an import had
-paid. Meanwhile the rows of the backlog are scored exactly beside the graph's hits, so a
+is slow per vector, and the first search after an import would otherwise pay for them all. Meanwhile the rows of the backlog are scored exactly beside the graph's hits, so a
 search never misses a row because the graph does not hold it yet.
 
 The vectors sit in blocks of `block_rows` rows: the index grows by a block, never by a copy of
-what it holds (doubling one matrix from 1M to 2M rows took 2.1 s inside the first search after
-an import, with the index's lock held).
+what it holds (doubling one large matrix would stall the first search after an import, with
+the index's lock held).
 
 Only a vector's leading `width` dimensions are kept, the rest being zero in every vector held:
 the default model's vectors of Latin text end in a 128-dimension block for Korean, Japanese and
@@ -41,7 +40,7 @@ import numpy as np
 
 DEFAULT_ANN_THRESHOLD = 200_000
 MAX_ANN_FETCH = 5_000  # neighbours one approximate query may ask the graph for
-GRAPH_SYNC_ROWS = 64  # up to this many caught-up vectors go into the graph at once (~6 ms)
+GRAPH_SYNC_ROWS = 64  # up to this many caught-up vectors go into the graph at once (a short pause)
 BLOCK_ROWS = 1 << 16  # vectors per block (96 MB at 384 dimensions; its pages are taken as rows fill it)
 
 
@@ -429,10 +428,9 @@ class VectorIndex:
 def row_dots(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Each row's dot product with `query`, each summed in one order of its own (numpy's
     einsum loop), so a row's bits never depend on the rows beside it. A BLAS matrix-vector
-    product's can (by where a row falls in its blocks: 156 of 200 random subsets of 1,000
-    rows gave some row other bits than the whole did), which made the exact scan gather a
-    caller's rows before multiplying: a copy of every row an analyst may read (~100 ms at
-    100k rows, where every row's einsum takes ~13)."""
+    product's can (by where a row falls in its blocks), which made the exact scan gather a
+    caller's rows before multiplying: a copy of every row an analyst may read, dearer than
+    an einsum over every row."""
     return np.einsum("ij,j->i", rows, query)
 
 

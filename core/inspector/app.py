@@ -250,7 +250,7 @@ NAV = (("/files", "Files"), ("/proposals", "Approvals"))
 @functools.cache
 def _templates() -> Environment:
     """The pages' templates, one environment per process: jinja compiles each template once
-    per environment (~0.1 s for all), so every inspector app shares it."""
+    per environment, so every inspector app shares it."""
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)

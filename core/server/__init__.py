@@ -21,9 +21,9 @@ __all__ = ["create_app", "run", "run_workers", "worker_app"]
 
 def freeze_startup_objects() -> None:
     """Take every object alive now (imported modules, the app, its models) out of the cyclic
-    garbage collector's walks: a serving process holds ~110,000 of them, and each full
-    collection walked them all, 50-84 ms with every request waiting, three times in 10 s of
-    single writes (bench/writes.py; ~2 ms with them frozen). Objects made later are
+    garbage collector's walks: a serving process holds many of them, and each full
+    collection walked them all with every request waiting, several times a second under
+    single writes (bench/writes.py shows the pauses). Objects made later are
     collected as before; a startup object that later becomes cyclic garbage is kept (they
     live as long as the process anyway)."""
     gc.collect()
@@ -66,7 +66,7 @@ class WorkerProcess(uvicorn_multiprocess.Process):
     dies. uvicorn pings each worker every half second and waits up to the healthcheck timeout
     for the answer; a worker killed (out of memory, say) after the ping was sent never
     answers, and the supervisor held both ends of the pipe, so it waited the whole timeout
-    (30 s here) before replacing it. The process's sentinel ends the wait at its death."""
+    before replacing it. The process's sentinel ends the wait at its death."""
 
     def _healthcheck(self, timeout: float) -> Optional[bool]:
         try:

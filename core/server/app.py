@@ -59,10 +59,8 @@ def _native_telemetry() -> dict[str, Any]:
     """FastAPI's native OpenTelemetry, off when no provider is configured as the app is made.
 
     FastAPI (0.16x) traces and measures each request when a global OpenTelemetry provider is
-    configured, and asks the three global providers whether one is on every request: ~40-50
-    us of CPU a request, measured on the app in process (GET /health ~0.31 -> ~0.26 ms; over
-    HTTP within the noise of a single write's ~0.5 ms on the event loop). Asked once
-    instead: a provider set up before the server starts (`opentelemetry-instrument ampkit
+    configured, and asks the three global providers whether one is on every request, a
+    noticeable share of a cheap request's CPU. Asked once instead: a provider set up before the server starts (`opentelemetry-instrument ampkit
     serve`, or an application's own set-up before `create_app`) keeps FastAPI's tracing as
     it was; one configured only later is not seen (docs/configuration.md)."""
     if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:  # an older FastAPI
@@ -258,7 +256,8 @@ async def _json_admin(request: Request) -> Caller:
 def api_routes(limits: Limits, route_class: type[APIRoute] = OperationRoute) -> tuple[BaseRoute, ...]:
     """The /amp/v1 routes for servers with these limits (they bound query parameters), made
     from the operations table once per process and shared by every app: building a route
-    makes pydantic validators for each of its parameters and responses, ~0.15 s for all.
+    makes pydantic validators for each of its parameters and responses, slow enough to
+    matter when every app (and every test server) paid it again.
     `route_class` APIRoute gives FastAPI's own request handler (tests compare the two)."""
     router = APIRouter(prefix=PREFIX, responses=_ERRORS, route_class=route_class)
     for op in OPERATIONS:
@@ -316,8 +315,8 @@ def _endpoint(op: Operation, limits: Limits) -> Callable[..., Any]:
     """A FastAPI endpoint for one row: its signature declares the row's body, parameters and
     identity dependency (FastAPI reads it for validation and the OpenAPI document); its body
     runs the row in one of the app's `workers`: a plain executor rather than FastAPI's thread
-    pool (anyio), whose hop cost about a tenth of the event loop's CPU time per request (a
-    cancel scope, a capacity limiter, an extra checkpoint), measured by bench/writes.py. A
+    pool (anyio), whose hop adds event-loop CPU to every request (a cancel scope, a capacity
+    limiter, an extra checkpoint; bench/writes.py measures it). A
     create on a store that commits in groups awaits `run_grouped` on the loop instead."""
     parameters = [inspect.Parameter("request", KEYWORD, annotation=Request)]
     if op.scope is not None:

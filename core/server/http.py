@@ -1,8 +1,8 @@
 """How uvicorn serves the app: its HTTP parser and event loop, with the request head bounded.
 
 httptools (llhttp, in C) and uvloop when both are installed (the `server` extra has them):
-they take about a third of the HTTP layer's CPU time per request off, measured by
-bench/writes.py (the server's CPU ms per write). h11 (pure Python) otherwise.
+they take much of the HTTP layer's CPU time per request off (bench/writes.py reports the
+server's CPU per write). h11 (pure Python) otherwise.
 
 Either way a client cannot make the server buffer an unbounded request head: h11 refuses
 heads it would have to buffer beyond `max_header_bytes`; httptools buffers a header until it

@@ -8,8 +8,8 @@ the request alone (`require_json`, the caller). For that shape `OperationRoute` 
 same steps in a straight line, with FastAPI's own functions for every check, so the answers
 and errors are the same: the body read and JSON-decoded, the dependencies in their declared
 order, the parameters and then the body validated (their errors reported together), the
-endpoint, the response model's validation and JSON dump. In process that saved about 6% of
-a single write's CPU and a quarter of the event loop's share over HTTP (bench/writes.py).
+endpoint, the response model's validation and JSON dump. That takes FastAPI's generic
+dispatch off every request's CPU (bench/writes.py compares the two).
 
 Any other shape, a request FastAPI's telemetry is tracing, and a FastAPI without the
 functions used here take FastAPI's own handler."""

@@ -1,7 +1,7 @@
 """An in-memory copy of every cell's access columns, for the SQLite store's reader-wide filters.
 
 A reader across owners (a team member, an analyst) admits most of the store; finding those
-rows in SQL is a scan with a GLOB per row (seconds at a million cells), and its answer used to
+rows in SQL is a scan with a GLOB per row (slow on a large store), and its answer used to
 be cached only until the next commit. This snapshot holds, per row id, what the read rule and
 the filter look at (owner, creator, type, status, public, superseded, expiry, the
 `readable_by` patterns, the keyword window's length), so an admitted set is a few numpy
@@ -43,8 +43,8 @@ SNAPSHOT_COLUMNS = (
 )
 SNAPSHOT_FROM = "cells c LEFT JOIN cell_context x ON x.rowid = c.rowid"
 # The same, for the whole table at once (`AccessSnapshot.load`), grouped in SQL; the values
-# in two halves of the rowids, read side by side. (Up to migration 13 the values parsed every
-# body for `readable_by`: at a million cells 6.3 s of CPU in one connection, 1.4 s now.)
+# in two halves of the rowids, read side by side. (The `readers` column of migration 13 spares
+# parsing every body for `readable_by`.)
 _LENGTHS = "SELECT group_concat(rowid), group_concat(len) FROM cell_context"
 _BY_OWNER = "SELECT owner_id, group_concat(rowid) FROM cells GROUP BY owner_id"  # an index covers it
 _TOP = "SELECT COALESCE(MAX(rowid), 0) FROM cells"
@@ -57,8 +57,8 @@ _BY_VALUES = (
 
 # An admitted set asked again after a few rows changed is the last one computed for that
 # filter with those rows taken out and put back by the same rule (`AccessSnapshot.admitted`),
-# not the rule over every row again (~5 ms at a million cells: every search of a team that
-# follows a write). The changed rows are kept for this up to PATCH_ROWS in all, and the last
+# not the rule over every row again (which every search of a team that follows a write
+# would pay). The changed rows are kept for this up to PATCH_ROWS in all, and the last
 # sets of up to PATCH_FILTERS filters.
 PATCH_ROWS = 20_000
 PATCH_FILTERS = 32
@@ -251,7 +251,7 @@ class AccessSnapshot:
         self.frozen().save(path, meta)
 
     def frozen(self) -> "FrozenSnapshot":
-        """A copy of what `save` writes, taken under the lock (~10 ms at a million rows), to be
+        """A copy of what `save` writes, taken under the lock (short), to be
         written without holding it."""
         with self.lock:
             return FrozenSnapshot(

@@ -86,7 +86,7 @@ _HOLDER_SERIALS = itertools.count()  # `SharedArrays` keys: one number per holde
 class SharedArrays:
     """Arrays kept for many holders (each filter's admitted set, each view of one) in one byte
     budget, least recently used out, under `(holder serial, key)`: an analyst's common word
-    holds ~2.4 MB of term scores at a million rows, a team member's a tenth of that, so each
+    holds far more term scores than a team member's, so each
     holder takes what its searches use rather than a fixed share, and the whole stays bounded
     however many holders there are. A holder's entries go with it: once it is garbage (a
     write replaced the set, its filter was dropped) they are dropped at the next call, so
@@ -291,8 +291,8 @@ class ChangedWindows:
     the postings cache patches from them. Filled as raw term counts while it is the log's
     open tail, then read as arrays (`arrays`, `postings`), converted once on first use: every
     changed row, and their windows' postings sorted by term id, so one term's are found by
-    a binary search instead of a pass over every changed row (a pass per term had cost
-    ~0.6 us a changed row: 60-120 ms a word after 100,000 rows were imported)."""
+    a binary search instead of a pass over every changed row per term (slow after a large
+    import)."""
 
     __slots__ = ("first", "last", "_counts", "_arrays")
 
@@ -433,8 +433,8 @@ class PostingsCache:
 
     def convert_closed(self) -> None:
         """Convert the log's closed entries now, while terms are cached to patch (a background
-        thread after commits), so that the first search after an import does not: 0.7 s of
-        its 1.4 at a million cells, for 100,000 imported rows."""
+        thread after commits), so that the first search after an import does not: the
+        conversion is most of that search's time."""
         with self.lock:
             if not self.items:
                 return
@@ -584,7 +584,7 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
         # that: only the scores past it are partitioned (the same rows, in the same order).
         # Any partition into blocks will do: block j holds every (size // 64)-th score from
         # j, so the maxima are 64 rows' elementwise maximum (SIMD), not a maximum of each
-        # 64 neighbours (1.06 -> 0.14 ms at a million scores).
+        # 64 neighbours.
         whole = scores.size // TOP_K_BLOCK * TOP_K_BLOCK
         maxima = scores[:whole].reshape(TOP_K_BLOCK, -1).max(axis=0)
         floor = np.partition(maxima, maxima.size - k)[maxima.size - k]

@@ -3,8 +3,8 @@ queries, invalidated from the database.
 
 A team member's or an analyst's filter admits a large part of the store, and the query words
 of everyday memories match a large part of it too: the one-statement BM25 (`postgres._BM25`)
-joins every global match to `cells` to apply the filter, row by row (EXPLAIN ANALYZE at 100k:
-66,530 matches, 13,293 admitted, ~330 ms of ~420). Here the same answer comes from arrays:
+joins every global match to `cells` to apply the filter, row by row, which is most of its
+time (EXPLAIN ANALYZE shows it). Here the same answer comes from arrays:
 
 - per filter (its time bound aside), the admitted rows (`cells.seq`, sorted), their window
   lengths, and the expiry of the few that expire; per expiry interval a view of them with
@@ -26,8 +26,8 @@ each wide search runs in a REPEATABLE READ transaction and first asks whether a 
 visible in its snapshot that was not in the snapshot the arrays were read at (`_CHECK`).
 If so, the next `_Generation` is this one's arrays patched with those rows, read in the
 search's snapshot (each filter's admitted rows among them, their lexemes' term counts): a
-few small queries and copies of the touched arrays, where reading afresh costs seconds at
-a million cells. A bulk change (more than PATCH_ROWS rows), a TRUNCATE, or a log pruned
+few small queries and copies of the touched arrays, where reading afresh is long on a large
+store. A bulk change (more than PATCH_ROWS rows), a TRUNCATE, or a log pruned
 past the anchor starts afresh, as a restarted server does: a search reads what the fresh
 arrays lack for it (its filter's admitted rows, its query's lexemes) in its own snapshot,
 and once it is answered the background warm-up reads the filters asked lately and the
@@ -70,8 +70,8 @@ PATCH_ROWS = 20_000
 # Once this many keyword rows have changed since the anchor, the arrays are patched up to the
 # database in the background (`WideKeywordIndex.rows_written`, `_others_wrote`), so the wide
 # search after an import (through this server or another) neither reads them afresh nor
-# patches them itself. (A patch per batch of 500 halved the import's rate at 1M: each patch
-# copies the touched lexemes' arrays.)
+# patches them itself. (Patching after every small batch would slow an import down: each
+# patch copies the touched lexemes' arrays.)
 CATCH_UP_ROWS = 5_000
 # How often the keyword thread of a server that holds arrays counts the rows changed since
 # their anchor (another server's writes reach this one only through the database).
@@ -127,8 +127,7 @@ FROM cell_search s WHERE s.tsv @@ quote_literal(%s)::tsquery
 """
 _IDS = "SELECT seq, cell_id FROM cell_search WHERE seq = ANY(%s)"
 # For a search that reads lexemes' rows itself: the bitmap of a common word's rows stays exact
-# (at the default 4 MB it turns lossy and every row of its pages is checked again: a word in
-# 360,000-470,000 of 2.5M windows read in 1.08-1.34 s, 0.88-1.12 s with this; 11 words, 2 rounds).
+# (at the default 4 MB it turns lossy and every row of its pages is checked again).
 _READ_MEMORY = "SET LOCAL work_mem = '64MB'"
 
 PRUNE = f"""
@@ -265,8 +264,7 @@ GROUP BY u.lexeme
 # The same for the warm-up's many frequent lexemes: one pass over every window (in parallel
 # where PostgreSQL plans it) rather than the index's bitmap of the rows holding any of them,
 # by then nearly every row, each of whose vectors `_BULK_POSTINGS` copies twice (setweight,
-# ts_filter) before unnesting it. At 1M windows, the 128 frequent lexemes of bench/scale.py's
-# data (25.6M postings): 12.5 -> 7.3 s, the same arrays (an entry without positions, which
+# ts_filter) before unnesting it. The same arrays (an entry without positions, which
 # ts_filter drops, is left out here too).
 _FREQUENT_POSTINGS = """
 SELECT u.lexeme, string_agg(s.seq::text, ','), string_agg(cardinality(u.positions)::text, ',')
@@ -303,8 +301,8 @@ def _patched_rows(seqs: np.ndarray, column: np.ndarray, changed: np.ndarray, now
     """`replace_rows`, except that when every changed row is newer than the last of `seqs`
     (an import's new rows) the new ones are appended in the room after the arrays
     (`_appended`) instead of copied with them: a lexeme's rows, and a filter's admitted rows
-    (at 2.5M admitted rows, copying them took ~60 of a 75 ms patch of 300 rows, paid by each
-    wide search during an import)."""
+    (copying them was most of a small patch's time, paid by each wide search during an
+    import)."""
     if (now_seqs.size and seqs.size and changed[0] > seqs[-1]
             and np.can_cast(row_dtype(int(now_seqs[-1])), seqs.dtype)
             and np.can_cast(column_dtype(int(now_column.max())), column.dtype)):
@@ -312,8 +310,8 @@ def _patched_rows(seqs: np.ndarray, column: np.ndarray, changed: np.ndarray, now
     return replace_rows(seqs, column, changed, now_seqs, now_column, column_dtype)
 
 
-# An array grown by a patch gets this much room for the next patches' rows (a copy of every
-# touched lexeme's rows, ~170 MB at 1M cells, cost each 5,000-row patch of an import ~60-160 ms).
+# An array grown by a patch gets this much room for the next patches' rows (otherwise each
+# patch of an import copies every touched lexeme's rows).
 GROWTH_ROOM = 0.25
 
 

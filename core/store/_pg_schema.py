@@ -220,7 +220,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # Migration 10 logs *that* a transaction changed what a wide keyword search reads; this
         # logs *which* rows (`cell_search.seq`, NULL: all of them, a TRUNCATE), so a server's
         # arrays are patched with those rows instead of read afresh after every write
-        # (`_pg_keyword`: at 1M cells a fresh read took ~20 s, with wide searches on the
+        # (`_pg_keyword`: a fresh read of a large store is long, with wide searches on the
         # slow statement meanwhile). Same triggers as migration 10's, per row.
         f"""
         CREATE TABLE search_change_rows (xid xid8 NOT NULL, seq BIGINT);
@@ -246,8 +246,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # A reader across owners has its admitted rows read once per server (`_pg_keyword`
         # `_ADMITTED`): a scan of `cells` for the read rule's columns, joined by seq to each
         # row's window length. From these two indexes alone (index-only scans) instead of the
-        # tables, whose rows carry the cell's JSON and the tsvector: at 1M cells 1.3-1.5 s ->
-        # 0.66-0.80 s (most of the rest is the reader's pattern match on every row).
+        # tables, whose rows carry the cell's JSON and the tsvector (the rest of the time is
+        # mostly the reader's pattern match on every row).
         """
         CREATE INDEX cells_read_rule ON cells (status, seq)
             INCLUDE (owner_id, created_by, public, reader_patterns, superseded_by, expires_at, type);
@@ -290,8 +290,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # Identical texts (the same memory of many owners) have identical vectors, and copies of
         # one vector in an HNSW graph fill each other's neighbour lists: the graph falls into
         # islands a walk cannot leave, so a filtered walk ran out of rows and fell back to an
-        # exact scan (at 1M cells of bench/scale.py's data, 11 of 30 team searches, 0.44-0.57 s
-        # each; recall of the walks 0.45). The graph now holds one row per distinct vector
+        # exact scan (often, on bench/scale.py's data, where many owners share memories). The graph now holds one row per distinct vector
         # (`canonical`); a walk joins each of its rows to the cells sharing that vector
         # (`vec_key`, a digest of the stored vector) and filters those. Derived by the database, like migration 14's columns. (md5 is enough:
         # the vectors are the server's model's output, never a client's bytes.)
@@ -318,12 +317,10 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         16,
         "the read rule's columns by cell id, so a walk's filter reads no table page",
         # A reader-wide dense search walks the graph and checks each cell the walk reaches
-        # against the read rule; by `cells_pkey` each check read the cell's table page: at 1M
-        # cells of bench/scale.py's data a team walk reached ~800 cells for 80 it may read,
-        # 11-12 ms of wall time p50 against 4.3 ms of execution in PostgreSQL (the pages read
-        # into shared_buffers). With the rule's columns in an index by id (those
-        # `cells_read_rule` holds by seq) the check is an index-only scan: 7.8 ms p50, ~180 MB
-        # at 1M (~180 bytes a cell). Also used by other joins from an id that filter by the rule.
+        # against the read rule; by `cells_pkey` each check read the cell's table page, and a
+        # team walk reaches many cells for each it may read. With the rule's columns in an
+        # index by id (those `cells_read_rule` holds by seq) the check is an index-only scan,
+        # for the cost of one more index. Also used by other joins from an id that filter by the rule.
         """
         CREATE INDEX cells_id_read_rule ON cells (id)
             INCLUDE (status, owner_id, created_by, public, reader_literals, reader_globs, superseded_by, expires_at, type);
@@ -458,10 +455,10 @@ def vector_key_indexes(conn: psycopg.Connection) -> None:
     conn.execute("CREATE INDEX cell_vectors_twins ON cell_vectors (vec_key, model, dim) INCLUDE (cell_id)")
     # A vector's canonical row, found from any copy: an owner's search ranks its own cells
     # through their canonical rows (the graph's, for a walk): without this index, a scan of
-    # every copy (at 1M of bench/scale.py's data, 16.6 ms p50 for the dense leg, 1.7 with it).
+    # every copy, which would dominate the dense leg.
     conn.execute("CREATE INDEX cell_vectors_canonical ON cell_vectors (vec_key, model, dim) WHERE canonical")
     # An HNSW build whose graph outgrows maintenance_work_mem goes on far slower (PostgreSQL's
-    # default is 64MB): at 200,000 distinct vectors 287 s against 55 s at 1GB. Raised for
+    # default is 64MB), so it is raised to GRAPH_BUILD_MEMORY_MB for
     # this transaction only, never lowered.
     conn.execute("SELECT set_config('maintenance_work_mem', %s, true) FROM pg_settings "
                  "WHERE name = 'maintenance_work_mem' AND setting::bigint < %s", (f"{GRAPH_BUILD_MEMORY_MB}MB", GRAPH_BUILD_MEMORY_MB * 1024))

@@ -14,8 +14,8 @@ Several stateless `ampkit serve` processes can share one database. Layout (see M
   rewritten often; the search structures therefore live in side tables that change only when
   the text or the vector does:
 - `cell_search`: the keyword leg, a `tsvector` per cell with a GIN index, ranked by Okapi
-  BM25 computed in SQL (PostgreSQL's own `ts_rank_cd` has no IDF and scores 0.54 against
-  BM25's 0.72 recall@10 on LoCoMo, see bench/keyword_legs.py) with statistics over the cells
+  BM25 computed in SQL (PostgreSQL's own `ts_rank_cd` has no IDF and ranks worse on LoCoMo,
+  see bench/keyword_legs.py) with statistics over the cells
   the caller may see, never the whole corpus. As in SQLite, a cell's entry covers a window:
   its text plus its neighbours' of the same window class (insertion order, `cells.seq`,
   copied to `cell_search.seq`). A search without an owner (a team member, an analyst) is
@@ -88,11 +88,11 @@ PRUNE_EVERY = 1000  # write transactions between two prunes of search_changes (p
 # A reader-wide dense search whose filter admits at most this many rows ranks them all exactly
 # (their rows from the wide keyword leg's arrays) instead of walking the HNSW graph: a reader
 # who may read a few hundred cells of a million made the iterative scan visit thousands of
-# others' vectors and then fall back to an exact scan of the table (0.7-3.3 s at 1M).
+# others' vectors and then fall back to an exact scan of the table.
 EXACT_ADMITTED_MAX = 5_000
 # When the graph walk comes back short for a larger reader-wide filter, the exact ranking
 # reads those rows by their ids instead of scanning the table under the filter, up to this
-# many (at 1M, a team of 100,000: 442-488 ms against 557-699 ms).
+# many (past it the scan is cheaper).
 FALLBACK_ADMITTED_MAX = 200_000
 GRAPH_LOOK_SECONDS = 2.0  # how often a search looks again for a graph of a width it has not seen
 BM25_K1, BM25_B = 1.2, 0.75  # FTS5's defaults
@@ -115,8 +115,7 @@ WHERE s.tsv @@ q.tsq AND {where} ORDER BY score DESC, s.cell_id LIMIT %s
 # so equal inputs give bit-identical scores. Placeholders: the query's lexemes, the filter's,
 # the scope's N and mean length (`_BM25_SCOPE`, kept per filter until the data changes), k.
 # Both join a window to its cell by seq (equal in both tables): a wide reader's filter is then
-# read from the narrow `cells_read_rule` index rather than the cells' rows (migration 13; at
-# 1M cells the scope 2.1 -> 1.4 s for an analyst, the statement 2.8-6.2 -> 2.1-3.7 s).
+# read from the narrow `cells_read_rule` index rather than the cells' rows (migration 13).
 _BM25_SCOPE = """SELECT COUNT(*)::float8 AS n, GREATEST(COALESCE(AVG(s.len), 1), 1)::float8 AS avgdl
 FROM cell_search s JOIN cells c ON c.seq = s.seq WHERE {where}"""
 _BM25 = f"""
@@ -169,8 +168,8 @@ def check_idle_connection(conn: psycopg.Connection) -> None:
     """The pool's check of a connection it hands out: a round trip (psycopg_pool's
     `check_connection`) only when the idle connection's socket has something to read. A server
     that ends a connection (a restart, a crash, `pg_terminate_backend`) says so or closes the
-    socket, which makes it readable; a healthy idle connection has nothing to read. The round
-    trip on every checkout was ~16% of a single create's wall time at 1M cells (py-spy)."""
+    socket, which makes it readable; a healthy idle connection has nothing to read. A round
+    trip on every checkout was a visible share of a single create's time."""
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("the connection is closed")
     if _readable(conn.fileno()):  # a goodbye, an EOF, or a notice: ask the server
@@ -645,7 +644,7 @@ class PostgresStore(SQLFileReads, SQLStore):
     def _graph_widths(self, conn: psycopg.Connection, model: str, dim: int) -> builtins.list[int]:
         """The widths of `model`'s vectors that have a graph (an index: made with the first
         vector of that width, `_ensure_vector_index`), so a walk never plans one that has none
-        (a second walk cost ~0.26 ms of planning a search). A graph, once seen, stays; one not
+        (a second walk would add its planning to every search). A graph, once seen, stays; one not
         seen is looked for again at most every GRAPH_LOOK_SECONDS: another server may have
         made it (with the first vector of its width: `AMPKIT_EMBEDDER=static` meeting CJK
         text), and until this one looks, its walks miss those rows (its exact rankings do
@@ -756,8 +755,7 @@ class PostgresStore(SQLFileReads, SQLStore):
         else:
             wanted, params = sql.SQL("(CASE WHEN c.text ~ %s THEN %s ELSE %s END)"), [CJK_CLASS, cjk_model, model]
         # Batch by batch of ids, each bounded by its last id in SQL: the ids never travel to
-        # Python and back (10,000 a batch as an array parameter cost ~2 s of CPU at a million
-        # cells, at every start).
+        # Python and back (as array parameters they cost CPU on a large store at every start).
         queued, after = 0, ""
         while True:
             with self._connection("write") as conn, conn.transaction():

@@ -154,7 +154,7 @@ class _SQLiteWriteTx(SQLFileTx, SQLWriteTx, WindowMarks):
     def _embed_new(self, rowids: Sequence[int], embedded: Optional[dict[int, tuple[str, Any]]] = None) -> None:
         """Store the vectors of these new rows that have none, embedded in one call
         (`embed_new`), when their windows are indexed: a single create then neither waits for
-        its embedding nor pays a one-text call (~0.2 ms against ~0.02 a text in a batch). A
+        its embedding nor pays a one-text call (dearer per text than a batch). A
         vector `embedded` before the transaction is used while its text is still the row's. A
         text `embed_new` leaves to the background is queued for it instead."""
         if self.embed_new is None or not rowids:
@@ -797,16 +797,16 @@ class SQLiteStore(SQLFileReads, SQLStore):
 
     def queue_stale_embeddings(self, model: str, batch_size: int = 10000, cjk_model: Optional[str] = None) -> int:
         # Found by reads, batch by batch of rowids, and queued by a short write only when a
-        # batch has some: the scan held the write lock batch after batch (~10 s at a million
-        # cells, at every start), so other writers, and a search indexing a new cell's
+        # batch has some: the scan held the write lock batch after batch (long on a large
+        # store, at every start), so other writers, and a search indexing a new cell's
         # keyword window (migration 12), lost the lock to the next batch until their busy
         # timeout. A row found stale that is rewritten meanwhile is embedded once more.
         if cjk_model is None:
             stale, params = "embed_model IS NOT ?", [model]
         else:  # GLOB runs in C: an English store costs a scan, no Python per row. A text of
             # ASCII alone (as many bytes as characters) holds no CJK character and is not
-            # matched against the class at all: the GLOB of every text was ~6 s of CPU at a
-            # million cells, at every start, beside the warm-ups (this, ~0.8 s).
+            # matched against the class at all: a GLOB of every text would cost a large store
+            # seconds of CPU at every start, beside the warm-ups.
             stale = "embed_model IS NOT (CASE WHEN length(CAST(text AS BLOB)) > length(text) AND text GLOB ? THEN ? ELSE ? END)"
             params = [f"*{CJK_CLASS}*", cjk_model, model]
         queued, after = 0, 0

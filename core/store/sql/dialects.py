@@ -91,8 +91,8 @@ class SQLiteDialect(Dialect):
     param = "?"
     false = "0"
     for_update = ""  # writers are serialised (BEGIN IMMEDIATE): every row read is already ours
-    # Left to itself the planner scans by status and sorts every readable owner to find a page
-    # of 25 (100k readable cells: 270 ms); walking the owner index stops after them (25 ms).
+    # Left to itself the planner scans by status and sorts every readable owner to find a page;
+    # walking the owner index stops after the page's rows.
     owner_order = " INDEXED BY cells_owner_status"
 
     def one_of(self, column: str, values: Sequence[Any]) -> SQLFragment:
@@ -193,10 +193,9 @@ class PostgresDialect(Dialect):
         # from it, in the database, `reader_literals` (those of READER_LITERAL's shape: each
         # matches one agent id, the one `reader_literal` compiles to that same text) and
         # `reader_globs` (the rest). A literal is then compared by equality rather than run as
-        # a regular expression on every row a wide filter scans: a new wide reader's
-        # admitted rows (every cell naming two readers) 76-79 -> 40-42 ms at 100k cells,
-        # 553-588 -> 392-409 ms at 1M (medians, alternating; README, "Readers named, not
-        # matched"). `~ ANY` of an empty array costs nothing measurable. Same answer as
+        # a regular expression on every row a wide filter scans, which makes a new wide
+        # reader's admitted rows cheaper to find (README, "Readers named, not matched").
+        # `~ ANY` of an empty array costs nothing measurable. Same answer as
         # `~ ANY(reader_patterns)`, and so as `can_read`'s matcher: a regular expression of
         # that shape matches exactly the one id whose literal compiles to it; both columns
         # are NOT NULL, with no NULL element.
