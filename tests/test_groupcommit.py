@@ -315,7 +315,9 @@ def test_identical_creates_queued_behind_a_group_store_one_cell(tmp_path):
         same = [results[f"same{i}"] for i in range(8)]
         assert {cell.id for cell, _ in same} == {stored[0].id}  # type: ignore[attr-defined]
         assert sorted(str(dedup) for _, dedup in same) == ["None"] + ["exact"] * 7  # type: ignore[misc]
-        assert sizes[1] == 5  # one of the identical ones and the four others: one group
+        # The second group holds at most one of the identical ones (their keys overlap), with
+        # others; how many depends on the order the threads queued in.
+        assert 2 <= sizes[1] <= 5 and sum(sizes) == 13
     finally:
         store.close()
 
