@@ -109,6 +109,20 @@ def owner_counts_page(store: Any, flt: CellFilter, limit: int,
     return owners[:limit], next_cursor
 
 
+def cell_cursor(cursor: Optional[str]) -> Optional[str]:
+    """The cell id a list page's `cursor` resumes after (None: the first page); 422 for
+    anything that is not a cursor this server made."""
+    if not cursor:
+        return None
+    try:
+        after = decode_cursor(cursor)
+    except ValueError:
+        after = None
+    if after is None or not is_cell_id(after):
+        raise ValidationFailed("invalid cursor", {"cursor": storable_or_none(cursor)})
+    return after
+
+
 def text_cursor(cursor: Optional[str], check: Callable[[str], Any]) -> Optional[str]:
     """Where a page keyed by text (owner ids, metadata values) starts; `check` refuses a
     decoded value that could not be a key."""
@@ -291,14 +305,7 @@ class CellReads(ServiceBase):
     ) -> tuple[list[MemoryCell], int, Optional[str]]:
         limit = self._page_limit(limit)
         _check_params(owner_id=owner_id, session_id=session_id, metadata=metadata)
-        after = None
-        if cursor:
-            try:
-                after = decode_cursor(cursor)
-            except ValueError:
-                after = None
-            if after is None or not is_cell_id(after):
-                raise ValidationFailed("invalid cursor", {"cursor": storable_or_none(cursor)})
+        after = cell_cursor(cursor)
         if as_of is not None:
             matching = versions.iter_as_of(
                 self.store, agent, as_utc(as_of), owner_id=owner_id, types=types,

@@ -12,11 +12,11 @@ from __future__ import annotations
 import builtins
 from typing import Any, Optional, Sequence
 
-from ..errors import ValidationFailed, access_denied
+from ..errors import access_denied
 from ..models import HistoryEntry, MemoryCell, Status
 from ..service import MemoryService, OwnerCounts
-from ..service_reads import owner_counts_page, text_cursor
-from ..store.base import CellFilter, decode_cursor, encode_cursor
+from ..service_reads import cell_cursor, owner_counts_page, text_cursor
+from ..store.base import CellFilter, encode_cursor
 
 LIVE = (Status.active.value, Status.stale.value, Status.archived.value)
 
@@ -39,14 +39,7 @@ class OperatorReads:
 
     def list(self, *, limit: int, cursor: Optional[str],
              **filters: Any) -> "tuple[builtins.list[MemoryCell], int, Optional[str]]":
-        after = None
-        if cursor:
-            try:
-                after = decode_cursor(cursor)
-            except ValueError:
-                after = None
-            if after is None:
-                raise ValidationFailed("invalid cursor", {"cursor": "not a cursor of this page"})
+        after = cell_cursor(cursor)
         flt = CellFilter(reader=None, owner_id=filters.get("owner_id"), types=filters.get("types"),
                          statuses=_statuses(filters.get("status")), session_id=filters.get("session_id"),
                          metadata=filters.get("metadata"), include_superseded=bool(filters.get("include_superseded")),
