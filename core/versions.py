@@ -21,12 +21,12 @@ is something else, a clock override for those admin runs.
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from .access import can_read
+from .bm25 import length_norm, plus_one_idf, term_score
 from .models import STORED, HistoryEntry, MemoryCell, Status
 from .store.base import CellFilter
 from .textindex import cjk_terms, query_terms
@@ -176,7 +176,6 @@ def matches_at(
 
 
 # ------------------------------------------------------------------ keyword ranking at T
-BM25_K1, BM25_B = 1.2, 0.75
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -189,7 +188,8 @@ def bm25_scores(query: str, cells: Iterable[MemoryCell]) -> list[tuple[MemoryCel
 
 
 def bm25_text_scores(query: str, texts: Sequence[str]) -> list[float]:
-    """BM25 of `query` over `texts`, statistics from these texts only; one score per text."""
+    """BM25 of `query` over `texts`, statistics from these texts only; one score per text
+    (`ampkit.bm25`, PostgreSQL's IDF)."""
     terms = query_terms(query)
     docs = [[w.lower() for w in _words(text)] for text in texts]
     if not docs or not terms:
@@ -203,8 +203,7 @@ def bm25_text_scores(query: str, texts: Sequence[str]) -> list[float]:
             tf = words.count(t)
             if not tf:
                 continue
-            idf = math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5))
-            score += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * len(words) / mean_len))
+            score += term_score(plus_one_idf(len(docs), df[t]), tf, length_norm(len(words), mean_len))
         out.append(score)
     return out
 

@@ -1,4 +1,5 @@
-"""Okapi BM25 over the cells a search may see, vectorised (numpy), for the SQLite keyword leg.
+"""Okapi BM25 over the cells a search may see, vectorised (numpy), for the SQLite keyword leg
+(the formula itself: `ampkit.bm25`).
 
 The statistics (number of documents N, mean window length, document frequencies) are taken
 over an *admitted set*: the rows the search's filter admits (its caller's access rule
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import math
 import threading
 import weakref
 from collections import OrderedDict
@@ -24,15 +24,7 @@ from typing import Any, Callable, Hashable, Iterator, Optional, TypeVar
 
 import numpy as np
 
-BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() constants
-
-
-def idf(n: int, df: int) -> float:
-    """FTS5's IDF, floored at 1e-6 for a term in more than half the documents."""
-    if not df:
-        return 0.0
-    value = math.log((n - df + 0.5) / (df + 0.5))
-    return value if value > 0 else 1e-6
+from ..bm25 import fts5_idf, length_norm, term_score
 
 
 K = TypeVar("K", bound=Hashable)
@@ -255,8 +247,7 @@ class AdmittedSet:
         hit = self.arrays.contributions.hit(key)
         if hit is None:
             pos, tf = self.term(term, load)
-            weight = idf(self.n, int(pos.size))
-            hit = self.arrays.contributions.keep(key, (pos, weight * tf * (BM25_K1 + 1) / (tf + self.norm()[pos])))
+            hit = self.arrays.contributions.keep(key, (pos, term_score(fts5_idf(self.n, int(pos.size)), tf, self.norm()[pos])))
         return hit
 
     def scores(self, terms: list[str], load: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -267,11 +258,7 @@ class AdmittedSet:
     def norm(self) -> np.ndarray:
         """Each admitted row's BM25 length normalisation, as `bm25_scores` computes it."""
         if self._norm is None:
-            avgdl = self.total / self.n if self.n else 0
-            if avgdl:
-                self._norm = BM25_K1 * (1 - BM25_B + BM25_B * self.lengths / avgdl)
-            else:
-                self._norm = np.full(self.lengths.size, BM25_K1)
+            self._norm = length_norm(self.lengths, self.total / self.n if self.n else 0)
         return self._norm
 
     def unit(self, unit: str, load: Callable[[str], np.ndarray]) -> np.ndarray:
@@ -554,11 +541,7 @@ def bm25_scores(n: int, total_len: int, lengths: np.ndarray, matched: np.ndarray
     scores = np.zeros(matched.size, dtype=np.float64)
     if not matched.size or not n:
         return scores
-    avgdl = total_len / n
-    if avgdl:
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths[matched] / avgdl)
-    else:
-        norm = np.full(matched.size, BM25_K1)
+    norm = length_norm(lengths[matched], total_len / n)
     # Where each admitted position sits among the matched ones (-1: not matched): one lookup
     # per posting instead of a binary search (a common word at a million rows).
     where = np.full(lengths.size, -1, dtype=np.int64)
@@ -567,8 +550,7 @@ def bm25_scores(n: int, total_len: int, lengths: np.ndarray, matched: np.ndarray
         at = where[pos]
         keep = at >= 0
         at, tf = at[keep], tf[keep]
-        weight = idf(n, int(at.size))
-        scores[at] += weight * tf * (BM25_K1 + 1) / (tf + norm[at])
+        scores[at] += term_score(fts5_idf(n, int(at.size)), tf, norm[at])
     return scores
 
 

@@ -39,7 +39,6 @@ older generation only reads and fills that generation's arrays.
 from __future__ import annotations
 
 import bisect
-import math
 import threading
 import time
 import weakref
@@ -53,8 +52,9 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from ..bm25 import length_norm, plus_one_idf, term_score
 from ..scheduler import Loop, Scheduler
-from ._bm25 import (BM25_B, BM25_K1, BytesLRU, RowPositions, SharedArrays, count_dtype, int_list, members,
+from ._bm25 import (BytesLRU, RowPositions, SharedArrays, count_dtype, int_list, members,
                     replace_rows, row_dtype, sum_term_scores, top_k)
 from .base import Candidate, CellFilter
 from .sql import POSTGRES, compile_filter
@@ -181,9 +181,9 @@ class _View:
         return int(self.seqs.size)
 
     def norm(self) -> np.ndarray:
-        """K1 * (1 - B + B * len / avgdl) per row, the statement's operations in its order."""
+        """BM25's length normalisation per row, the statement's operations in its order."""
         if self._norm is None:
-            self._norm = BM25_K1 * ((1 - BM25_B) + BM25_B * self.lengths / self.avgdl)
+            self._norm = length_norm(self.lengths, self.avgdl)
         return self._norm
 
     def positions(self, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -200,11 +200,7 @@ class _View:
         seqs, tf = postings(lexeme)
         pos, mask = self.positions(seqs)
         tf = tf[mask]
-        df = float(pos.size)
-        n = float(self.n)
-        # ln(1 + (GREATEST(n, df) - df + 0.5) / (df + 0.5)): libm's log, as PostgreSQL's ln.
-        weight = math.log(1 + (max(n, df) - df + 0.5) / (df + 0.5))
-        value = (pos, weight * tf * (BM25_K1 + 1) / (tf + self.norm()[pos]))
+        value = (pos, term_score(plus_one_idf(float(self.n), float(pos.size)), tf, self.norm()[pos]))
         return self.term_scores.keep(key, value)
 
     def scores(self, lexemes: list[str], postings: Callable[[str], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:

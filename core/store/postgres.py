@@ -61,6 +61,7 @@ from psycopg.types.json import Json, Jsonb
 from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ..bm25 import sql_plus_one_idf, sql_term_score
 from ..errors import Unavailable, ValidationFailed
 from ..models import MemoryCell
 from ..scheduler import Scheduler, new_lock
@@ -95,7 +96,6 @@ EXACT_ADMITTED_MAX = 5_000
 # many (past it the scan is cheaper).
 FALLBACK_ADMITTED_MAX = 200_000
 GRAPH_LOOK_SECONDS = 2.0  # how often a search looks again for a graph of a width it has not seen
-BM25_K1, BM25_B = 1.2, 0.75  # FTS5's defaults
 
 # The query's words go through the same parser as the indexed text (stemming, stop words);
 # the resulting lexemes are OR-ed, as the FTS5 query is. Placeholders: config, query text,
@@ -126,10 +126,10 @@ matches AS MATERIALIZED (  -- each match's tsvector cut down to the query's lexe
     WHERE s.tsv @@ (SELECT string_agg(quote_literal(lexeme), ' | ')::tsquery FROM weights) AND {{where}}),
 terms AS (SELECT m.cell_id, m.len, u.lexeme, cardinality(u.positions) AS tf FROM matches m CROSS JOIN LATERAL unnest(m.hits) AS u),
 scope AS (SELECT %s::float8 AS n, %s::float8 AS avgdl),
-idf AS (SELECT t.lexeme, ln(1 + (GREATEST(scope.n, COUNT(*)) - COUNT(*) + 0.5) / (COUNT(*) + 0.5)) AS idf
+idf AS (SELECT t.lexeme, {sql_plus_one_idf("scope.n", "COUNT(*)")} AS idf
         FROM terms t CROSS JOIN scope GROUP BY t.lexeme, scope.n)
 SELECT t.cell_id,
-       SUM(i.idf * t.tf * {BM25_K1 + 1} / (t.tf + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * t.len / scope.avgdl))
+       SUM({sql_term_score("i.idf", "t.tf", "t.len", "scope.avgdl")}
            ORDER BY t.lexeme) AS score
 FROM terms t JOIN idf i ON i.lexeme = t.lexeme CROSS JOIN scope
 GROUP BY t.cell_id ORDER BY score DESC, t.cell_id LIMIT %s
