@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -29,19 +29,10 @@ from mcp.shared.memory import create_connected_server_and_client_session
 from support import TLS
 from test_consolidation import AGENT, BRISTOL, EDINBURGH, _client, fake_model, model, record_session  # noqa: F401
 from test_consolidation import OWNER as CONSOLIDATED
+from test_files import T0, Clock  # the files tests' clock: a second a call from T0
 
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 OWNER = "alice"
 RULES = "# Rules\n- answer in bullet points\n"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        self.now += timedelta(seconds=1)
-        return self.now
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
