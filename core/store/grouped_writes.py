@@ -269,21 +269,9 @@ class GroupedWrites(Writes):
         """The group's units prepared and checked, then written in one transaction, each in its
         savepoint. A request's `APIError` (validation, access, conflict) is its own; the
         others still commit. Any other exception (the store's) fails the group."""
-        prepared = []
-        for sub in group:
-            try:
-                sub.payload.prepare()
-                prepared.append(sub)
-            except APIError as exc:
-                sub.error = exc
+        prepared = _surviving(group, lambda unit: unit.prepare())
         with self.locks.holding(frozenset().union(*(sub.stripes for sub in prepared))):
-            checked = []
-            for sub in prepared:
-                try:
-                    sub.payload.check()
-                    checked.append(sub)
-                except APIError as exc:
-                    sub.error = exc
+            checked = _surviving(prepared, lambda unit: unit.check())
             if not checked:
                 return
             with self.store.write() as tx:
@@ -293,6 +281,19 @@ class GroupedWrites(Writes):
                             sub.result = sub.payload.write(tx)
                     except APIError as exc:  # undone alone; a store failure fails the group
                         sub.error = exc
+
+
+def _surviving(group: Sequence[Submission[WriteUnit[Any]]],
+               step: Callable[[WriteUnit[Any]], Any]) -> list[Submission[WriteUnit[Any]]]:
+    """The submissions whose unit passed `step`; a request's `APIError` stays its own."""
+    kept = []
+    for sub in group:
+        try:
+            step(sub.payload)
+            kept.append(sub)
+        except APIError as exc:
+            sub.error = exc
+    return kept
 
 
 def writes_for(store: Store, max_group_size: int) -> Writes:
