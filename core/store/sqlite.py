@@ -482,8 +482,8 @@ class SQLiteStore(SQLFileReads, SQLStore):
         (`ChangeFeed.generation`), their vectors into the index, the log's new entries
         converted, so the next wide search finds at most a look's worth."""
         loop = self._windows
-        if loop is None or loop.stopping or self.changes.data_version() == self.changes.seen_version:
-            return  # nothing committed anywhere since the last look
+        if loop is None or loop.stopping or not self.changes.committed_elsewhere():
+            return  # nothing committed anywhere since the last look (or the store closed meanwhile)
         try:
             self.changes.generation()
         except (Unavailable, sqlite3.Error):  # (closed meanwhile, or the disk: the next search catches up)
